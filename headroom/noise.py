@@ -1,0 +1,166 @@
+"""Noise statistics of the portfolio measurements: pure functions over DataFrames.
+
+Inputs are the portfolio artifacts as DataFrames (one or several runs concatenated):
+- samples: columns run, mode, invocation, candidate, latency_us (portfolio/run-{r}-samples)
+- rows: columns run, mode, invocation, candidate, median_us, and for the floor checks floor_us
+  (portfolio/run-{r})
+
+Functions (each returns a new DataFrame; nothing is read from disk, nothing is mutated):
+- :func:`rel_std` relative standard deviation per (run, mode, invocation, candidate)
+- :func:`median_spread` run-to-run spread of each (mode, invocation, candidate) median
+- :func:`winners` fastest candidate per (run, mode, invocation) and its margin
+- :func:`winner_stability` per (mode, invocation): does the winner change between runs?
+- :func:`stability_summary` per mode: the fraction of invocations whose winner is the same in
+  every run, and of run pairs that disagree
+- :func:`floor_flags` rows whose median lies within ``factor`` times the harness floor
+- :func:`run_summary` one row per (run, mode) for the run log and the report
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+KEY = ["run", "mode", "invocation", "candidate"]
+# A median within this many times the empty-kernel floor measures the harness, not the kernel.
+DEFAULT_FLOOR_FACTOR = 3.0
+
+
+def _require(df: pd.DataFrame, columns: list[str], name: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{name} lacks column(s) {missing}; it has {list(df.columns)}")
+    if df.empty:
+        raise ValueError(f"{name} is empty")
+
+
+def rel_std(samples: pd.DataFrame) -> pd.DataFrame:
+    """n, mean_us, std_us (ddof=1) and rel_std_pct = 100 * std / mean per (run, mode, invocation,
+    candidate) of the samples table."""
+    _require(samples, KEY + ["latency_us"], "samples")
+    g = samples.groupby(KEY, sort=True)["latency_us"]
+    out = g.agg(n="size", mean_us="mean", std_us=lambda x: x.std(ddof=1) if len(x) > 1 else 0.0)
+    out["rel_std_pct"] = 100.0 * out["std_us"] / out["mean_us"]
+    return out.reset_index()
+
+
+def median_spread(rows: pd.DataFrame) -> pd.DataFrame:
+    """Across runs, per (mode, invocation, candidate): runs, min/max/median of the per-run medians
+    and spread_pct = 100 * (max - min) / median of medians."""
+    _require(rows, KEY + ["median_us"], "rows")
+    g = rows.groupby(["mode", "invocation", "candidate"], sort=True)["median_us"]
+    out = g.agg(runs="size", median_min_us="min", median_max_us="max", median_of_runs_us="median")
+    out["spread_pct"] = 100.0 * (out["median_max_us"] - out["median_min_us"]) / out["median_of_runs_us"]
+    return out.reset_index()
+
+
+def winners(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, mode, invocation): winner (smallest median_us; ties go to the smaller candidate
+    id so the answer is deterministic), winner_us, runner_up, runner_up_us, margin_pct =
+    100 * (runner_up_us - winner_us) / winner_us (NaN with a single candidate)."""
+    _require(rows, KEY + ["median_us"], "rows")
+    ordered = rows.sort_values(["run", "mode", "invocation", "median_us", "candidate"], kind="mergesort")
+    records = []
+    for (run, mode, invocation), grp in ordered.groupby(["run", "mode", "invocation"], sort=True):
+        best = grp.iloc[0]
+        second = grp.iloc[1] if len(grp) > 1 else None
+        runner_up_us = float(second["median_us"]) if second is not None else np.nan
+        records.append(
+            {
+                "run": run,
+                "mode": mode,
+                "invocation": invocation,
+                "winner": best["candidate"],
+                "winner_us": float(best["median_us"]),
+                "runner_up": second["candidate"] if second is not None else None,
+                "runner_up_us": runner_up_us,
+                "margin_pct": 100.0 * (runner_up_us - best["median_us"]) / best["median_us"],
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def winner_stability(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (mode, invocation): runs, distinct_winners, stable (same winner in every run),
+    modal_winner (most frequent; ties to the smaller id), modal_share (fraction of runs it won)."""
+    w = winners(rows)
+    records = []
+    for (mode, invocation), grp in w.groupby(["mode", "invocation"], sort=True):
+        counts = grp["winner"].value_counts()
+        top = counts.max()
+        modal = sorted(counts[counts == top].index)[0]
+        records.append(
+            {
+                "mode": mode,
+                "invocation": invocation,
+                "runs": len(grp),
+                "distinct_winners": int(counts.size),
+                "stable": bool(counts.size == 1),
+                "modal_winner": modal,
+                "modal_share": float(top / len(grp)),
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def stability_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: invocations, runs, stable_fraction (invocations whose winner is the same in every
+    run) and pair_disagreement (fraction of (invocation, run pair) whose winners differ)."""
+    w = winners(rows)
+    records = []
+    for mode, grp in w.groupby("mode", sort=True):
+        by_inv = grp.pivot(index="invocation", columns="run", values="winner")
+        runs = list(by_inv.columns)
+        stable = by_inv.nunique(axis=1, dropna=True) == 1
+        pairs = list(combinations(runs, 2))
+        if pairs:
+            differ = [(by_inv[a] != by_inv[b]).mean() for a, b in pairs]
+            disagreement = float(np.mean(differ))
+        else:
+            disagreement = np.nan
+        records.append(
+            {
+                "mode": mode,
+                "invocations": len(by_inv),
+                "runs": len(runs),
+                "stable_fraction": float(stable.mean()),
+                "pair_disagreement": disagreement,
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def floor_flags(rows: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.DataFrame:
+    """Rows whose median_us < factor * floor_us, with floor_ratio = median_us / floor_us: there the
+    harness (launch path, event records), not the kernel, dominates the figure."""
+    if factor <= 0:
+        raise ValueError(f"factor must be positive, got {factor}")
+    _require(rows, KEY + ["median_us", "floor_us"], "rows")
+    out = rows[KEY + ["median_us", "floor_us"]].copy()
+    out["floor_ratio"] = out["median_us"] / out["floor_us"]
+    return out[out["median_us"] < factor * out["floor_us"]].reset_index(drop=True)
+
+
+def run_summary(rows: pd.DataFrame, samples: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.DataFrame:
+    """One row per (run, mode): measurements, samples, median / p90 / max rel_std_pct and the
+    number of rows within ``factor`` times the floor."""
+    rs = rel_std(samples)
+    flags = floor_flags(rows, factor) if "floor_us" in rows.columns else rows.iloc[0:0]
+    records = []
+    for (run, mode), grp in rs.groupby(["run", "mode"], sort=True):
+        near = flags[(flags["run"] == run) & (flags["mode"] == mode)]
+        records.append(
+            {
+                "run": run,
+                "mode": mode,
+                "measurements": len(grp),
+                "samples": int(grp["n"].sum()),
+                "rel_std_median_pct": float(grp["rel_std_pct"].median()),
+                "rel_std_p90_pct": float(grp["rel_std_pct"].quantile(0.9)),
+                "rel_std_max_pct": float(grp["rel_std_pct"].max()),
+                "near_floor": len(near),
+            }
+        )
+    return pd.DataFrame.from_records(records)
