@@ -1,0 +1,27 @@
+# Replay: take recorded measurement artifacts (hashes verified) instead of measuring, so the
+# analysis stages run on a machine without a GPU.
+MEASURED = [
+    "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
+]
+
+if REPLAY:
+
+    rule replay:
+        input:
+            recorded=f"{REPLAY}/{{artifact}}.parquet",
+            code=src("headroom/replay.py", "scripts/replay.py"),
+        output:
+            artifact=f"{R}/{{artifact}}.parquet",
+        wildcard_constraints:
+            artifact="|".join(MEASURED) + r"|portfolio/run-\d+|portfolio/run-\d+-samples",
+        log:
+            f"{R}/logs/replay/{{artifact}}.log",
+        conda:
+            "../envs/analysis.yaml"
+        script:
+            "../scripts/replay.py"
+
+    for _name in MEASURED:
+        artifact(f"{R}/{_name}.parquet")
+    artifact(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS)
+    artifact(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS)
