@@ -1,0 +1,68 @@
+"""Triton candidate kernels of the study: causal GQA attention (prefill and split-KV decode)
+with rotate-half RoPE fused into the kernel or applied by a standalone kernel.
+
+    from kernels import Tile, attention, rope, reference_attention, rope_tables
+    cos, sin = rope_tables(max_pos, head_dim, dtype=torch.float32, device=q.device)
+    out = attention(q, k, v, cos, sin, tile=Tile(64, 64, 4, 3), fused=True, rotate_k=True)
+    ref = reference_attention(q, k, v, cos, sin, rotate_k=True)  # float64
+
+Interpreter vs GPU -- what callers must do:
+    Triton fixes each kernel's mode when `@triton.jit` runs, which is when this package is
+    imported: TRITON_INTERPRET=1 in the environment at that moment gives interpreted kernels
+    (CPU tensors; float16/float32), otherwise compiled ones (CUDA tensors; float16/bfloat16).
+    Changing the variable after the import changes nothing, so set it BEFORE the first
+    `import kernels` (in the shell, or in os.environ at the very top of the entry script,
+    before any import that may import kernels). `interpreted()` says which mode was taken;
+    a launch after the variable changed raises RuntimeError rather than running in the
+    wrong mode.
+
+Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
+(host / Triton attention), reference.py (float64 torch references).
+"""
+
+from . import _mode
+from ._rope import noop_kernel
+from .attention import (
+    attention,
+    attention_unrotated,
+    decode_block_m,
+    decode_split_plan,
+)
+from .reference import reference_attention, reference_rope
+from .rope import rope, rope_tables
+from .tile import Tile
+
+SUPPORTED_HEAD_DIMS = _mode.SUPPORTED_HEAD_DIMS
+SUPPORTED_DTYPES = _mode.SUPPORTED_DTYPES
+
+
+def interpreted() -> bool:
+    """True when the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    return _mode.INTERPRET
+
+
+def empty_kernel_launch(anchor) -> None:
+    """Launch a Triton kernel that does nothing, grid (1,): the floor of any launch's cost.
+
+    anchor: any tensor on the kernels' device (CUDA, or CPU under the interpreter); it is passed
+    as the one pointer argument so the launch binds an argument like real kernels do.
+    """
+    _mode.check_device("anchor", anchor)
+    noop_kernel[(1,)](anchor)
+
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_HEAD_DIMS",
+    "Tile",
+    "attention",
+    "attention_unrotated",
+    "decode_block_m",
+    "decode_split_plan",
+    "empty_kernel_launch",
+    "interpreted",
+    "reference_attention",
+    "reference_rope",
+    "rope",
+    "rope_tables",
+]

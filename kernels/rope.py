@@ -1,0 +1,111 @@
+"""Host side of rotate-half RoPE: the cos/sin tables and the standalone launcher."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from . import _mode
+from ._rope import rope_kernel
+
+# Rows of x per RoPE program: 64 rows x head_dim/2 x 2 halves keeps a program's loads at
+# 8-16 KB for head_dim 64-128, enough bytes in flight for a memory-bound copy-like kernel.
+_ROPE_BLOCK_S = 64
+
+
+def rope_tables(
+    max_pos: int,
+    head_dim: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables, each (max_pos, head_dim // 2) of `dtype` on `device`.
+
+    Row p, column i holds cos/sin(p * base ** (-2 i / head_dim)), computed in float64 and
+    rounded once to `dtype` (float32 by default; the kernels rotate in float32).
+    """
+    if type(max_pos) is not int or max_pos < 1:
+        raise ValueError(f"max_pos must be a positive int, got {max_pos!r}")
+    if type(head_dim) is not int or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be an even int >= 2, got {head_dim!r}")
+    if not isinstance(base, (int, float)) or not base > 1.0:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    inv_freq = float(base) ** (-exponent)  # (head_dim // 2,)
+    angle = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return angle.cos().to(dtype=dtype, device=device), angle.sin().to(dtype=dtype, device=device)
+
+
+def check_tables(cos, sin, head_dim: int, positions: int, device: torch.device) -> None:
+    """ValueError unless cos/sin are (>= positions, head_dim // 2) tables on `device`."""
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2 or t.shape[1] != head_dim // 2:
+            raise ValueError(
+                f"{name} must have shape (max_pos, head_dim // 2 = {head_dim // 2}), "
+                f"got {tuple(t.shape)}; build it with kernels.rope_tables"
+            )
+        if t.shape[0] < positions:
+            raise ValueError(
+                f"{name} covers {t.shape[0]} positions but {positions} are needed"
+            )
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise ValueError(f"{name} dtype must be float16, bfloat16 or float32, got {t.dtype}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device} like the inputs")
+        if t.stride(1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension")
+    if cos.stride(0) != sin.stride(0):
+        raise ValueError("cos and sin must have the same row stride")
+
+
+def rope(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions_offset: int = 0,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rotate-half RoPE of x at positions positions_offset + s, one Triton launch.
+
+    x:   (B, H, S, D) float16/bfloat16 (CUDA) or float16/float32 (interpreter), any strides
+    cos, sin: (max_pos, D // 2), max_pos >= positions_offset + S (see rope_tables)
+    out: optional (B, H, S, D) buffer of x's dtype and device; a new contiguous one otherwise
+    returns out
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a 4-D tensor (B, H, S, D), got {_describe(x)}")
+    _mode.check_dtype("x", x)
+    _mode.check_device("x", x)
+    head_dim = x.shape[3]
+    _mode.check_head_dim("x", head_dim)
+    if type(positions_offset) is not int or positions_offset < 0:
+        raise ValueError(f"positions_offset must be an int >= 0, got {positions_offset!r}")
+    batch, heads, seq, _ = x.shape
+    check_tables(cos, sin, head_dim, positions_offset + seq, x.device)
+    if out is None:
+        out = torch.empty((batch, heads, seq, head_dim), dtype=x.dtype, device=x.device)
+    else:
+        _mode.check_out(out, x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return out
+    grid = (triton.cdiv(seq, _ROPE_BLOCK_S), batch * heads)
+    rope_kernel[grid](
+        x, out, cos, sin,
+        *x.stride(), *out.stride(), cos.stride(0),
+        heads, seq, positions_offset,
+        HALF=head_dim // 2,
+        BLOCK_S=_ROPE_BLOCK_S,
+    )
+    return out
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
