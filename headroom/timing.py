@@ -132,10 +132,13 @@ class Harness:
     L2 flush buffer so that a measurement allocates nothing on the timed path.
 
     device: "cuda" or "interpret" (host clock, eager only)
-    warmup: untimed calls before the timed ones (graph: untimed replays)
+    warmup: untimed calls before the timed ones (graph: ``ceil(warmup / graph_calls)`` untimed
+        replays, at least one per captured graph, after the capture's own warm-up calls)
     reps: timed calls per measurement (graph: ``graph_replays(reps, graph_calls)`` replays)
     graph_calls: calls captured per CUDA graph
     flush_l2: overwrite an L2-sized buffer before every timed call / replay (cold timing)
+    replays: graph replays (= graph samples) per measurement; default ceil(reps / graph_calls),
+        so both modes time about ``reps`` calls
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Harness:
         reps: int = 280,
         graph_calls: int = 20,
         flush_l2: bool = False,
+        replays: int | None = None,
     ) -> None:
         if device not in ("cuda", "interpret"):
             raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
@@ -157,11 +161,14 @@ class Harness:
             raise ValueError(f"reps must be >= 1, got {reps}")
         if graph_calls < 1:
             raise ValueError(f"graph_calls must be >= 1, got {graph_calls}")
+        if replays is not None and (type(replays) is not int or replays < 1):
+            raise ValueError(f"replays must be a positive int or None, got {replays!r}")
         self.device = device
         self.warmup = warmup
         self.reps = reps
         self.graph_calls = graph_calls
         self.flush_l2 = flush_l2
+        self.replays = replays if replays is not None else graph_replays(reps, graph_calls)
         self.modes: tuple[str, ...] = MODES if device == "cuda" else ("eager",)
         self._events: list = []
         self._flush_buffer = None
@@ -170,7 +177,7 @@ class Harness:
 
             self._events = [
                 (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(reps)
+                for _ in range(max(reps, self.replays))
             ]
             if flush_l2:
                 self._flush_buffer = torch.empty(max(l2_bytes(), 1), dtype=torch.uint8, device="cuda")
@@ -211,14 +218,14 @@ class Harness:
         for i in range(self.warmup):
             fn(*input_sets[i % n])
         torch.cuda.synchronize()
-        for i, (start, end) in enumerate(self._events):
+        for i, (start, end) in enumerate(self._events[: self.reps]):
             args = input_sets[i % n]
             self._flush()
             start.record()
             fn(*args)
             end.record()
         torch.cuda.synchronize()
-        us = np.array([1e3 * s.elapsed_time(e) for s, e in self._events], dtype=np.float64)
+        us = np.array([1e3 * s.elapsed_time(e) for s, e in self._events[: self.reps]], dtype=np.float64)
         return Measurement("eager", us, 1, n)
 
     def _graph(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
@@ -243,11 +250,11 @@ class Harness:
                 for j in range(self.graph_calls):
                     fn(*input_sets[(g_index * self.graph_calls + j) % n])
             graphs.append(graph)
-        for i in range(self.warmup):
+        # Every graph replays at least once untimed: a graph's first replay uploads it.
+        for i in range(max(n_graphs, math.ceil(self.warmup / self.graph_calls))):
             graphs[i % n_graphs].replay()
         torch.cuda.synchronize()
-        replays = graph_replays(self.reps, self.graph_calls)
-        events = self._events[:replays]
+        events = self._events[: self.replays]
         for i, (start, end) in enumerate(events):
             graph = graphs[i % n_graphs]
             self._flush()
@@ -266,5 +273,5 @@ class Harness:
         graph launch costs, amortized over ``graph_calls`` calls in graph-mode figures."""
         if self.device != "cuda":
             raise ValueError("graph_launch_us needs CUDA")
-        one = Harness("cuda", warmup=self.warmup, reps=self.reps, graph_calls=1)
+        one = Harness("cuda", warmup=self.warmup, reps=self.replays, graph_calls=1, replays=self.replays)
         return float(np.median(one._graph(fn, [args]).replay_us))

@@ -1,0 +1,22 @@
+from headroom.stage import run_stage
+
+
+def main(stage):
+    from headroom import portfolio
+    from headroom.correctness import admitted
+
+    candidates = admitted(stage.read("candidates"), stage.read("correctness"))
+    rows, samples = portfolio.run(
+        stage.read("trace"),
+        candidates,
+        stage.params["portfolio"],
+        run=int(stage.wildcards["run"]),
+        device=stage.device,
+        rope_base=float(stage.params["rope_base"]),
+        log=stage.log,
+    )
+    stage.write("portfolio", rows)
+    stage.write("portfolio_samples", samples)
+
+
+run_stage(snakemake, main)
