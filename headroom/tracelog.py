@@ -1,0 +1,231 @@
+"""Request logs -> attention invocations: reading, validating and the continuous-batching model.
+
+A request log is any table with three facts per request: when it arrived, how many context
+(prompt) tokens it carried and how many tokens were generated for it. `read_request_log` reads
+one from CSV or Parquet and checks it; `simulate` turns requests into a chronological stream of
+prefill and decode invocations. The model, in full (docs/traces.md says the same in prose):
+
+- Time is integer nanoseconds since the log's first arrival, so the model is exact and
+  byte-for-byte repeatable.
+- Each request is one prefill invocation at its arrival: batch 1, q_len = kv_len = context.
+- Decode runs on a clock of ticks, tick n at n * decode_step_ns. A request becomes eligible at
+  the first tick strictly after its arrival. At every tick the engine first retires sequences
+  that have generated all their tokens, then admits eligible requests first-come first-served
+  (log order breaks ties) while fewer than max_batch sequences are active, then runs one batched
+  decode invocation over all active sequences. A sequence admitted at tick s has kv_len
+  context + (n - s) + 1 at tick n, so its kv_len runs from context + 1 to context + generated.
+  Ticks with no active sequence emit nothing. Prefill takes no engine time (a stated
+  simplification: the model is about which shapes occur and when, not about latency).
+- Invocations are ordered by time; at equal times a prefill comes before a decode, and prefills
+  keep log order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+NS_PER_S = 1_000_000_000
+PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Requests in log order. arrival_ns is relative to the first request (so it starts at 0)."""
+
+    arrival_ns: np.ndarray  # int64, non-decreasing
+    context: np.ndarray  # int64, >= 1
+    generated: np.ndarray  # int64, >= 1
+    row: np.ndarray  # int64, 1-based data row in the source (header excluded)
+
+    def __len__(self) -> int:
+        return len(self.arrival_ns)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Invocations in chronological order, before window, sampling and rounding."""
+
+    time_ns: np.ndarray  # int64
+    phase: np.ndarray  # int8: PREFILL or DECODE
+    batch: np.ndarray  # int64
+    request: np.ndarray  # int64: index into Requests for a prefill, -1 for a decode
+    context: np.ndarray  # int64: prefill q_len = kv_len (0 for a decode)
+    kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences
+    kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences
+
+    def take(self, index: np.ndarray) -> Stream:
+        return Stream(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+
+def _where(path: Path, row: int, is_csv: bool) -> str:
+    line = f" (line {row + 1})" if is_csv else ""
+    return f"{path}: row {row}{line}"
+
+
+def _read_table(path: Path, columns: dict[str, str]) -> tuple[pd.DataFrame, bool]:
+    """The three mapped columns as a DataFrame, named by their role; fails on missing columns."""
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise ValueError(f"{path}: trace.source must be a .csv or .parquet request log (or 'synthetic')")
+    if not path.is_file():
+        raise ValueError(f"{path}: trace.source names no such file")
+    is_csv = suffix == ".csv"
+    if is_csv:
+        # Everything as text: parsing and its errors stay ours, with row numbers.
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        present = list(table.columns)
+    else:
+        present = pq.read_schema(path).names
+    missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
+    if missing:
+        raise ValueError(
+            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+            "Map the log's columns with trace.columns."
+        )
+    if not is_csv:
+        table = pq.read_table(path, columns=list(dict.fromkeys(columns.values()))).to_pandas()
+    return pd.DataFrame({role: table[name].to_numpy() for role, name in columns.items()}), is_csv
+
+
+def _parse_arrival(values: pd.Series, path: Path, column: str, is_csv: bool, fmt: str | None) -> np.ndarray:
+    """Arrival times as int64 ns. Timestamps (ISO 8601 or `fmt`) or numbers of seconds."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        parsed = pd.to_datetime(values, utc=True)
+    else:
+        as_number = pd.to_numeric(values, errors="coerce") if fmt is None else None
+        if as_number is not None and as_number.notna().mean() > 0.5:
+            bad = np.flatnonzero(as_number.isna().to_numpy() | ~np.isfinite(as_number.to_numpy(dtype=float)))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(
+                    f"{_where(path, i + 1, is_csv)}, column '{column}': unparsable arrival "
+                    f"{values.iloc[i]!r} (the column holds seconds)"
+                )
+            return np.round(as_number.to_numpy(dtype=np.float64) * NS_PER_S).astype(np.int64)
+        parsed = pd.to_datetime(values, format=fmt or "ISO8601", errors="coerce", utc=True)
+    bad = np.flatnonzero(parsed.isna().to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{_where(path, i + 1, is_csv)}, column '{column}': unparsable timestamp "
+            f"{values.iloc[i]!r} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
+        )
+    return parsed.dt.tz_convert(None).dt.as_unit("ns").astype(np.int64).to_numpy()
+
+
+def _parse_tokens(values: pd.Series, path: Path, column: str, is_csv: bool) -> np.ndarray:
+    number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(number) | (number != np.floor(number)) | (number < 1))
+    if bad.size:
+        i = int(bad[0])
+        what = (
+            "unparsable" if not np.isfinite(number[i]) or number[i] != np.floor(number[i]) else "non-positive"
+        )
+        raise ValueError(
+            f"{_where(path, i + 1, is_csv)}, column '{column}': {what} token count {values.iloc[i]!r} "
+            "(token counts must be integers >= 1)"
+        )
+    return number.astype(np.int64)
+
+
+def read_request_log(
+    path: str | Path, columns: dict[str, str], arrival_format: str | None = None
+) -> Requests:
+    """Read and check a request log (CSV or Parquet).
+
+    columns maps the roles 'arrival', 'context_tokens', 'generated_tokens' to column names.
+    Raises ValueError naming the file, the 1-based data row and the column for: a missing column,
+    an unparsable or decreasing arrival, a token count that is not an integer >= 1, no rows.
+    """
+    path = Path(path)
+    table, is_csv = _read_table(path, columns)
+    if len(table) == 0:
+        raise ValueError(f"{path}: the request log has no rows")
+    arrival = _parse_arrival(table["arrival"], path, columns["arrival"], is_csv, arrival_format)
+    backwards = np.flatnonzero(np.diff(arrival) < 0)
+    if backwards.size:
+        i = int(backwards[0]) + 1
+        raise ValueError(
+            f"{_where(path, i + 1, is_csv)}, column '{columns['arrival']}': arrival "
+            f"{table['arrival'].iloc[i]!r} is earlier than row {i}'s {table['arrival'].iloc[i - 1]!r}; "
+            "a request log must be in time order"
+        )
+    context = _parse_tokens(table["context_tokens"], path, columns["context_tokens"], is_csv)
+    generated = _parse_tokens(table["generated_tokens"], path, columns["generated_tokens"], is_csv)
+    return Requests(arrival - arrival[0], context, generated, np.arange(1, len(table) + 1, dtype=np.int64))
+
+
+def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
+    """All invocations that start before end_ns (None: until every request is done), in order."""
+    if max_batch < 1 or decode_step_ns < 1:
+        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
+    arrival, context, generated = requests.arrival_ns, requests.context, requests.generated
+    n = len(arrival)
+    if end_ns is not None:
+        n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
+    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
+    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
+
+    # Between two changes of the active set every tick has the same batch, and every kv_len
+    # grows by one per tick; so the model runs event to event and emits ticks a segment at a time.
+    seg_start, seg_stop, seg_batch, seg_max, seg_sum = [], [], [], [], []
+    active: dict[int, int] = {}  # request -> base; its kv_len at tick t is base + t
+    finishing: list[tuple[int, int]] = []  # heap of (first tick it is no longer active, request)
+    tick, nxt_req = 0, 0
+    while end_tick is None or tick < end_tick:
+        while finishing and finishing[0][0] <= tick:
+            del active[heapq.heappop(finishing)[1]]
+        while len(active) < max_batch and nxt_req < n and eligible[nxt_req] <= tick:
+            active[nxt_req] = int(context[nxt_req]) - tick + 1
+            heapq.heappush(finishing, (tick + int(generated[nxt_req]), nxt_req))
+            nxt_req += 1
+        if not active:
+            if nxt_req >= n:
+                break
+            tick = int(eligible[nxt_req])
+            continue
+        stop = finishing[0][0]
+        if len(active) < max_batch and nxt_req < n:
+            stop = min(stop, int(eligible[nxt_req]))
+        if end_tick is not None:
+            stop = min(stop, end_tick)
+        bases = active.values()
+        seg_start.append(tick)
+        seg_stop.append(stop)
+        seg_batch.append(len(active))
+        seg_max.append(max(bases))
+        seg_sum.append(sum(bases))
+        tick = stop
+
+    start = np.asarray(seg_start, dtype=np.int64)
+    length = np.asarray(seg_stop, dtype=np.int64) - start
+    first = np.repeat(np.cumsum(length) - length, length)
+    ticks = np.repeat(start, length) + (np.arange(int(length.sum()), dtype=np.int64) - first)
+    d_batch = np.repeat(np.asarray(seg_batch, dtype=np.int64), length)
+    d_max = np.repeat(np.asarray(seg_max, dtype=np.int64), length) + ticks
+    d_mean = (np.repeat(np.asarray(seg_sum, dtype=np.int64), length) + d_batch * ticks) / d_batch
+
+    p_time = arrival[:n]
+    p = n
+    d = len(ticks)
+    stream = Stream(
+        time_ns=np.concatenate([p_time, ticks * decode_step_ns]),
+        phase=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
+        batch=np.concatenate([np.ones(p, np.int64), d_batch]),
+        request=np.concatenate([np.arange(p, dtype=np.int64), np.full(d, -1, np.int64)]),
+        context=np.concatenate([context[:p], np.zeros(d, np.int64)]),
+        kv_max=np.concatenate([context[:p], d_max]),
+        kv_mean=np.concatenate([context[:p].astype(np.float64), d_mean]),
+    )
+    # lexsort: last key is primary. Prefills keep log order; decode ticks are unique.
+    order = np.lexsort((stream.request, stream.phase, stream.time_ns))
+    return stream.take(order)
