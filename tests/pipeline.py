@@ -1,0 +1,72 @@
+"""Helpers for end-to-end tests: a temporary copy of the project and Snakemake run from it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = {"results", ".snakemake", ".git", ".whl", ".gl", "__pycache__", ".hypothesis", ".pytest_cache",
+        ".ruff_cache", "build", "tests", "BENCHMARKS.md"}
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def copy_project(dest: Path, src: Path = ROOT) -> Path:
+    """Copy the project's sources (not results, caches or git) to `dest`."""
+    def ignore(folder, names):
+        return [n for n in names if n in SKIP or n.endswith(".egg-info")]
+
+    shutil.copytree(src, dest, ignore=ignore, symlinks=True)
+    return dest
+
+
+def clone_run(src: Path, dest: Path) -> Path:
+    """Copy an already-run project (results and Snakemake's metadata included, mtimes kept)."""
+    shutil.copytree(src, dest, symlinks=True, copy_function=shutil.copy2)
+    return dest
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e.pop("TRITON_INTERPRET", None)  # the pipeline decides the device itself
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+def snakemake(project: Path, *args: str, check: bool = True, timeout: int = 1200) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--cores", "1", "--resources", "gpu=1", *args],
+        cwd=project, env=env(), capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def headroom(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *args], cwd=project, env=env(), capture_output=True, text=True,
+        timeout=300,
+    )
+
+
+def planned_rules(project: Path, *args: str) -> dict[str, int]:
+    """Rules a dry run would execute, with job counts, read from Snakemake's 'Job stats' table.
+    An empty dict means nothing to be done."""
+    proc = snakemake(project, "--dry-run", *args)
+    out = proc.stdout + proc.stderr
+    if "Nothing to be done" in out:
+        return {}
+    m = re.search(r"Job stats:\n(.*?)\n\s*total\s+\d+", out, re.S)
+    if not m:
+        raise AssertionError(f"no job stats in dry-run output:\n{out[-4000:]}")
+    jobs = {}
+    for line in m.group(1).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            jobs[parts[0]] = int(parts[1])
+    return jobs
