@@ -1,0 +1,295 @@
+"""An analytical model of each (candidate, shape): does it explain the measured latencies?
+
+Per shape (trace row) and candidate (tile, fused):
+
+* FLOPs. ``flops`` = 4 * B * Hq * D * P, the two matmuls (QK^T and PV, a multiply-add = 2 FLOPs) over
+  the P (query, key) pairs the causal mask keeps (bottom-right aligned: query i sees keys
+  j <= i + Skv - Sq). ``executed_flops`` counts what the tiles compute: every visited
+  block_m x block_n block in full (prefill: one program per (batch, query head, block of block_m
+  queries) visiting the key blocks up to its last row's diagonal; decode: the Hq/Hkv query heads of a
+  KV head packed into M, padded to block_m, over ceil(Skv/block_n) key blocks). Softmax and RoPE
+  arithmetic are not counted (a few % of the matmul FLOPs at head_dim >= 32).
+* Bytes. Compulsory traffic: q, k, v and o once, and the cos/sin rows of the Sq new positions.
+  K/V blocks re-read by further programs (other query blocks, other query heads of a GQA group) come
+  from L2. Unfused RoPE adds a kernel that reads q (and, in prefill, the Sq new keys) and writes the
+  rotated copies, which attention then reads instead: ``intermediate_bytes`` written plus read again.
+* Residency. With ``hot_l2`` (timing loops re-run on the same tensors) a working set that fits the
+  measured L2 is charged entirely to L2 bandwidth. Otherwise compulsory bytes and the intermediate's
+  write-back go to HBM and its re-read hits L2 when the intermediate fits in L2, HBM when not.
+* Time. predicted_us = max(compute, memory) + launches x launch overhead of the mode, where
+  compute = executed_flops / matmul rate, memory = hbm_bytes / HBM bandwidth + l2 traffic / L2
+  bandwidth, launches = 1 fused, 2 unfused (RoPE + attention).
+
+Constants come only from ``calibration.parquet`` rows with status 'ok' measured in the matching
+regime (HBM bandwidth from a working set larger than L2, L2 bandwidth from one that fits); a
+constant with no such row leaves predictions NaN with status 'skipped' and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+MODES = ("eager", "graph")
+LAUNCHES = {False: 2, True: 1}  # unfused: RoPE kernel + attention; fused: attention only
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "fp32": 4}
+CONSTANTS = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "matmul_flops_per_s")
+
+_RATE_UNITS = {
+    "bytes/s": 1.0, "b/s": 1.0, "byte/s": 1.0, "gb/s": 1e9, "gib/s": 2.0**30, "tb/s": 1e12,
+    "flop/s": 1.0, "flops/s": 1.0, "flops": 1.0, "gflop/s": 1e9, "tflop/s": 1e12, "tflops": 1e12,
+}
+_TIME_UNITS = {"us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
+
+
+def dtype_bytes(dtype: str) -> int:
+    key = str(dtype).removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r} not understood; expected one of {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]
+
+
+def causal_pairs(q_len: int, kv_len: int) -> int:
+    """(query, key) pairs kept by the bottom-right causal mask: sum_i min(Skv, i + Skv - Sq + 1)."""
+    if q_len < 1 or kv_len < q_len:
+        raise ValueError(f"shape: need 1 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
+    return q_len * (kv_len - q_len) + q_len * (q_len + 1) // 2
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
+    """Executed FLOPs and K/V bytes loaded by the tiles of one candidate on one shape."""
+    b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
+    hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
+    if hq % hkv:
+        raise ValueError(f"shape: heads_q={hq} is not a multiple of heads_kv={hkv}")
+    e = dtype_bytes(shape["dtype"])
+    if str(shape["phase"]) == "decode" and sq == 1:
+        group = hq // hkv
+        programs = b * hkv * _ceil_div(group, block_m)
+        kv_blocks = _ceil_div(skv, block_n)
+        executed = programs * block_m * block_n * kv_blocks * 4 * d
+        kv_loaded = programs * skv * d * 2 * e
+    else:
+        executed = 0
+        kv_loaded = 0
+        for m in range(_ceil_div(sq, block_m)):
+            last_row = min((m + 1) * block_m, sq) - 1
+            visible = last_row + skv - sq + 1  # keys the block's last row sees
+            executed += block_m * block_n * _ceil_div(visible, block_n) * 4 * d
+            kv_loaded += visible * d * 2 * e  # masked loads past the diagonal fetch nothing
+        executed *= b * hq
+        kv_loaded *= b * hq
+    return {"executed_flops": executed, "kv_loaded_bytes": kv_loaded}
+
+
+def traffic(shape: Mapping, block_m: int, block_n: int, fused: bool, l2_bytes: float | None, *, hot_l2: bool = True) -> dict:
+    """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring)."""
+    b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
+    hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
+    e = dtype_bytes(shape["dtype"])
+    prefill = str(shape["phase"]) == "prefill"
+    q_bytes = b * hq * sq * d * e
+    kv_bytes = 2 * b * hkv * skv * d * e
+    table_bytes = 2 * sq * d * e  # cos and sin rows of the new positions
+    compulsory = 2 * q_bytes + kv_bytes + table_bytes  # q in, o out, k and v in, tables
+    new_k_bytes = b * hkv * sq * d * e if prefill else 0  # decode: the cache is already rotated
+    intermediate = 0 if fused else q_bytes + new_k_bytes
+    work = tile_work(shape, block_m, block_n)
+    kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
+    working_set = compulsory + intermediate
+    if l2_bytes is not None and hot_l2 and working_set <= l2_bytes:
+        residency = "l2"
+        hbm = 0
+        l2 = compulsory + kv_reuse + 2 * intermediate
+    else:
+        residency = "hbm"
+        reread_in_l2 = l2_bytes is not None and intermediate <= l2_bytes
+        hbm = compulsory + intermediate + (0 if reread_in_l2 else intermediate)
+        l2 = kv_reuse + (intermediate if reread_in_l2 else 0)
+    return {
+        "flops": 4 * b * hq * d * causal_pairs(sq, skv),
+        "executed_flops": work["executed_flops"],
+        "compulsory_bytes": compulsory,
+        "intermediate_bytes": intermediate,
+        "working_set_bytes": working_set,
+        "hbm_bytes": hbm,
+        "l2_traffic_bytes": l2,
+        "residency": residency,
+        "launches": LAUNCHES[bool(fused)],
+    }
+
+
+def _regime_kind(regime: object) -> str | None:
+    text = str(regime).lower()
+    if "l2" in text or "resident" in text:
+        return "l2"
+    if any(word in text for word in ("hbm", "spill", "dram")):
+        return "hbm"
+    return None
+
+
+def calibrated_constants(calibration: pd.DataFrame | None, l2_bytes: float | None) -> tuple[dict, dict]:
+    """Constants from calibration rows measured in the matching regime.
+
+    Returns (values, reasons): values maps each name in ``CONSTANTS`` to SI-ish units (bytes/s,
+    FLOP/s, µs); reasons maps every constant left out to why. Bandwidths take the largest accepted
+    row (the ceiling the machine reached), launch overheads the median of accepted rows.
+    A bandwidth row is accepted only when its regime label agrees with its working set vs L2
+    (hbm: working_set_bytes > l2_bytes, l2: <=), so a copy that never left L2 cannot set HBM speed.
+    """
+    values: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    if calibration is None or calibration.empty:
+        return values, {c: "no calibration rows" for c in CONSTANTS}
+    missing = [c for c in ("name", "value") if c not in calibration.columns]
+    if missing:
+        raise ValueError(f"calibration: missing column(s) {missing}")
+    for name in CONSTANTS:
+        rows = calibration[calibration["name"].astype(str) == name]
+        if rows.empty:
+            reasons[name] = f"{name}: not in calibration.parquet"
+            continue
+        if "status" in rows.columns:
+            bad = rows[rows["status"].astype(str) != "ok"]
+            rows = rows[rows["status"].astype(str) == "ok"]
+            if rows.empty:
+                why = bad["reason"].iloc[0] if "reason" in bad.columns else bad["status"].iloc[0]
+                reasons[name] = f"{name}: {why}"
+                continue
+        accepted = []
+        for _, row in rows.iterrows():
+            unit = str(row.get("unit", "") or "").strip().lower()
+            value = float(row["value"])
+            if not math.isfinite(value) or value <= 0:
+                continue
+            if name.endswith("_us"):
+                accepted.append(value * _TIME_UNITS.get(unit or "us", float("nan")))
+                continue
+            value *= _RATE_UNITS.get(unit, 1.0) if unit else 1.0
+            if name in ("hbm_bytes_per_s", "l2_bytes_per_s"):
+                want = "hbm" if name.startswith("hbm") else "l2"
+                if _regime_kind(row.get("regime")) != want:
+                    continue
+                ws = row.get("working_set_bytes")
+                if l2_bytes is not None and ws is not None and pd.notna(ws):
+                    if (want == "hbm") != (float(ws) > l2_bytes):
+                        continue
+            accepted.append(value)
+        accepted = [v for v in accepted if math.isfinite(v)]
+        if not accepted:
+            reasons[name] = f"{name}: no ok row measured in the matching regime"
+        elif name.endswith("_us"):
+            values[name] = float(np.median(accepted))
+        else:
+            values[name] = float(max(accepted))
+    return values, reasons
+
+
+def measured_latency(timings: pd.DataFrame | None) -> pd.DataFrame:
+    """Median over runs and invocations of median_us per (candidate, shape_key, mode)."""
+    if timings is None or timings.empty:
+        return pd.DataFrame(columns=["candidate", "shape_key", "mode", "measured_us"])
+    t = timings.copy()
+    if "mode" not in t.columns:
+        t["mode"] = "eager"
+    return (
+        t.groupby(["candidate", "shape_key", "mode"], as_index=False)["median_us"]
+        .median()
+        .rename(columns={"median_us": "measured_us"})
+    )
+
+
+def predict(
+    trace: pd.DataFrame,
+    candidates: pd.DataFrame,
+    calibration: pd.DataFrame | None,
+    *,
+    l2_bytes: float | None,
+    timings: pd.DataFrame | None = None,
+    hot_l2: bool = True,
+) -> pd.DataFrame:
+    """One row per (candidate, shape_key, mode) with the model's terms, prediction and measurement.
+
+    Fused rows also carry the fusion saving against the same tile unfused, split into
+    ``traffic_saved_us`` (difference of max(compute, memory)) and ``launches_saved_us``.
+    """
+    for name, df, cols in (
+        ("trace", trace, ("phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key")),
+        ("candidates", candidates, ("candidate", "tile", "block_m", "block_n", "fused")),
+    ):
+        if not isinstance(df, pd.DataFrame):
+            raise ValueError(f"{name} must be a pandas DataFrame")
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise ValueError(f"{name}: missing column(s) {missing}")
+    if l2_bytes is not None and not (float(l2_bytes) > 0):
+        l2_bytes = None
+    consts, reasons = calibrated_constants(calibration, l2_bytes)
+    shapes = trace.drop_duplicates("shape_key").sort_values("shape_key")
+    rows = []
+    for _, shape in shapes.iterrows():
+        for _, cand in candidates.iterrows():
+            fused = bool(cand["fused"])
+            t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, hot_l2=hot_l2)
+            for mode in MODES:
+                launch_key = f"launch_{mode}_us"
+                need = ["matmul_flops_per_s", launch_key, "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s"]
+                if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:
+                    need.append("l2_bytes_per_s")
+                lacking = [reasons.get(k, k) for k in need if k not in consts]
+                if lacking:
+                    compute_us = memory_us = launch_us = predicted = float("nan")
+                    status, reason = "skipped", "; ".join(lacking)
+                else:
+                    compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
+                    memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
+                    memory_us += t["l2_traffic_bytes"] / consts.get("l2_bytes_per_s", math.inf) * 1e6
+                    launch_us = t["launches"] * consts[launch_key]
+                    predicted = max(compute_us, memory_us) + launch_us
+                    status, reason = "ok", ""
+                rows.append(
+                    {
+                        "candidate": str(cand["candidate"]),
+                        "tile": int(cand["tile"]),
+                        "fused": fused,
+                        "shape_key": str(shape["shape_key"]),
+                        "phase": str(shape["phase"]),
+                        "mode": mode,
+                        **t,
+                        "l2_bytes": float(l2_bytes) if l2_bytes is not None else float("nan"),
+                        "compute_us": compute_us,
+                        "memory_us": memory_us,
+                        "launch_us": launch_us,
+                        "predicted_us": predicted,
+                        "status": status,
+                        "reason": reason,
+                    }
+                )
+    out = pd.DataFrame(rows)
+    out = out.merge(measured_latency(timings), on=["candidate", "shape_key", "mode"], how="left")
+    out["measured_over_predicted"] = out["measured_us"] / out["predicted_us"]
+    return _fusion_split(out)
+
+
+def _fusion_split(df: pd.DataFrame) -> pd.DataFrame:
+    keys = ["tile", "shape_key", "mode"]
+    body = df["compute_us"].combine(df["memory_us"], max)
+    df = df.assign(body_us=body)
+    unfused = df[~df["fused"]].set_index(keys)
+    joined = df.join(
+        unfused[["body_us", "launch_us", "predicted_us", "measured_us"]].add_prefix("unfused_"), on=keys
+    )
+    fused = joined["fused"]
+    df["traffic_saved_us"] = np.where(fused, joined["unfused_body_us"] - joined["body_us"], np.nan)
+    df["launches_saved_us"] = np.where(fused, joined["unfused_launch_us"] - joined["launch_us"], np.nan)
+    df["fusion_saving_pred_us"] = np.where(fused, joined["unfused_predicted_us"] - joined["predicted_us"], np.nan)
+    df["fusion_saving_measured_us"] = np.where(fused, joined["unfused_measured_us"] - joined["measured_us"], np.nan)
+    df["launch_share_pct"] = 100.0 * df["launches_saved_us"] / df["fusion_saving_pred_us"]
+    return df.drop(columns="body_us")
