@@ -69,7 +69,7 @@ class Stage:
         self.rule = smk.rule
         self.params: dict[str, Any] = {k: _plain(v) for k, v in smk.params.items()}
         self.wildcards: dict[str, str] = dict(smk.wildcards.items())
-        self.device: str = self.params.get("device", "interpret")
+        self.device: str = self.params.get("device", "none")
         self._input_hashes: dict[str, str] | None = None
 
     # -- inputs ---------------------------------------------------------------------------------

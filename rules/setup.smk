@@ -25,6 +25,7 @@ if not REPLAY:
         params:
             tiles=STUDY["tiles"],
             fusion=STUDY["fusion"],
+            native=STUDY.get("native_candidates", []),
         log:
             f"{R}/logs/candidates.log",
         benchmark:

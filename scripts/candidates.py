@@ -3,7 +3,7 @@ from headroom.stage import run_stage
 
 
 def main(stage):
-    stage.write("candidates", build(stage.params["tiles"], stage.params["fusion"]))
+    stage.write("candidates", build(stage.params["tiles"], stage.params["fusion"], stage.params["native"]))
 
 
 run_stage(snakemake, main)
