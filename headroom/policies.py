@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
 
 POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware", "random", "oracle")
 # Policies a serving system could ship that adapt to shape; `random` is deployable but a baseline,
@@ -235,7 +236,9 @@ def _clusters(train_feat, test_feat, k, seed) -> tuple[np.ndarray, np.ndarray, i
     # fit on the distinct shapes weighted by their train counts: same objective, far fewer points
     distinct, inverse, counts = np.unique(x_train, axis=0, return_inverse=True, return_counts=True)
     k = max(1, min(k, len(distinct)))
-    model = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(distinct, sample_weight=counts)
+    # one thread: a handful of points, where OpenMP start-up costs 10x the fit itself
+    with threadpool_limits(1):
+        model = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(distinct, sample_weight=counts)
     return model.labels_[inverse.ravel()], model.predict(x_test), k
 
 
