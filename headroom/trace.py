@@ -297,11 +297,9 @@ def build(
 
     is_prefill = sel.phase == PREFILL
     summary = bat["kv_summary"]
-    kv_raw = np.where(is_prefill, sel.kv_max, sel.kv_mean if summary == "mean" else sel.kv_max).astype(
-        np.float64
-    )
-    q_len = np.where(is_prefill, round_up(np.maximum(sel.context, 1), cfg["round_to"]), 1)
+    kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
     kv_len = round_up(kv_raw, cfg["round_to"])
+    q_len = np.where(is_prefill, kv_len, 1)  # prefill: q_len = kv_len = context
     phase = np.where(is_prefill, "prefill", "decode")
     kv_summary = np.where(is_prefill, "exact", summary)
     n = len(sel)
@@ -310,7 +308,7 @@ def build(
             "invocation": np.arange(n, dtype=np.int64),
             "phase": phase,
             "batch": sel.batch.astype(np.int64),
-            "q_len": q_len.astype(np.int64),
+            "q_len": q_len,
             "kv_len": kv_len,
             "heads_q": np.full(n, part["heads_q"], np.int64),
             "heads_kv": np.full(n, part["heads_kv"], np.int64),

@@ -55,9 +55,8 @@ class Stream:
     phase: np.ndarray  # int8: PREFILL or DECODE
     batch: np.ndarray  # int64
     request: np.ndarray  # int64: index into Requests for a prefill, -1 for a decode
-    context: np.ndarray  # int64: prefill q_len = kv_len (0 for a decode)
-    kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences
-    kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences
+    kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences (a prefill: context)
+    kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences (a prefill: context)
 
     def take(self, index: np.ndarray) -> Stream:
         return Stream(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
@@ -222,7 +221,6 @@ def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns:
         phase=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
         batch=np.concatenate([np.ones(p, np.int64), d_batch]),
         request=np.concatenate([np.arange(p, dtype=np.int64), np.full(d, -1, np.int64)]),
-        context=np.concatenate([context[:p], np.zeros(d, np.int64)]),
         kv_max=np.concatenate([context[:p], d_max]),
         kv_mean=np.concatenate([context[:p].astype(np.float64), d_mean]),
     )
