@@ -13,7 +13,7 @@ Then, in this order: token scaling and clipping (`trace.tokens`), the batching m
 (`trace.batching`), the time window (`trace.window`), the chronological sampler
 (`trace.invocations`, `trace.sampler`) and rounding of q_len/kv_len up to `trace.round_to`.
 
-    df = build_trace(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
+    df = build_trace(study["trace"], study["partition"], base_dir=".")  # relative sources: from here
     print(describe_text(df, train_fraction=0.5))
 """
 
@@ -56,7 +56,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "arrival_format": None,  # None: ISO 8601 timestamps, or numbers of seconds
     "tokens": {"scale": 1.0, "max_kv_len": None},
-    "batching": {"max_batch": 16, "decode_step_s": 0.02, "kv_summary": "max"},
+    "batching": {"max_batch": 64, "decode_step_s": 0.02, "kv_summary": "max"},
     "window": {"start_s": 0.0, "duration_s": None, "max_invocations": None},
 }
 SAMPLERS = ("stride", "head")
