@@ -83,14 +83,20 @@ class LifecycleCosts:
 
     compile_s: cold compile seconds per candidate; cache_bytes: on-disk cache per candidate;
     dispatch_us: per-lookup overhead per policy name; switch_us: penalty of running a different
-    candidate than the previous invocation did.
+    candidate than the previous invocation did (median over all switch rows), switch_us_by_mode:
+    the same per mode when the rows carry one. Negative switch penalties (alternating faster than
+    repeating: noise) are charged as 0, so noise never pays for an adaptive policy.
     """
 
     compile_s: dict[str, float] = field(default_factory=dict)
     cache_bytes: dict[str, float] = field(default_factory=dict)
     dispatch_us: dict[str, float] = field(default_factory=dict)
     switch_us: float = 0.0
+    switch_us_by_mode: dict[str, float] = field(default_factory=dict)
     measured: bool = False
+
+    def switch_for(self, mode: str) -> float:
+        return self.switch_us_by_mode.get(mode, self.switch_us)
 
     def dispatch_for(self, policy: str) -> tuple[float, str]:
         """Dispatch µs for a policy and how it was obtained (unmeasured kinds take the dearest)."""
@@ -130,7 +136,7 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
     compile_s: dict[str, float] = {}
     cache_bytes: dict[str, float] = {}
     dispatch_us: dict[str, float] = {}
-    switches: list[float] = []
+    switches: list[tuple[str, float]] = []  # (mode or "", µs)
     df = lifecycle
     if "status" in df.columns:
         df = df[df["status"].isna() | (df["status"].astype(str) == "ok")]
@@ -157,7 +163,8 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
                         raise ValueError("lifecycle: a dispatch row needs a `policy` naming the lookup kind")
                     dispatch_us[str(row["policy"])] = value * _unit_factor(unit, _TIME_TO_US, kind)
                 else:
-                    switches.append(value * _unit_factor(unit, _TIME_TO_US, kind))
+                    mode = row["mode"] if "mode" in df.columns and pd.notna(row["mode"]) else ""
+                    switches.append((str(mode), value * _unit_factor(unit, _TIME_TO_US, kind)))
     else:
         if "candidate" in df.columns:
             for col, target in (("compile_s", compile_s), ("cache_bytes", cache_bytes)):
@@ -173,9 +180,16 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
                     if pd.notna(pol) and pd.notna(value):
                         dispatch_us[str(pol)] = float(value) * factor
         if "switch_us" in df.columns:
-            switches.extend(float(v) for v in df["switch_us"].dropna())
-    switch_us = float(np.median(switches)) if switches else 0.0
-    return LifecycleCosts(compile_s, cache_bytes, dispatch_us, switch_us, measured=True)
+            modes = df["mode"] if "mode" in df.columns else pd.Series([""] * len(df), index=df.index)
+            for mode, value in zip(modes, df["switch_us"], strict=True):
+                if pd.notna(value):
+                    switches.append((str(mode) if pd.notna(mode) else "", float(value)))
+    switch_us = max(0.0, float(np.median([v for _, v in switches]))) if switches else 0.0
+    by_mode = {
+        mode: max(0.0, float(np.median([v for m, v in switches if m == mode])))
+        for mode in {m for m, _ in switches if m}
+    }
+    return LifecycleCosts(compile_s, cache_bytes, dispatch_us, switch_us, by_mode, measured=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -400,7 +414,8 @@ def evaluate(
                 _best_per_group(buckets[:n_train], train_us, g), buckets[n_train:], g
             )
             choices["clustered"] = _apply(_best_per_group(labels_train, train_us, g), labels_test, g)
-            regret_cost = costs.dispatch_for("regret-aware")[0] + costs.switch_us
+            switch_us = costs.switch_for(str(mode))
+            regret_cost = costs.dispatch_for("regret-aware")[0] + switch_us
             choices["regret-aware"] = _fit_regret_aware(
                 keys_train, keys_test, train_us, sem2[:n_train], g, z, regret_cost
             )
@@ -419,7 +434,7 @@ def evaluate(
             def per_invocation_cost(policy: str) -> tuple[float, str]:
                 dispatch, basis = costs.dispatch_for(policy)
                 compile_us = sum(costs.compile_s.get(c, 0.0) for c in used[policy]) * 1e6
-                cost = dispatch + costs.switch_us * switches[policy] / n_test
+                cost = dispatch + switch_us * switches[policy] / n_test
                 cost += compile_us / opts.deployment_invocations
                 return cost, basis
 

@@ -224,6 +224,21 @@ def test_lifecycle_costs_lower_net_gain_and_parse_both_layouts():
     assert long.compile_s["t1-unfused"] == 2.0 and long.switch_us == 3.0
     assert long.dispatch_us["clustered"] == pytest.approx(2.0)
 
+    # the lifecycle stage's layout: switch rows per mode, skipped rows without values, empty strings
+    per_mode = pd.DataFrame(
+        [
+            {"kind": "switch", "candidate": "t0-fused", "policy": "", "mode": "eager", "value": 4.0, "unit": "us", "status": "ok"},
+            {"kind": "switch", "candidate": "t1-fused", "policy": "", "mode": "eager", "value": 2.0, "unit": "us", "status": "ok"},
+            {"kind": "switch", "candidate": "t0-fused", "policy": "", "mode": "graph", "value": -0.5, "unit": "us", "status": "ok"},
+            {"kind": "compile", "candidate": "t0-fused", "policy": "", "mode": "", "value": float("nan"), "unit": "s", "status": "skipped"},
+            {"kind": "dispatch", "candidate": "", "policy": "global", "mode": "", "value": 1.0, "unit": "ns", "status": "ok"},
+        ]
+    )
+    costs = policies.lifecycle_costs(per_mode)
+    assert costs.switch_for("eager") == 3.0
+    assert costs.switch_for("graph") == 0.0  # a negative penalty is noise: charged as zero
+    assert costs.compile_s == {} and costs.dispatch_us == {"global": 0.001}
+
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
