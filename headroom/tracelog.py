@@ -126,9 +126,12 @@ def _parse_tokens(values: pd.Series, path: Path, column: str, is_csv: bool) -> n
     bad = np.flatnonzero(~np.isfinite(number) | (number != np.floor(number)) | (number < 1))
     if bad.size:
         i = int(bad[0])
-        what = (
-            "unparsable" if not np.isfinite(number[i]) or number[i] != np.floor(number[i]) else "non-positive"
-        )
+        if not np.isfinite(number[i]):
+            what = "unparsable"
+        elif number[i] != np.floor(number[i]):
+            what = "non-integer"
+        else:
+            what = "non-positive"
         raise ValueError(
             f"{_where(path, i + 1, is_csv)}, column '{column}': {what} token count {values.iloc[i]!r} "
             "(token counts must be integers >= 1)"

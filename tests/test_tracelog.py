@@ -106,7 +106,7 @@ def test_end_ns_cuts_the_stream_without_changing_what_comes_before():
         ([("2023-01-01 00:00:02", 5, 1), ("2023-01-01 00:00:01", 5, 1)], None, r"row 2 \(line 3\), column 'TIMESTAMP'.*earlier than row 1"),
         ([("2023-01-01 00:00:00", 5, 1), ("2023-01-01 00:00:01", 0, 1)], None, r"row 2 \(line 3\), column 'ContextTokens': non-positive token count '0'"),
         ([("2023-01-01 00:00:00", 5, -3)], None, r"row 1 \(line 2\), column 'GeneratedTokens': non-positive token count '-3'"),
-        ([("2023-01-01 00:00:00", 5, 1), ("2023-01-01 00:00:01", 5, 1), ("2023-01-01 00:00:02", "2.5", 1)], None, r"row 3 \(line 4\), column 'ContextTokens': unparsable token count '2.5'"),
+        ([("2023-01-01 00:00:00", 5, 1), ("2023-01-01 00:00:01", 5, 1), ("2023-01-01 00:00:02", "2.5", 1)], None, r"row 3 \(line 4\), column 'ContextTokens': non-integer token count '2.5'"),
         ([("2023-01-01 00:00:00", 5, "")], None, r"row 1 \(line 2\), column 'GeneratedTokens': unparsable"),
         ([(0.5, 5, 1), (1.0, 5, 1), ("x", 5, 1)], None, r"row 3 \(line 4\), column 'TIMESTAMP': unparsable arrival 'x'"),
         ([(3.0, 5, 1), (2.0, 5, 1)], None, r"row 2 \(line 3\), column 'TIMESTAMP'.*earlier"),
