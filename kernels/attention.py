@@ -115,16 +115,21 @@ def attention(
         raise ValueError(f"fused must be a bool, got {fused!r}")
     if type(rotate_k) is not bool:
         raise ValueError(f"rotate_k must be a bool, got {rotate_k!r}")
-    q_len, kv_len = q.shape[2], k.shape[2]
-    check_tables(cos, sin, q.shape[3], kv_len, q.device)
+    check_tables(cos, sin, q.shape[3], k.shape[2], q.device)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return _run(q, k, v, cos, sin, out, tile, fused=fused, rotate_k=rotate_k)
+
+
+def _run(q, k, v, cos, sin, out, tile, *, fused, rotate_k, path=None):
+    """attention() after its checks. path: None picks decode for Sq == 1, prefill otherwise;
+    tests force 'prefill' or 'decode' to cover both kernels on any 1 <= Sq <= Skv."""
     if fused:
-        return _launch(q, k, v, cos, sin, out, tile, rotate_q=True, rotate_k=rotate_k)
-    q = rope(q, cos, sin, kv_len - q_len)
+        return _launch(q, k, v, cos, sin, out, tile, rotate_q=True, rotate_k=rotate_k, path=path)
+    q = rope(q, cos, sin, k.shape[2] - q.shape[2])
     if rotate_k:
         k = rope(k, cos, sin, 0)
-    return _launch(q, k, v, cos, sin, out, tile, rotate_q=False, rotate_k=False)
+    return _launch(q, k, v, None, None, out, tile, rotate_q=False, rotate_k=False, path=path)
 
 
 def attention_unrotated(
@@ -145,8 +150,7 @@ def attention_unrotated(
 
 
 def _launch(q, k, v, cos, sin, out, tile, *, rotate_q, rotate_k, path=None):
-    """Launch the prefill or decode kernels. path: None picks decode for Sq == 1; tests force
-    'prefill' or 'decode' to cover both kernels on any 1 <= Sq <= Skv."""
+    """Launch the prefill or decode kernels (see _run for path); cos None: nothing rotates."""
     batch, heads_q, q_len, head_dim = q.shape
     heads_kv, kv_len = k.shape[1], k.shape[2]
     group = heads_q // heads_kv

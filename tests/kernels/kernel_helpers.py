@@ -1,0 +1,62 @@
+"""Helpers for the kernel tests: the device and dtypes of the current Triton mode, random
+inputs (never zeros), NaN-poisoned outputs, and per-dtype tolerances against float64.
+
+Under TRITON_INTERPRET=1 (CI, this repo's CPU machines) kernels run on CPU in float16/float32;
+on a CUDA machine without it the same tests run compiled in float16/bfloat16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import kernels
+
+DEVICE = "cpu" if kernels.interpreted() else "cuda"
+DTYPES = kernels.SUPPORTED_DTYPES
+
+# (rel, abs) bounds on ||out - ref|| / ||ref|| and max |out - ref| against the float64 reference.
+# float32: every operation in float32 (interpreter tl.dot is numpy float32); error is ~1e-6, the
+#   bound leaves 100x for exp2 and summation order.
+# float16: rotated q/k and the softmax probabilities are rounded to float16 (unit roundoff
+#   4.9e-4) before the dots and the output is rounded once more; measured 2-4e-4 relative on these
+#   shapes, so 5e-3 is about 10x margin, about twice PyTorch's own float16 SDPA error.
+# bfloat16: the same roundings at unit roundoff 3.9e-3, 8x float16's.
+TOLERANCES = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (5e-3, 1e-2),
+    torch.bfloat16: (2e-2, 6e-2),
+}
+
+
+def random_qkv(batch, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, generator, *,
+               strided=False):
+    """Fresh N(0, 1) q (B, Hq, Sq, D) and k, v (B, Hkv, Skv, D) on DEVICE.
+
+    strided=True returns views with non-contiguous strides (a (B, S, H, D) buffer transposed,
+    the layout a fused QKV projection produces) so the kernels must honour strides."""
+    def make(heads, seq):
+        shape = (batch, seq, heads, head_dim) if strided else (batch, heads, seq, head_dim)
+        t = torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype).to(DEVICE)
+        return t.transpose(1, 2) if strided else t
+
+    return make(heads_q, q_len), make(heads_kv, kv_len), make(heads_kv, kv_len)
+
+
+def poisoned(shape, dtype):
+    """An output buffer full of NaN: any element the kernel fails to write stays NaN."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(rel_err, max_abs_err) of out against the float64 ref; NaN anywhere makes both NaN."""
+    diff = out.to(torch.float64) - ref
+    return float(diff.norm() / ref.norm()), float(diff.abs().max())
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "") -> None:
+    assert out.isnan().sum().item() == 0, f"{what}: {out.isnan().sum().item()} NaN (unwritten) elements"
+    rel, abs_ = errors(out, ref)
+    rel_tol, abs_tol = TOLERANCES[dtype]
+    assert rel <= rel_tol and abs_ <= abs_tol, (
+        f"{what}: rel_err {rel:.3e} (tol {rel_tol:.0e}), max_abs_err {abs_:.3e} (tol {abs_tol:.0e})"
+    )
