@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from headroom import artifacts, trace
+from headroom import artifacts, config, trace
 from headroom.trace import COLUMNS, build, build_trace, describe, describe_text, scale_tokens, shape_key
 from headroom.tracelog import Requests
 
@@ -120,20 +120,24 @@ def test_azure_window_has_one_prefill_per_request_in_it():
     assert prov["window_prefills"] == len(in_window)
 
 
-def test_azure_smoke_settings_give_tiny_shapes():
-    study = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    smoke = {**study["smoke"]["partition"]}
-    cfg = {
-        "source": AZURE,
-        "invocations": 12,
-        "tokens": {"scale": 0.03125, "max_kv_len": 64},
-        "batching": {"max_batch": 4},
-        "window": {"duration_s": 120.0},
-    }
-    df = build_trace(cfg, smoke, base_dir=ROOT)
-    assert len(df) == 12 and set(df["phase"]) == {"prefill", "decode"}
-    assert df["kv_len"].max() <= 64 and df["q_len"].max() <= 64 and df["batch"].max() <= 4
-    assert (df["kv_len"] % 16 == 0).all() and (df.loc[df["phase"] == "prefill", "q_len"] % 16 == 0).all()
+@pytest.mark.parametrize("cuda", [False, True])
+def test_the_azure_overlay_resolves_and_builds(cuda):
+    # config/trace-azure.yaml on the shipped study, as `--configfile config/config.yaml
+    # config/trace-azure.yaml` merges it: the interpreter gets tiny shapes, a GPU full-size ones.
+    base = config.load(ROOT / "config" / "config.yaml")
+    study = config.resolve(
+        config.deep_merge(base, config.load(ROOT / "config" / "trace-azure.yaml")), cuda_available=cuda
+    )
+    df, prov = build(study["trace"], study["partition"], base_dir=ROOT)
+    assert prov["source"] == AZURE and prov["source_blake3"] == artifacts.hash_file(ROOT / AZURE)
+    assert len(df) == study["trace"]["invocations"] and set(df["phase"]) == {"prefill", "decode"}
+    assert (df["kv_len"] % study["trace"]["round_to"] == 0).all()
+    if cuda:
+        assert df["arrival_s"].between(600.0, 1200.0, inclusive="left").all()
+        assert df["kv_len"].max() > 1024
+    else:
+        assert df["kv_len"].max() <= 64 and df["q_len"].max() <= 64
+        assert df["batch"].max() <= study["trace"]["batching"]["max_batch"] <= 4
 
 
 # -- synthetic -----------------------------------------------------------------------------------
