@@ -123,16 +123,15 @@ done
 
 # Drop what the host already has (unless --keep), then let the checker prune anything unreachable
 # (pip evaluates environment markers for *this* interpreter, so it can fetch extras) and verify.
+norm() { local n="${1,,}"; n="${n//_/-}"; echo "${n//./-}"; }  # PEP 503 name, as in wheel names
 if [[ "$have" != none ]]; then
-  keep_norm=" $(printf '%s\n' "${keep[@]+"${keep[@]}"}" | tr 'A-Z_.' 'a-z--' | tr '\n' ' ') "
-  while read -r name; do
-    norm="$(tr 'A-Z_.' 'a-z--' <<<"$name")"
-    [[ "$keep_norm" == *" $norm "* ]] && continue
-    for whl in "$stage"/*.whl; do
-      whl_name="$(basename "$whl" | cut -d- -f1 | tr 'A-Z_.' 'a-z--')"
-      if [[ "$whl_name" == "$norm" ]]; then echo "   host has it: $(basename "$whl")"; rm -f "$whl"; fi
-    done
-  done < <(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$have")
+  declare -A host_has=()
+  while read -r name; do host_has["$(norm "$name")"]=1; done < <(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$have")
+  for name in "${keep[@]}"; do key="$(norm "$name")"; unset "host_has[$key]"; done
+  for whl in "$stage"/*.whl; do
+    base="$(basename "$whl")"
+    if [[ -n "${host_has[$(norm "${base%%-*}")]:-}" ]]; then echo "   host has it: $base"; rm -f "$whl"; fi
+  done
 fi
 
 root_args=()
