@@ -122,11 +122,11 @@ def test_azure_window_has_one_prefill_per_request_in_it():
 
 @pytest.mark.parametrize("cuda", [False, True])
 def test_the_azure_overlay_resolves_and_builds(cuda):
-    # config/trace-azure.yaml on the shipped study, as `--configfile config/config.yaml
-    # config/trace-azure.yaml` merges it: the interpreter gets tiny shapes, a GPU full-size ones.
+    # config/studies/azure-conv.yaml on the shipped study, as `--configfile config/config.yaml
+    # config/studies/azure-conv.yaml` merges it: the interpreter gets tiny shapes, a GPU full-size ones.
     base = config.load(ROOT / "config" / "config.yaml")
     study = config.resolve(
-        config.deep_merge(base, config.load(ROOT / "config" / "trace-azure.yaml")), cuda_available=cuda
+        config.deep_merge(base, config.load(ROOT / "config" / "studies" / "azure-conv.yaml")), cuda_available=cuda
     )
     df, prov = build(study["trace"], study["partition"], base_dir=ROOT)
     assert prov["source"] == AZURE and prov["source_blake3"] == artifacts.hash_file(ROOT / AZURE)
