@@ -183,12 +183,18 @@ def cmd_trace_describe(args: argparse.Namespace) -> int:
     from headroom import trace as htrace
 
     path = Path(args.path or Path(args.results) / "trace.parquet")
+    fraction = args.train_fraction
+    if fraction is None:  # the study's own split, as the policies stage uses it
+        from headroom import config as hconfig
+
+        cfg_path = _project_root(Path(args.results)) / "config" / "config.yaml"
+        fraction = hconfig.load(cfg_path)["policies"]["train_fraction"] if cfg_path.exists() else 0.5
     try:
         df = artifacts.read(path)
-    except artifacts.ArtifactError as exc:
+        print(htrace.describe_text(df, fraction))
+    except ValueError as exc:  # ArtifactError is a ValueError too
         _err(str(exc))
         return 1
-    print(htrace.describe_text(df, args.train_fraction))
     return 0
 
 
@@ -218,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = t.add_subparsers(dest="trace_command", required=True)
     td = tsub.add_parser("describe", help="the invocation mix of a trace artifact")
     td.add_argument("path", nargs="?", help="trace artifact (default: RESULTS/trace.parquet)")
-    td.add_argument("--train-fraction", type=float, default=0.5)
+    td.add_argument("--train-fraction", type=float, default=None,
+                    help="chronological train share (default: policies.train_fraction of config/config.yaml)")
     td.set_defaults(func=cmd_trace_describe)
     return p
 
