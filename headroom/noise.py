@@ -143,7 +143,9 @@ def floor_flags(rows: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.
     return out[out["median_us"] < factor * out["floor_us"]].reset_index(drop=True)
 
 
-def run_summary(rows: pd.DataFrame, samples: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.DataFrame:
+def run_summary(
+    rows: pd.DataFrame, samples: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR
+) -> pd.DataFrame:
     """One row per (run, mode): measurements, samples, median / p90 / max rel_std_pct and the
     number of rows within ``factor`` times the floor."""
     rs = rel_std(samples)

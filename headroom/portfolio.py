@@ -8,7 +8,7 @@ each mode) is measured at the start of the run and carried as columns, never as 
 
 Rows (``portfolio/run-{run}.parquet``), one per (mode, invocation, candidate):
     run, pid, started_at (ISO 8601 UTC), mode, invocation, shape_key, phase, candidate, tile, fused,
-    position (0-based place in the invocation's timing order), median_us, mean_us, p10_us, p90_us,
+    backend, position (0-based place in the invocation's timing order), median_us, mean_us, p10_us, p90_us,
     std_us, rel_std_pct, reps (samples in this row), timed_calls (kernel calls behind the samples),
     calls_per_sample (1 eager, graph_calls graph), graph_replay_us (median undivided replay; NaN
     eager), buffer_sets, set_bytes, working_set_bytes, floor_us (empty kernel, same mode and
@@ -50,7 +50,19 @@ DEFAULTS: dict[str, Any] = {
 }
 PHASES = ("prefill", "decode")
 _DTYPES = ("float16", "bfloat16", "float32")
-_TRACE_COLUMNS = ("invocation", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key")
+_TRACE_COLUMNS = (
+    "invocation",
+    "phase",
+    "batch",
+    "q_len",
+    "kv_len",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "dtype",
+    "shape_key",
+)
+_FLOOR_WARMUP_CALLS = 3
 _CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused")
 
 
@@ -146,16 +158,11 @@ def candidate_order(n: int, *, seed: int, run: int, index: int) -> np.ndarray:
 
 
 def candidate_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
-    """fn(q, k, v) running one candidate through kernels.attention."""
-    from kernels import Tile, attention
+    """fn(q, k, v) for one candidate row: the same runner correctness checks
+    (:func:`headroom.candidates.runner`)."""
+    from headroom.candidates import runner
 
-    tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
-    fused = bool(cand.fused)
-
-    def fn(q, k, v):
-        return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k)
-
-    return fn
+    return runner(cand, cos, sin, rotate_k)
 
 
 # -- run facts ------------------------------------------------------------------------------------
@@ -210,13 +217,18 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.cuda.current_device())
 
 
-def measure_floor(harness: timing.Harness, modes: tuple[str, ...], device: str) -> tuple[dict[str, float], float]:
+def measure_floor(
+    harness: timing.Harness, modes: tuple[str, ...], device: str
+) -> tuple[dict[str, float], float]:
     """The empty Triton kernel timed by the harness in each mode: {mode: median us}, and the
     launch cost of a one-call graph (NaN without CUDA)."""
     import torch
+
     from kernels import empty_kernel_launch
 
     anchor = torch.empty(16, device="cuda" if device == "cuda" else "cpu")
+    for _ in range(_FLOOR_WARMUP_CALLS):  # compile it and warm the launch path even when warmup_reps is 0
+        empty_kernel_launch(anchor)
     floor = {m: float(np.median(harness.time(m, empty_kernel_launch, [(anchor,)]).samples_us)) for m in modes}
     launch = harness.graph_launch_us(empty_kernel_launch, (anchor,)) if device == "cuda" else math.nan
     return floor, launch
@@ -251,15 +263,22 @@ def run(
     if candidates.empty:
         raise ValueError("no admitted candidates to time: every candidate failed correctness")
     import torch
+
     from kernels import rope_tables
 
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()
     modes = modes_for(cfg["mode"], device)
     if modes != (("eager", "graph") if cfg["mode"] == "both" else (cfg["mode"],)):
-        log.warning("portfolio.mode=%s needs CUDA for graph mode; timing eager only on %s", cfg["mode"], device)
+        log.warning(
+            "portfolio.mode=%s needs CUDA for graph mode; timing eager only on %s", cfg["mode"], device
+        )
     harness = timing.Harness(
-        device, warmup=cfg["warmup_reps"], reps=cfg["reps"], graph_calls=cfg["graph_calls"], flush_l2=cfg["flush_l2"]
+        device,
+        warmup=cfg["warmup_reps"],
+        reps=cfg["reps"],
+        graph_calls=cfg["graph_calls"],
+        flush_l2=cfg["flush_l2"],
     )
     l2 = timing.l2_bytes()
     clock = SmClock(device)
@@ -273,11 +292,22 @@ def run(
         "flush_l2": cfg["flush_l2"],
         "timing_method": "cuda_events" if device == "cuda" else "host_clock",
     }
-    log.info("portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
-             run, facts["pid"], facts["device_name"], modes, l2, facts["triton_cache_dir"], clock.read())
+    log.info(
+        "portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
+        run,
+        facts["pid"],
+        facts["device_name"],
+        modes,
+        l2,
+        facts["triton_cache_dir"],
+        clock.read(),
+    )
     floor, graph_launch = measure_floor(harness, modes, device)
-    log.info("harness floor (empty Triton kernel): %s; one-call graph replay %.2f us",
-             ", ".join(f"{m} {v:.2f} us" for m, v in floor.items()), graph_launch)
+    log.info(
+        "harness floor (empty Triton kernel): %s; one-call graph replay %.2f us",
+        ", ".join(f"{m} {v:.2f} us" for m, v in floor.items()),
+        graph_launch,
+    )
 
     tdev = "cuda" if device == "cuda" else "cpu"
     tables: dict[int, tuple] = {}
@@ -293,7 +323,9 @@ def run(
             tables[inv.head_dim] = rope_tables(max_pos, int(inv.head_dim), base=rope_base, device=tdev)
         cos, sin = tables[inv.head_dim]
         nbytes = set_bytes(inv)
-        n_sets = timing.buffer_sets(nbytes, l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"])
+        n_sets = timing.buffer_sets(
+            nbytes, l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"]
+        )
         data_seed = int(np.random.SeedSequence([cfg["seed"], run, int(inv.invocation)]).generate_state(1)[0])
         sets = input_sets(inv, n_sets, device, seed=data_seed)
         order = candidate_order(len(cands), seed=cfg["seed"], run=run, index=index)
@@ -314,12 +346,15 @@ def run(
                         "candidate": cand.candidate,
                         "tile": int(cand.tile),
                         "fused": bool(cand.fused),
+                        "backend": str(getattr(cand, "backend", "triton")),
                         "position": position,
                         **stats,
                         "reps": int(m.samples_us.size),
                         "timed_calls": m.timed_calls,
                         "calls_per_sample": m.calls_per_sample,
-                        "graph_replay_us": float(np.median(m.replay_us)) if m.replay_us is not None else math.nan,
+                        "graph_replay_us": float(np.median(m.replay_us))
+                        if m.replay_us is not None
+                        else math.nan,
                         "buffer_sets": m.buffer_sets,
                         "set_bytes": nbytes,
                         "working_set_bytes": nbytes * m.buffer_sets,
@@ -342,7 +377,7 @@ def run(
                     )
                 )
         sm = clock.read()
-        for r in rows[len(rows) - len(modes) * len(cands):]:
+        for r in rows[len(rows) - len(modes) * len(cands) :]:
             r["sm_clock_mhz"] = sm
         del sets
         bar.update(1)
@@ -356,8 +391,14 @@ def run(
     out["near_floor"] = out["floor_ratio"] < cfg["floor_factor"]
     out["run_wall_s"] = wall_s
     samples = pd.concat(sample_frames, ignore_index=True)
-    log.info("portfolio run %d: %d rows, %d samples, %d timed calls in %.1f s wall",
-             run, len(out), len(samples), timed_calls, wall_s)
+    log.info(
+        "portfolio run %d: %d rows, %d samples, %d timed calls in %.1f s wall",
+        run,
+        len(out),
+        len(samples),
+        timed_calls,
+        wall_s,
+    )
     summary = noise.run_summary(out, samples, cfg["floor_factor"])
     log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
     return out, samples
@@ -366,4 +407,6 @@ def run(
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="portfolio", unit="inv", file=sys.stderr, disable=not enabled, mininterval=1.0)
+    return tqdm(
+        total=total, desc="portfolio", unit="inv", file=sys.stderr, disable=not enabled, mininterval=1.0
+    )

@@ -265,7 +265,11 @@ class Harness:
         replay_us = np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
         del graphs
         return Measurement(
-            "graph", replay_us / self.graph_calls, self.graph_calls, min(n, n_graphs * self.graph_calls), replay_us
+            "graph",
+            replay_us / self.graph_calls,
+            self.graph_calls,
+            min(n, n_graphs * self.graph_calls),
+            replay_us,
         )
 
     def graph_launch_us(self, fn: Callable, args: tuple) -> float:

@@ -2,8 +2,9 @@ from headroom.stage import run_stage
 
 
 def main(stage):
-    from headroom import portfolio
     from headroom.correctness import admitted
+
+    from headroom import portfolio
 
     candidates = admitted(stage.read("candidates"), stage.read("correctness"))
     rows, samples = portfolio.run(

@@ -34,8 +34,16 @@ def test_rel_std_matches_hand_computation():
 
 
 def test_median_spread_across_runs():
-    rows = _rows({(1, 0, "a"): 10.0, (2, 0, "a"): 11.0, (3, 0, "a"): 12.0, (1, 0, "b"): 4.0,
-                  (2, 0, "b"): 4.0, (3, 0, "b"): 4.0})
+    rows = _rows(
+        {
+            (1, 0, "a"): 10.0,
+            (2, 0, "a"): 11.0,
+            (3, 0, "a"): 12.0,
+            (1, 0, "b"): 4.0,
+            (2, 0, "b"): 4.0,
+            (3, 0, "b"): 4.0,
+        }
+    )
     out = noise.median_spread(rows).set_index("candidate")
     assert out.loc["a", "runs"] == 3
     assert out.loc["a", "spread_pct"] == pytest.approx(100 * 2 / 11)
@@ -46,12 +54,24 @@ def test_winners_and_stability_known_answers():
     # invocation 0: b wins in every run; invocation 1: a, c, a -> unstable, modal a (2/3).
     rows = _rows(
         {
-            (1, 0, "a"): 5.0, (1, 0, "b"): 4.0, (1, 0, "c"): 6.0,
-            (2, 0, "a"): 5.0, (2, 0, "b"): 4.5, (2, 0, "c"): 6.0,
-            (3, 0, "a"): 5.0, (3, 0, "b"): 3.9, (3, 0, "c"): 6.0,
-            (1, 1, "a"): 2.0, (1, 1, "b"): 3.0, (1, 1, "c"): 2.1,
-            (2, 1, "a"): 2.2, (2, 1, "b"): 3.0, (2, 1, "c"): 2.1,
-            (3, 1, "a"): 2.0, (3, 1, "b"): 3.0, (3, 1, "c"): 2.1,
+            (1, 0, "a"): 5.0,
+            (1, 0, "b"): 4.0,
+            (1, 0, "c"): 6.0,
+            (2, 0, "a"): 5.0,
+            (2, 0, "b"): 4.5,
+            (2, 0, "c"): 6.0,
+            (3, 0, "a"): 5.0,
+            (3, 0, "b"): 3.9,
+            (3, 0, "c"): 6.0,
+            (1, 1, "a"): 2.0,
+            (1, 1, "b"): 3.0,
+            (1, 1, "c"): 2.1,
+            (2, 1, "a"): 2.2,
+            (2, 1, "b"): 3.0,
+            (2, 1, "c"): 2.1,
+            (3, 1, "a"): 2.0,
+            (3, 1, "b"): 3.0,
+            (3, 1, "c"): 2.1,
         }
     )
     w = noise.winners(rows).set_index(["run", "invocation"])
@@ -84,8 +104,13 @@ def test_floor_flags_and_run_summary():
     assert list(flags["candidate"]) == ["a"]
     assert flags.iloc[0]["floor_ratio"] == pytest.approx(2.5)
     samples = pd.DataFrame(
-        {"run": 1, "mode": "eager", "invocation": 0, "candidate": ["a", "a", "b", "b"],
-         "latency_us": [4.0, 6.0, 50.0, 50.0]}
+        {
+            "run": 1,
+            "mode": "eager",
+            "invocation": 0,
+            "candidate": ["a", "a", "b", "b"],
+            "latency_us": [4.0, 6.0, 50.0, 50.0],
+        }
     )
     summary = noise.run_summary(rows, samples, factor=3.0).iloc[0]
     assert summary["near_floor"] == 1

@@ -1,0 +1,99 @@
+# Measurements on the GPU: the portfolio (one fresh process per run), lifecycle costs, the CUDA
+# Graph working-set sweep and the machine calibration. On the interpreter they run with the smoke
+# overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
+MEASURE_CODE = ["headroom/timing.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py"]
+
+if not REPLAY:
+
+    rule portfolio:
+        input:
+            trace=f"{R}/trace.parquet",
+            candidates=f"{R}/candidates.parquet",
+            correctness=f"{R}/correctness.parquet",
+            code=src(*MEASURE_CODE, "scripts/portfolio.py", *KERNEL_CODE),
+        output:
+            portfolio=artifact(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS),
+            portfolio_samples=artifact(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS),
+        wildcard_constraints:
+            run=r"\d+",
+        params:
+            device=DEVICE,
+            # `runs` is left out: adding a run must not rerun the runs already measured.
+            portfolio={k: v for k, v in STUDY["portfolio"].items() if k != "runs"},
+            rope_base=STUDY["partition"].get("rope_base", 10000.0),
+        log:
+            f"{R}/logs/portfolio/run-{{run}}.log",
+        benchmark:
+            f"{R}/benchmarks/portfolio/run-{{run}}.tsv"
+        resources:
+            gpu=1,
+        conda:
+            "../envs/gpu.yaml"
+        script:
+            "../scripts/portfolio.py"
+
+    rule lifecycle:
+        input:
+            trace=f"{R}/trace.parquet",
+            candidates=f"{R}/candidates.parquet",
+            correctness=f"{R}/correctness.parquet",
+            code=src(*MEASURE_CODE, "headroom/lifecycle.py", "scripts/lifecycle.py", *KERNEL_CODE),
+        output:
+            lifecycle=artifact(f"{R}/lifecycle.parquet"),
+        params:
+            device=DEVICE,
+            lifecycle=STUDY["lifecycle"],
+            rope_base=STUDY["partition"].get("rope_base", 10000.0),
+        log:
+            f"{R}/logs/lifecycle.log",
+        benchmark:
+            f"{R}/benchmarks/lifecycle.tsv"
+        resources:
+            gpu=1,
+        conda:
+            "../envs/gpu.yaml"
+        script:
+            "../scripts/lifecycle.py"
+
+    rule graph_sweep:
+        input:
+            candidates=f"{R}/candidates.parquet",
+            correctness=f"{R}/correctness.parquet",
+            code=src(*MEASURE_CODE, "headroom/graph_sweep.py", "headroom/trace.py", "scripts/graph_sweep.py",
+                     *KERNEL_CODE),
+        output:
+            graph_sweep=artifact(f"{R}/graph_sweep.parquet"),
+        params:
+            device=DEVICE,
+            graph_sweep=STUDY["graph_sweep"],
+            partition=STUDY["partition"],
+        log:
+            f"{R}/logs/graph_sweep.log",
+        benchmark:
+            f"{R}/benchmarks/graph_sweep.tsv"
+        resources:
+            gpu=1,
+        conda:
+            "../envs/gpu.yaml"
+        script:
+            "../scripts/graph_sweep.py"
+
+    rule calibrate:
+        input:
+            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/calibrate.py", "scripts/calibrate.py",
+                     *KERNEL_CODE),
+        output:
+            calibration=artifact(f"{R}/calibration.parquet"),
+        params:
+            device=DEVICE,
+            calibrate=STUDY["calibrate"],
+        log:
+            f"{R}/logs/calibrate.log",
+        benchmark:
+            f"{R}/benchmarks/calibrate.tsv"
+        resources:
+            gpu=1,
+        conda:
+            "../envs/gpu.yaml"
+        script:
+            "../scripts/calibrate.py"

@@ -1,0 +1,16 @@
+from headroom.stage import run_stage
+
+
+def main(stage):
+    from headroom.correctness import admitted
+
+    from headroom import graph_sweep
+
+    candidates = admitted(stage.read("candidates"), stage.read("correctness"))
+    df = graph_sweep.run(
+        candidates, stage.params["graph_sweep"], stage.params["partition"], device=stage.device, log=stage.log
+    )
+    stage.write("graph_sweep", df)
+
+
+run_stage(snakemake, main)

@@ -1,0 +1,21 @@
+from headroom.stage import run_stage
+
+
+def main(stage):
+    from headroom.correctness import admitted
+
+    from headroom import lifecycle
+
+    candidates = admitted(stage.read("candidates"), stage.read("correctness"))
+    df = lifecycle.run(
+        stage.read("trace"),
+        candidates,
+        stage.params["lifecycle"],
+        device=stage.device,
+        rope_base=float(stage.params["rope_base"]),
+        log=stage.log,
+    )
+    stage.write("lifecycle", df)
+
+
+run_stage(snakemake, main)
