@@ -431,12 +431,15 @@ def evaluate(
             used = {p: sorted({names[i] for i in c}) for p, c in choices.items()}
             used["random"] = sorted(names)
 
-            def per_invocation_cost(policy: str) -> tuple[float, str]:
+            def running_cost(policy: str) -> tuple[float, str]:
+                """Per-invocation µs paid on every call: lookup plus switching at the test rate."""
                 dispatch, basis = costs.dispatch_for(policy)
+                return dispatch + switch_us * switches[policy] / n_test, basis
+
+            def per_invocation_cost(policy: str) -> tuple[float, str]:
+                running, basis = running_cost(policy)
                 compile_us = sum(costs.compile_s.get(c, 0.0) for c in used[policy]) * 1e6
-                cost = dispatch + switch_us * switches[policy] / n_test
-                cost += compile_us / opts.deployment_invocations
-                return cost, basis
+                return running + compile_us / opts.deployment_invocations, basis
 
             boot_sum = {p: latency[p][boot_idx].sum(axis=1) for p in POLICIES}
             t = {p: float(latency[p].sum()) for p in POLICIES}
@@ -478,6 +481,8 @@ def evaluate(
                         "switches": switches[policy],
                         "clusters": k_used if policy == "clustered" else pd.NA,
                         "cost_per_invocation_us": cost,
+                        "running_cost_us": running_cost(policy)[0],
+                        "deployment_invocations": opts.deployment_invocations,
                         "dispatch_basis": basis,
                         "compile_s": sum(costs.compile_s.get(c, 0.0) for c in used[policy]),
                         "cache_bytes": sum(costs.cache_bytes.get(c, 0.0) for c in used[policy]),

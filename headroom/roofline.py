@@ -154,14 +154,14 @@ def calibrated_constants(calibration: pd.DataFrame | None, l2_bytes: float | Non
     for name in CONSTANTS:
         rows = calibration[calibration["name"].astype(str) == name]
         if rows.empty:
-            reasons[name] = f"{name}: not in calibration.parquet"
+            reasons[name] = "not in calibration.parquet"
             continue
         if "status" in rows.columns:
             bad = rows[rows["status"].astype(str) != "ok"]
             rows = rows[rows["status"].astype(str) == "ok"]
             if rows.empty:
                 why = bad["reason"].iloc[0] if "reason" in bad.columns else bad["status"].iloc[0]
-                reasons[name] = f"{name}: {why}"
+                reasons[name] = str(why)
                 continue
         accepted = []
         for _, row in rows.iterrows():
@@ -184,12 +184,20 @@ def calibrated_constants(calibration: pd.DataFrame | None, l2_bytes: float | Non
             accepted.append(value)
         accepted = [v for v in accepted if math.isfinite(v)]
         if not accepted:
-            reasons[name] = f"{name}: no ok row measured in the matching regime"
+            reasons[name] = "no ok row measured in the matching regime"
         elif name.endswith("_us"):
             values[name] = float(np.median(accepted))
         else:
             values[name] = float(max(accepted))
     return values, reasons
+
+
+def _missing_reason(lacking: list[str], reasons: dict[str, str]) -> str:
+    """'a, b not calibrated: why; c not calibrated: other why' (constants grouped by reason)."""
+    by_reason: dict[str, list[str]] = {}
+    for name in sorted(lacking):
+        by_reason.setdefault(reasons.get(name, "unknown"), []).append(name)
+    return "; ".join(f"{', '.join(names)} not calibrated: {why}" for why, names in by_reason.items())
 
 
 def measured_latency(timings: pd.DataFrame | None) -> pd.DataFrame:
@@ -243,10 +251,10 @@ def predict(
                 need = ["matmul_flops_per_s", launch_key, "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s"]
                 if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:
                     need.append("l2_bytes_per_s")
-                lacking = [reasons.get(k, k) for k in need if k not in consts]
+                lacking = [k for k in need if k not in consts]
                 if lacking:
                     compute_us = memory_us = launch_us = predicted = float("nan")
-                    status, reason = "skipped", "; ".join(lacking)
+                    status, reason = "skipped", _missing_reason(lacking, reasons)
                 else:
                     compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
                     memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
