@@ -13,9 +13,11 @@ Per shape (trace row) and candidate (tile, fused):
   K/V blocks re-read by further programs (other query blocks, other query heads of a GQA group) come
   from L2. Unfused RoPE adds a kernel that reads q (and, in prefill, the Sq new keys) and writes the
   rotated copies, which attention then reads instead: ``intermediate_bytes`` written plus read again.
-* Residency. With ``hot_l2`` (timing loops re-run on the same tensors) a working set that fits the
-  measured L2 is charged entirely to L2 bandwidth. Otherwise compulsory bytes and the intermediate's
-  write-back go to HBM and its re-read hits L2 when the intermediate fits in L2, HBM when not.
+* Residency. The working set that competes for L2 is the one the measurement had: the portfolio's
+  ``working_set_bytes`` (its rotating input sets) when timings are given, else the call's own
+  (a hot loop on one set). When it fits the measured L2 and timing was not cold (``flush_l2``),
+  every byte is charged to L2 bandwidth. Otherwise compulsory bytes and the intermediate's
+  write-back go to HBM, and its re-read hits L2 when the intermediate fits in L2, HBM when not.
 * Time. predicted_us = max(compute, memory) + launches x launch overhead of the mode, where
   compute = executed_flops / matmul rate, memory = hbm_bytes / HBM bandwidth + l2 traffic / L2
   bandwidth, launches = 1 fused, 2 unfused (RoPE + attention).
@@ -89,8 +91,21 @@ def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     return {"executed_flops": executed, "kv_loaded_bytes": kv_loaded}
 
 
-def traffic(shape: Mapping, block_m: int, block_n: int, fused: bool, l2_bytes: float | None, *, hot_l2: bool = True) -> dict:
-    """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring)."""
+def traffic(
+    shape: Mapping,
+    block_m: int,
+    block_n: int,
+    fused: bool,
+    l2_bytes: float | None,
+    *,
+    working_set_bytes: float | None = None,
+    cold: bool = False,
+) -> dict:
+    """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring).
+
+    working_set_bytes: bytes competing for L2 during the measurement (None: this call's own);
+    cold: the timing flushed L2 before each sample, so nothing starts resident.
+    """
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
     hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
     e = dtype_bytes(shape["dtype"])
@@ -104,7 +119,8 @@ def traffic(shape: Mapping, block_m: int, block_n: int, fused: bool, l2_bytes: f
     work = tile_work(shape, block_m, block_n)
     kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
     working_set = compulsory + intermediate
-    if l2_bytes is not None and hot_l2 and working_set <= l2_bytes:
+    competing = working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
+    if l2_bytes is not None and not cold and competing <= l2_bytes:
         residency = "l2"
         hbm = 0
         l2 = compulsory + kv_reuse + 2 * intermediate
@@ -119,6 +135,7 @@ def traffic(shape: Mapping, block_m: int, block_n: int, fused: bool, l2_bytes: f
         "compulsory_bytes": compulsory,
         "intermediate_bytes": intermediate,
         "working_set_bytes": working_set,
+        "competing_bytes": competing,
         "hbm_bytes": hbm,
         "l2_traffic_bytes": l2,
         "residency": residency,
@@ -221,7 +238,7 @@ def predict(
     *,
     l2_bytes: float | None,
     timings: pd.DataFrame | None = None,
-    hot_l2: bool = True,
+    cold: bool = False,
 ) -> pd.DataFrame:
     """One row per (candidate, shape_key, mode) with the model's terms, prediction and measurement.
 
@@ -241,12 +258,17 @@ def predict(
         l2_bytes = None
     consts, reasons = calibrated_constants(calibration, l2_bytes)
     shapes = trace.drop_duplicates("shape_key").sort_values("shape_key")
+    competing = {}
+    if timings is not None and "working_set_bytes" in timings.columns:
+        t = timings if "mode" in timings.columns else timings.assign(mode="eager")
+        competing = t.groupby(["shape_key", "mode"])["working_set_bytes"].median().to_dict()
     rows = []
     for _, shape in shapes.iterrows():
         for _, cand in candidates.iterrows():
             fused = bool(cand["fused"])
-            t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, hot_l2=hot_l2)
             for mode in MODES:
+                t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, cold=cold,
+                            working_set_bytes=competing.get((str(shape["shape_key"]), mode)))  # fmt: skip
                 launch_key = f"launch_{mode}_us"
                 need = ["matmul_flops_per_s", launch_key, "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s"]
                 if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:

@@ -165,3 +165,19 @@ def test_bad_inputs_are_named():
         roofline.traffic({**PREFILL, "heads_q": 3, "heads_kv": 2}, 2, 2, True, None)
     with pytest.raises(ValueError, match=r"candidates: missing column\(s\) \['block_m'\]"):
         roofline.predict(pd.DataFrame([PREFILL]), S.candidates().drop(columns="block_m"), None, l2_bytes=None)
+
+
+def test_residency_follows_the_measured_working_set_and_cold_timing():
+    # the call alone fits a 1000-byte L2, but the portfolio rotated 4000 bytes of input sets
+    rotated = roofline.traffic(PREFILL, 2, 2, False, 1000, working_set_bytes=4000)
+    assert (rotated["residency"], rotated["hbm_bytes"], rotated["l2_traffic_bytes"]) == ("hbm", 176, 112)
+    cold = roofline.traffic(PREFILL, 2, 2, True, 1000, cold=True)
+    assert (cold["residency"], cold["hbm_bytes"], cold["l2_traffic_bytes"]) == ("hbm", 128, 64)
+    trace = pd.DataFrame([PREFILL])
+    cands = pd.DataFrame([{"candidate": "t0-fused", "tile": 0, "block_m": 2, "block_n": 2, "fused": True}])
+    timings = pd.DataFrame(
+        [{"candidate": "t0-fused", "shape_key": "p4", "mode": "eager", "median_us": 6.0, "working_set_bytes": 4000}]
+    )
+    df = roofline.predict(trace, cands, _calibration(1000), l2_bytes=1000, timings=timings).set_index("mode")
+    assert df.loc["eager", "residency"] == "hbm"  # the measurement's rotating sets spill L2
+    assert df.loc["graph", "residency"] == "l2"  # no graph timing: the call's own working set
