@@ -509,7 +509,8 @@ def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
     All gains are percentages of the global-unfused test latency A; with B = global fused,
     C = policy unfused, D = policy fused:
     policy_gain_pct = 100 (A-C)/A, fusion_gain_pct = 100 (A-B)/A, combined_gain_pct = 100 (A-D)/A,
-    interaction_pct = combined - policy - fusion. fusion_speedup = A/B.
+    interaction_pct = combined - policy - fusion. fusion_speedup = A/B. A (run, mode) without both
+    an unfused and a fused arm gets a row with status 'skipped' and the reason.
     """
     _check_columns(policy_eval, ("run", "policy", "fusion", "test_us", "gain_vs_global_pct"), "policy_eval")
     pe = policy_eval.copy()
@@ -520,10 +521,16 @@ def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
         cell = group.set_index(["policy", "fusion"])
         arms = set(group["fusion"])
         if not {"off", "on"} <= arms:
-            raise ValueError(
-                f"policy_eval (run {run}, mode {mode}): the factorial needs both fusion arms 'off' and 'on'; "
-                f"found {sorted(arms)} (are fused and unfused candidates both admitted?)"
+            rows.append(
+                {
+                    "run": run,
+                    "mode": mode,
+                    "status": "skipped",
+                    "reason": f"the factorial needs fusion arms 'off' and 'on'; only {sorted(arms)} have "
+                    "admitted candidates",
+                }
             )
+            continue
         mean_gain = {
             p: cell.loc[[(p, "off"), (p, "on")], "gain_vs_global_pct"].mean()
             for p in DEPLOYABLE
@@ -554,6 +561,8 @@ def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
                 "interaction_pct": combined - policy_gain - fusion_gain,
                 "policy_gain_fused_pct": 100.0 * (b - d) / b,
                 "fusion_speedup": a / b,
+                "status": "ok",
+                "reason": "",
             }
         )
     return pd.DataFrame(rows)

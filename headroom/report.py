@@ -226,6 +226,10 @@ def _factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
     title = "Policy x fusion factorial"
     if fac is None:
         return _skipped("factorial", title, why)
+    if reason := _all_skipped(fac):
+        return _skipped("factorial", title, reason)
+    skipped = fac[fac["status"] != "ok"] if "status" in fac.columns else fac.iloc[0:0]
+    fac = fac[fac["status"] == "ok"] if "status" in fac.columns else fac
     cols = [c for c in ("run", "mode", "policy", "policy_gain_pct", "fusion_gain_pct", "interaction_pct",
                         "combined_gain_pct", "fusion_speedup") if c in fac.columns]  # fmt: skip
     s = Section("factorial", title, tables=[table("2x2: {global, best deployable} x {unfused, fused}", fac[cols])])
@@ -233,6 +237,8 @@ def _factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
         "Gains are percentages of the global-unfused test latency; interaction = combined - policy - fusion, "
         "so fusion gain is never credited to dispatch."
     )
+    for r in skipped.itertuples(index=False):
+        s.text.append(f"run {r.run}, {r.mode}: skipped: {r.reason}")
     return s
 
 

@@ -209,6 +209,22 @@ def calibrated_constants(calibration: pd.DataFrame | None, l2_bytes: float | Non
     return values, reasons
 
 
+def l2_bytes_of(environment: pd.DataFrame | None, calibration: pd.DataFrame | None) -> float | None:
+    """The measured L2 size: environment.l2_bytes, else calibration's ok `l2_bytes` row, else None."""
+    if environment is not None and "l2_bytes" in environment.columns:
+        values = pd.to_numeric(environment["l2_bytes"], errors="coerce").dropna()
+        if len(values) and float(values.iloc[0]) > 0:
+            return float(values.iloc[0])
+    if calibration is not None and {"name", "value"} <= set(calibration.columns):
+        rows = calibration[calibration["name"].astype(str) == "l2_bytes"]
+        if "status" in rows.columns:
+            rows = rows[rows["status"].astype(str) == "ok"]
+        values = pd.to_numeric(rows["value"], errors="coerce").dropna()
+        if len(values) and float(values.iloc[0]) > 0:
+            return float(values.iloc[0])
+    return None
+
+
 def _missing_reason(lacking: list[str], reasons: dict[str, str]) -> str:
     """'a, b not calibrated: why; c not calibrated: other why' (constants grouped by reason)."""
     by_reason: dict[str, list[str]] = {}

@@ -263,3 +263,12 @@ def test_missing_columns_and_unknown_invocations_are_named():
         policies.evaluate(tr.iloc[:3], tm)
     with pytest.raises(ValueError, match="unit"):
         policies.lifecycle_costs(pd.DataFrame({"kind": ["switch"], "value": [1.0], "unit": ["fortnights"]}))
+
+
+def test_factorial_without_a_fused_arm_is_skipped_with_the_reason():
+    tr = S.trace("ABC" * 4)
+    tm = S.timings(tr, S.flat, runs=(1,))
+    pe = policies.evaluate(tr, tm[~tm.fused], **FAST)
+    assert set(pe.fusion) == {"off", "free"}
+    fac = policies.factorial(pe)
+    assert list(fac.status) == ["skipped"] and "'on'" in fac.reason.iloc[0]

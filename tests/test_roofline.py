@@ -181,3 +181,10 @@ def test_residency_follows_the_measured_working_set_and_cold_timing():
     df = roofline.predict(trace, cands, _calibration(1000), l2_bytes=1000, timings=timings).set_index("mode")
     assert df.loc["eager", "residency"] == "hbm"  # the measurement's rotating sets spill L2
     assert df.loc["graph", "residency"] == "l2"  # no graph timing: the call's own working set
+
+
+def test_l2_size_from_environment_then_calibration():
+    cal = pd.DataFrame([{"name": "l2_bytes", "value": 123.0, "status": "ok"}])
+    assert roofline.l2_bytes_of(S.environment("cuda"), cal) == 50 * 2**20
+    assert roofline.l2_bytes_of(pd.DataFrame([{"device": "interpret", "l2_bytes": 0}]), cal) == 123.0
+    assert roofline.l2_bytes_of(None, cal.assign(status="skipped")) is None

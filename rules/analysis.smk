@@ -1,0 +1,111 @@
+# Analysis: turns measurement artifacts into the answer, on any machine (replay included): policies
+# on chronological splits and the policy x fusion factorial, the roofline model, the decision rule and
+# the report. Every rule here reads results/*.parquet only; no GPU.
+PORTFOLIO_RUNS = expand(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS)
+PORTFOLIO_SAMPLES = expand(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS)
+
+
+rule policies:
+    input:
+        trace=f"{R}/trace.parquet",
+        portfolio=PORTFOLIO_RUNS,
+        lifecycle=f"{R}/lifecycle.parquet",
+        code=src("headroom/policies.py", "scripts/policies.py"),
+    output:
+        policy_eval=artifact(f"{R}/policy_eval.parquet"),
+        factorial=artifact(f"{R}/factorial.parquet"),
+    params:
+        policies=STUDY["policies"],
+    log:
+        f"{R}/logs/policies.log",
+    benchmark:
+        f"{R}/benchmarks/policies.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/policies.py"
+
+
+rule roofline:
+    input:
+        trace=f"{R}/trace.parquet",
+        candidates=f"{R}/candidates.parquet",
+        portfolio=PORTFOLIO_RUNS,
+        calibration=f"{R}/calibration.parquet",
+        environment=f"{R}/environment.parquet",
+        code=src("headroom/roofline.py", "scripts/roofline.py"),
+    output:
+        roofline=artifact(f"{R}/roofline.parquet"),
+    params:
+        # cold (L2-flushed) timings change what is resident, so the model must know
+        flush_l2=STUDY["portfolio"].get("flush_l2", False),
+    log:
+        f"{R}/logs/roofline.log",
+    benchmark:
+        f"{R}/benchmarks/roofline.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/roofline.py"
+
+
+rule decision:
+    input:
+        policy_eval=f"{R}/policy_eval.parquet",
+        graph_sweep=f"{R}/graph_sweep.parquet",
+        environment=f"{R}/environment.parquet",
+        code=src("headroom/decision.py", "headroom/policies.py", "scripts/decision.py"),
+    output:
+        decision=artifact(f"{R}/decision.parquet"),
+    params:
+        decision=STUDY["decision"],
+        confidence=STUDY["policies"].get("confidence", 0.95),
+    log:
+        f"{R}/logs/decision.log",
+    benchmark:
+        f"{R}/benchmarks/decision.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/decision.py"
+
+
+rule report:
+    input:
+        decision=f"{R}/decision.parquet",
+        environment=f"{R}/environment.parquet",
+        trace=f"{R}/trace.parquet",
+        candidates=f"{R}/candidates.parquet",
+        correctness=f"{R}/correctness.parquet",
+        portfolio=PORTFOLIO_RUNS,
+        samples=PORTFOLIO_SAMPLES,
+        lifecycle=f"{R}/lifecycle.parquet",
+        graph_sweep=f"{R}/graph_sweep.parquet",
+        calibration=f"{R}/calibration.parquet",
+        policy_eval=f"{R}/policy_eval.parquet",
+        factorial=f"{R}/factorial.parquet",
+        roofline=f"{R}/roofline.parquet",
+        code=src(
+            "headroom/report.py", "headroom/decision.py", "headroom/policies.py", "headroom/noise.py",
+            "headroom/templates/report.html.j2", "headroom/templates/report.md.j2", "scripts/report.py",
+        ),
+    output:
+        html=report(f"{R}/report/index.html", caption="captions/report_html.rst", category="Report"),
+        md=report(f"{R}/report/report.md", caption="captions/report_md.rst", category="Report"),
+        figures=report(
+            directory(f"{R}/report/figures"),
+            patterns=["{name}.png"],
+            caption="captions/figures.rst",
+            category="Figures",
+        ),
+    params:
+        report=STUDY["report"],
+        benchmarks=f"{R}/benchmarks",
+    log:
+        f"{R}/logs/report.log",
+    benchmark:
+        f"{R}/benchmarks/report.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/report.py"

@@ -1,0 +1,22 @@
+from headroom.stage import run_stage
+
+
+def main(stage):
+    from headroom import policies
+
+    options = dict(stage.params["policies"])
+    train_fraction = options.pop("train_fraction")
+    seed = options.pop("seed", 0)
+    policy_eval = policies.evaluate(
+        stage.read("trace"),
+        stage.read_all("portfolio"),
+        stage.read("lifecycle"),
+        train_fraction=train_fraction,
+        seed=seed,
+        **options,
+    )
+    stage.write("policy_eval", policy_eval)
+    stage.write("factorial", policies.factorial(policy_eval))
+
+
+run_stage(snakemake, main)

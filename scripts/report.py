@@ -1,0 +1,39 @@
+import glob
+from pathlib import Path
+
+import pandas as pd
+
+from headroom.stage import run_stage
+
+# The report's inputs by name; portfolio and samples list one artifact per run.
+SINGLE = ("decision", "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
+          "policy_eval", "factorial", "roofline")  # fmt: skip
+
+
+def _benchmarks(folder: str) -> dict:
+    """Snakemake `benchmark:` tables present now (not declared inputs: their times change every run)."""
+    out = {}
+    for path in sorted(glob.glob(f"{folder}/**/*.tsv", recursive=True)):
+        out[str(Path(path).relative_to(folder).with_suffix(""))] = pd.read_csv(path, sep="\t")
+    return out
+
+
+def main(stage):
+    from headroom import report
+
+    inputs = {name: stage.read(name) for name in SINGLE}
+    inputs["portfolio"] = stage.read_all("portfolio")
+    inputs["samples"] = stage.read_all("samples")
+    read = sorted(stage.input_hashes()["inputs"].items())
+    out_dir = Path(stage.output_path("html")).parent
+    paths = report.build(
+        inputs,
+        read,
+        out_dir,
+        title=stage.params["report"].get("title", "headroom report"),
+        benchmarks=_benchmarks(stage.params["benchmarks"]),
+    )
+    stage.log.info("report: %s", ", ".join(sorted(map(str, paths.values()))))
+
+
+run_stage(snakemake, main)

@@ -1,0 +1,25 @@
+from headroom.stage import run_stage
+
+
+def main(stage):
+    from headroom import roofline
+
+    calibration = stage.read("calibration")
+    l2_bytes = roofline.l2_bytes_of(stage.read("environment"), calibration)
+    if l2_bytes is None:
+        stage.log.warning("L2 size unknown (environment and calibration): nothing is modelled as L2-resident")
+    table = roofline.predict(
+        stage.read("trace"),
+        stage.read("candidates"),
+        calibration,
+        l2_bytes=l2_bytes,
+        timings=stage.read_all("portfolio"),
+        cold=bool(stage.params["flush_l2"]),
+    )
+    skipped = table[table["status"] != "ok"]
+    if len(skipped):
+        stage.log.warning("%d of %d rows without a prediction: %s", len(skipped), len(table), skipped["reason"].iloc[0])
+    stage.write("roofline", table)
+
+
+run_stage(snakemake, main)
