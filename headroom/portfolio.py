@@ -193,7 +193,7 @@ class SmClock:
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             try:
                 bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-                self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+                self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode())
             except Exception:  # older torch without PCI ids, or a bus id NVML does not know
                 self._handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
             self._nvml = pynvml

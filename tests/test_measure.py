@@ -15,8 +15,16 @@ import pytest
 
 from headroom import artifacts, calibrate, graph_sweep, lifecycle, noise, policies, portfolio
 from headroom.candidates import build as build_candidates
+from headroom.timing import cuda_available as portfolio_cuda
 
 ROOT = Path(__file__).resolve().parent.parent
+# In-process tests on CPU tensors need kernels built for the interpreter (conftest decides).
+interpreter_only = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="kernels were imported compiled (a GPU machine)"
+)
+cuda_only = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1" or not portfolio_cuda(), reason="needs a CUDA GPU"
+)
 REPS = 2
 PARTITION = {"heads_q": 2, "heads_kv": 1, "head_dim": 32, "dtype": "float32", "rope_base": 10000.0}
 
@@ -197,6 +205,7 @@ def test_bad_trace_and_settings_are_named():
         portfolio.run(tiny_trace(), tiny_candidates().iloc[0:0], {}, run=1, device="interpret")
 
 
+@interpreter_only
 def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     cands = tiny_candidates()
     cfg = {"dispatch_lookups": 2000, "dispatch_repeats": 3, "switch_reps": 2, "switch_invocations": 1,
@@ -268,3 +277,53 @@ def test_graph_sweep_speedups_on_hand_made_rows():
     )  # fmt: skip
     table = graph_sweep.speedup_table(rows).iloc[0]
     assert table["eager_speedup"] == pytest.approx(3.0) and table["graph_speedup"] == pytest.approx(1.1)
+
+
+def _cuda_trace() -> pd.DataFrame:
+    rows = [("prefill", 1, 256, 256), ("decode", 4, 1, 1024)]
+    return pd.DataFrame(
+        [
+            {"invocation": i, "phase": ph, "batch": b, "q_len": q, "kv_len": kv, "heads_q": 8, "heads_kv": 2,
+             "head_dim": 64, "dtype": "bfloat16", "shape_key": f"{ph}|b{b}|q{q}|kv{kv}|h8/2|d64|bfloat16"}
+            for i, (ph, b, q, kv) in enumerate(rows)
+        ]
+    )  # fmt: skip
+
+
+def _cuda_candidates() -> pd.DataFrame:
+    tiles = [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}]
+    return build_candidates(tiles, [False, True])
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_portfolio_both_modes_on_cuda():
+    rows, samples = portfolio.run(_cuda_trace(), _cuda_candidates(), {"reps": 40, "warmup_reps": 5, "graph_calls": 10},
+                                  run=1, device="cuda", progress=False)  # fmt: skip
+    assert set(rows["mode"]) == {"eager", "graph"} and len(rows) == 2 * 2 * 2
+    graph = rows[rows["mode"] == "graph"]
+    assert (
+        (graph["reps"] == 4).all()
+        and (graph["calls_per_sample"] == 10).all()
+        and (graph["timed_calls"] == 40).all()
+    )
+    assert (samples[samples["mode"] == "graph"]["calls"] == 10).all()
+    np.testing.assert_allclose(graph["median_us"] * 10, graph["graph_replay_us"], rtol=0.2)
+    assert (rows["median_us"] > 0).all() and np.isfinite(rows["graph_launch_us"]).all()
+    floors = rows.groupby("mode")["floor_us"].first()
+    assert floors["graph"] < floors["eager"]  # a launch inside a graph is cheaper than from the host
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_calibrate_and_graph_sweep_on_cuda():
+    cal = calibrate.run({"reps": 10, "matmul_n": 4096}, device="cuda").set_index("name")
+    assert (cal["status"] == "ok").all()
+    assert 1e11 < cal.loc["hbm_bytes_per_s", "value"] < cal.loc["l2_bytes_per_s", "value"]
+    assert cal.loc["hbm_bytes_per_s", "working_set_bytes"] > cal.loc["l2_bytes", "value"]
+    assert cal.loc["l2_bytes_per_s", "working_set_bytes"] <= cal.loc["l2_bytes", "value"]
+    part = {"heads_q": 8, "heads_kv": 2, "head_dim": 64, "dtype": "bfloat16"}
+    df = graph_sweep.run(_cuda_candidates(), {"reps": 10, "regimes_l2": [0.5, 4.0]}, part, device="cuda")
+    assert (df["status"] == "ok").all() and (df["median_us"] > 0).all()
+    assert set(df["residency"]) == {"l2-resident", "spilled"}
+    assert np.isfinite(df["fusion_speedup"]).all()
