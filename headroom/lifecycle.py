@@ -266,47 +266,58 @@ def _dir_bytes(path: Path) -> int:
 
 
 def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs inside the fresh process: cold-compile one candidate on every shape of ``spec``."""
+    """Runs inside the fresh process: cold-compile one candidate on every shape of ``spec``.
+    (Under TRITON_INTERPRET=1 it runs the same steps on the CPU, where nothing compiles: the
+    tests use that to check the plumbing.)"""
     import torch
 
+    device = "interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    tdev = "cuda" if device == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     cache = Path(os.environ["TRITON_CACHE_DIR"])
-    anchor = torch.empty(16, device="cuda")
-    torch.cuda.synchronize()
+    anchor = torch.empty(16, device=tdev)
+    sync()
     from kernels import empty_kernel_launch, rope_tables
 
     t0 = time.perf_counter()
     empty_kernel_launch(anchor)
-    torch.cuda.synchronize()
+    sync()
     toolchain_s = time.perf_counter() - t0
     start_bytes = _dir_bytes(cache)
     cand = pd.Series(spec["candidate"])
     shapes = pd.DataFrame(spec["shapes"])
     cos, sin = rope_tables(int(shapes["kv_len"].max()), int(shapes["head_dim"].iloc[0]), base=spec["rope_base"],
-                           device="cuda")  # fmt: skip
+                           device=tdev)  # fmt: skip
     out = []
     for row in shapes.itertuples(index=False):
-        (q, k, v) = portfolio.input_sets(row, 1, "cuda", seed=0)[0]
+        (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]
         fn = portfolio.candidate_fn(cand, cos, sin, row.phase == "prefill")
         before = _dir_bytes(cache)
         t0 = time.perf_counter()
         fn(q, k, v)
-        torch.cuda.synchronize()
+        sync()
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         fn(q, k, v)
-        torch.cuda.synchronize()
+        sync()
         second = time.perf_counter() - t0
         out.append({"shape_key": row.shape_key, "first_s": first, "second_s": second,
                     "new_bytes": _dir_bytes(cache) - before})  # fmt: skip
     return {"toolchain_s": toolchain_s, "cache_bytes": _dir_bytes(cache) - start_bytes, "shapes": out}
 
 
-def _compile_one(cand: Any, shapes: list[dict], rope_base: float, timeout_s: int) -> dict[str, Any]:
+def _compile_one(
+    cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, interpret: bool = False
+) -> dict:
+    """Run :func:`compile_child` for one candidate in a fresh process with an empty cache dir."""
     spec = {"candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
             "shapes": shapes, "rope_base": rope_base}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
         env = {**os.environ, "TRITON_CACHE_DIR": cache}
-        env.pop("TRITON_INTERPRET", None)
+        if interpret:
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         proc = subprocess.run([sys.executable, "-m", "headroom.lifecycle"], input=json.dumps(spec), env=env,
                               capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip

@@ -327,3 +327,18 @@ def test_calibrate_and_graph_sweep_on_cuda():
     assert (df["status"] == "ok").all() and (df["median_us"] > 0).all()
     assert set(df["residency"]) == {"l2-resident", "spilled"}
     assert np.isfinite(df["fusion_speedup"]).all()
+
+
+def test_cold_compile_child_plumbing_on_the_interpreter():
+    """The fresh-process path end to end (spec out, JSON back); the interpreter compiles nothing,
+    so its cache stays empty and no shape counts as a specialization."""
+    trace = tiny_trace()
+    shapes = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
+    ]
+    cand = next(tiny_candidates().itertuples(index=False))
+    res = lifecycle._compile_one(cand, shapes, 10000.0, 300, interpret=True)
+    assert "error" not in res, res.get("error")
+    assert [s["shape_key"] for s in res["shapes"]] == list(trace["shape_key"])
+    assert all(s["first_s"] > 0 and s["second_s"] > 0 and s["new_bytes"] == 0 for s in res["shapes"])
+    assert res["cache_bytes"] == 0 and res["toolchain_s"] > 0
