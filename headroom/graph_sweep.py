@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "tile": 0,  # index into the study's tiles
     # Small enough that one input set fits in a quarter of the L2 (about 15 MB on an H200).
     "shapes": [
-        {"phase": "decode", "batch": 4, "q_len": 1, "kv_len": 512},
+        {"phase": "decode", "batch": 2, "q_len": 1, "kv_len": 512},
         {"phase": "prefill", "batch": 1, "q_len": 256, "kv_len": 256},
     ],
     "reps": 50,  # timed calls (eager) and timed replays (graph) per row

@@ -52,7 +52,7 @@ from headroom import portfolio, timing
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS: dict[str, Any] = {
     "dispatch_lookups": 200_000,  # lookups per timing of one policy's lookup
-    "dispatch_repeats": 5,  # timings per policy; the median is reported
+    "dispatch_repeats": 3,  # timings per policy; the median is reported
     "dispatch_clusters": 4,  # centroids of the clustered lookup (as policies.clusters)
     "switch_reps": 100,  # timed calls per sequence (A,A.. / B,B.. / A,B,A,B..)
     "switch_invocations": 4,  # trace invocations, evenly spaced, the switch is measured on
