@@ -53,7 +53,17 @@ def device_of(environment: pd.DataFrame | None) -> str:
 
 def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float = 0.95) -> pd.DataFrame:
     """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows."""
-    cols = ["regime", "working_set_bytes", "mode", "tile", "shape_key", "speedup", "ci_low", "ci_high", "ci_basis"]
+    cols = [
+        "regime",
+        "working_set_bytes",
+        "mode",
+        "tile",
+        "shape_key",
+        "speedup",
+        "ci_low",
+        "ci_high",
+        "ci_basis",
+    ]
     if graph_sweep is None or graph_sweep.empty:
         return pd.DataFrame(columns=cols)
     required = ("regime", "mode", "fused", "tile", "shape_key", "median_us", "status")
@@ -84,7 +94,9 @@ def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float = 0.95) 
             lo = hi = s
             basis = "point (no dispersion recorded)"
         ws = u["working_set_bytes"] if "working_set_bytes" in group.columns else np.nan
-        rows.append({**label, "working_set_bytes": ws, "speedup": s, "ci_low": lo, "ci_high": hi, "ci_basis": basis})
+        rows.append(
+            {**label, "working_set_bytes": ws, "speedup": s, "ci_low": lo, "ci_high": hi, "ci_basis": basis}
+        )
     out = pd.DataFrame(rows)
     return out if not out.empty else pd.DataFrame(columns=cols)
 
@@ -97,14 +109,20 @@ def _figures(policy_eval: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     pe = policy_eval.copy()
     if "mode" not in pe.columns:
         pe["mode"] = "eager"
-    lo_gap, hi_gap = ("gap_ci_low", "gap_ci_high") if "gap_ci_low" in pe.columns else ("gap_to_oracle_pct",) * 2
+    lo_gap, hi_gap = (
+        ("gap_ci_low", "gap_ci_high") if "gap_ci_low" in pe.columns else ("gap_to_oracle_pct",) * 2
+    )
     lo_net, hi_net = ("net_ci_low", "net_ci_high") if "net_ci_low" in pe.columns else ("ci_low", "ci_high")
     gap = pe[(pe["policy"] == "global") & (pe["fusion"] == "free")]
     gap = gap.assign(value=gap["gap_to_oracle_pct"], lo=gap[lo_gap], hi=gap[hi_gap], label="global")
     deploy = pe[pe["policy"].isin(DEPLOYABLE)]
-    best = deploy.loc[deploy.groupby(["run", "mode"])["net_gain_pct"].idxmax()] if not deploy.empty else deploy
+    best = (
+        deploy.loc[deploy.groupby(["run", "mode"])["net_gain_pct"].idxmax()] if not deploy.empty else deploy
+    )
     best = best.assign(
-        value=best["net_gain_pct"], lo=best[lo_net], hi=best[hi_net],
+        value=best["net_gain_pct"],
+        lo=best[lo_net],
+        hi=best[hi_net],
         label=best["policy"] + " (" + best["fusion"] + ")",
     )
     return gap, best
@@ -116,7 +134,9 @@ def _state(values: pd.DataFrame, threshold: float) -> str:
         return "missing"
     if ((values["value"] >= threshold) & (values["lo"] > threshold)).any():
         return "exceeded"
-    if ((values["lo"] <= threshold) & (values["hi"] >= threshold)).any() or (values["value"] >= threshold).any():
+    if ((values["lo"] <= threshold) & (values["hi"] >= threshold)).any() or (
+        values["value"] >= threshold
+    ).any():
         return "straddles"
     return "holds"
 
@@ -141,25 +161,34 @@ def decide(
             raise ValueError(f"decision.{name} must be a finite number, got {value!r}")
     gap, best = _figures(policy_eval)
     speed = fusion_speedups(graph_sweep, confidence)
-    graph = speed[speed["mode"] == "graph"].rename(columns={"speedup": "value", "ci_low": "lo", "ci_high": "hi"})
+    graph = speed[speed["mode"] == "graph"].rename(
+        columns={"speedup": "value", "ci_low": "lo", "ci_high": "hi"}
+    )
     eager = speed[speed["mode"] == "eager"]
     device = device_of(environment)
 
     figures = {
         "gap_to_oracle": (gap, float(max_gap_to_oracle_pct), "%", "the global kernel's gap to the oracle"),
         "policy_gain": (best, float(max_policy_gain_pct), "%", "the best deployable net policy gain"),
-        "graph_fusion_speedup": (graph, float(max_graph_fusion_speedup), "x", "the graph-mode fusion speedup"),
+        "graph_fusion_speedup": (
+            graph,
+            float(max_graph_fusion_speedup),
+            "x",
+            "the graph-mode fusion speedup",
+        ),
     }
     states = {name: _state(values, thr) for name, (values, thr, _, _) in figures.items()}
     row: dict = {"device": device, "runs": int(policy_eval["run"].nunique()), "confidence": confidence}
-    for name, (values, thr, unit, _) in figures.items():
+    for name, (values, _thr, unit, _) in figures.items():
         row[f"{name}_min"] = float(values["value"].min()) if not values.empty else np.nan
         row[f"{name}_max"] = float(values["value"].max()) if not values.empty else np.nan
         row[f"{name}_range"] = format_range(values["value"], unit)
         row[f"{name}_ci_low"] = float(values["lo"].min()) if not values.empty else np.nan
         row[f"{name}_ci_high"] = float(values["hi"].max()) if not values.empty else np.nan
         row[f"{name}_ci"] = (
-            f"[{row[f'{name}_ci_low']:.3f}, {row[f'{name}_ci_high']:.3f}]{unit}" if not values.empty else "n/a"
+            f"[{row[f'{name}_ci_low']:.3f}, {row[f'{name}_ci_high']:.3f}]{unit}"
+            if not values.empty
+            else "n/a"
         )
         row[f"{name}_state"] = states[name]
     row["best_policy"] = ", ".join(sorted(set(best["label"]))) if not best.empty else ""
@@ -174,20 +203,31 @@ def decide(
 
     if device != "cuda":
         verdict = "no-decision"
-        reason = f"The timings are not GPU measurements (device: {device}), so no decision is drawn from them."
+        reason = (
+            f"The timings are not GPU measurements (device: {device}), so no decision is drawn from them."
+        )
     elif exceeded := [n for n, s in states.items() if s == "exceeded"]:
         verdict = "continue"
-        reason = "Continue: " + " and ".join(describe(n) for n in exceeded) + " exceeds its threshold with the CI clear of it."
+        reason = (
+            "Continue: "
+            + " and ".join(describe(n) for n in exceeded)
+            + " exceeds its threshold with the CI clear of it."
+        )
     elif missing := [n for n, s in states.items() if s == "missing"]:
         verdict = "no-decision"
         reason = "No decision: " + " and ".join(figures[n][3] for n in missing) + " could not be measured."
     elif straddling := [n for n, s in states.items() if s == "straddles"]:
         verdict = "no-decision"
-        reason = "No decision: " + " and ".join(describe(n) for n in straddling) + " has a CI that straddles its threshold."
+        reason = (
+            "No decision: "
+            + " and ".join(describe(n) for n in straddling)
+            + " has a CI that straddles its threshold."
+        )
     else:
         verdict = "stop"
         reason = (
-            "Stop: " + ", ".join(describe(n) for n in figures)
+            "Stop: "
+            + ", ".join(describe(n) for n in figures)
             + " all stay below their thresholds with CIs clear of them."
         )
     return pd.DataFrame([{"verdict": verdict, "reason": reason, **row}])

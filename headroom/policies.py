@@ -37,7 +37,17 @@ POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware", "ran
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware")
 FUSION_ARMS = ("off", "on", "free")
 
-TRACE_COLUMNS = ("invocation", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "shape_key")
+TRACE_COLUMNS = (
+    "invocation",
+    "phase",
+    "batch",
+    "q_len",
+    "kv_len",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "shape_key",
+)
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
 # Features the k-means of `clustered` sees, log2-scaled (phase enters as 0/1).
 CLUSTER_FEATURES = ("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim")
@@ -114,7 +124,9 @@ def _unit_factor(unit: object, table: dict[str, float], what: str) -> float:
     key = str(unit).strip().lower() if unit is not None and not pd.isna(unit) else ""
     table = {k.lower(): v for k, v in table.items()}
     if key not in table:
-        raise ValueError(f"lifecycle: unit {unit!r} of {what} rows not understood; use one of {sorted(table)}")
+        raise ValueError(
+            f"lifecycle: unit {unit!r} of {what} rows not understood; use one of {sorted(table)}"
+        )
     return table[key]
 
 
@@ -145,12 +157,23 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
         kinds = df["kind"].astype(str).str.lower()
         unknown = sorted(set(kinds) - {"compile", "cache", "dispatch", "switch"})
         if unknown:
-            raise ValueError(f"lifecycle: unknown kind(s) {unknown}; expected compile, cache, dispatch, switch")
+            raise ValueError(
+                f"lifecycle: unknown kind(s) {unknown}; expected compile, cache, dispatch, switch"
+            )
         units = df["unit"] if "unit" in df.columns else pd.Series([None] * len(df), index=df.index)
-        for kind, default_unit in (("compile", "s"), ("cache", "bytes"), ("dispatch", "ns"), ("switch", "us")):
+        for kind, default_unit in (
+            ("compile", "s"),
+            ("cache", "bytes"),
+            ("dispatch", "ns"),
+            ("switch", "us"),
+        ):
             rows = df[kinds == kind]
             for idx, row in rows.iterrows():
-                unit = units.loc[idx] if units.loc[idx] is not None and not pd.isna(units.loc[idx]) else default_unit
+                unit = (
+                    units.loc[idx]
+                    if units.loc[idx] is not None and not pd.isna(units.loc[idx])
+                    else default_unit
+                )
                 value = float(row["value"])
                 if not math.isfinite(value):
                     continue
@@ -175,7 +198,9 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
         for col, factor in (("dispatch_ns", 1e-3), ("dispatch_us", 1.0)):
             if col in df.columns:
                 if "policy" not in df.columns:
-                    raise ValueError(f"lifecycle: column {col} needs a `policy` column naming the lookup kind")
+                    raise ValueError(
+                        f"lifecycle: column {col} needs a `policy` column naming the lookup kind"
+                    )
                 for pol, value in zip(df["policy"], df[col], strict=True):
                     if pd.notna(pol) and pd.notna(value):
                         dispatch_us[str(pol)] = float(value) * factor
@@ -327,7 +352,9 @@ def _complete_matrix(group: pd.DataFrame, label: str) -> tuple[pd.DataFrame, dic
     if {"std_us", "reps"} <= set(group.columns):
         std = group.pivot(index="invocation", columns="candidate", values="std_us").loc[med.index, complete]
         reps = group.pivot(index="invocation", columns="candidate", values="reps").loc[med.index, complete]
-        sem2 = (std.fillna(0.0).to_numpy(dtype=np.float64) ** 2) / np.maximum(reps.fillna(1).to_numpy(np.float64), 1)
+        sem2 = (std.fillna(0.0).to_numpy(dtype=np.float64) ** 2) / np.maximum(
+            reps.fillna(1).to_numpy(np.float64), 1
+        )
     else:
         sem2 = np.zeros(med.shape)
     fused = group.drop_duplicates("candidate").set_index("candidate")["fused"].astype(bool).to_dict()
@@ -387,6 +414,10 @@ def evaluate(
         candidates = list(med.columns)
         all_us = med.to_numpy(dtype=np.float64)
         n_test = n - n_train
+        ci_method = (
+            f"percentile bootstrap of gain_vs_global_pct (gap_ci_*: gap_to_oracle_pct, net_ci_*: net_gain_pct) "
+            f"over {n - n_train} test invocations, {opts.bootstrap_resamples} paired resamples"
+        )
         rng = _group_seed(seed, run, mode)
         boot_idx = rng.integers(0, n_test, size=(opts.bootstrap_resamples, n_test))
         split = (tuple(invocations[:n_train]), tuple(invocations[n_train:]))
@@ -396,8 +427,7 @@ def evaluate(
 
         for arm in FUSION_ARMS:
             cols = [
-                i for i, c in enumerate(candidates)
-                if arm == "free" or extra["fused"][c] == (arm == "on")
+                i for i, c in enumerate(candidates) if arm == "free" or extra["fused"][c] == (arm == "on")
             ]
             if not cols:
                 continue
@@ -431,27 +461,26 @@ def evaluate(
             used = {p: sorted({names[i] for i in c}) for p, c in choices.items()}
             used["random"] = sorted(names)
 
-            def running_cost(policy: str) -> tuple[float, str]:
-                """Per-invocation µs paid on every call: lookup plus switching at the test rate."""
-                dispatch, basis = costs.dispatch_for(policy)
-                return dispatch + switch_us * switches[policy] / n_test, basis
-
-            def per_invocation_cost(policy: str) -> tuple[float, str]:
-                running, basis = running_cost(policy)
-                compile_us = sum(costs.compile_s.get(c, 0.0) for c in used[policy]) * 1e6
-                return running + compile_us / opts.deployment_invocations, basis
+            # per-invocation µs: `running` is paid on every call (lookup + switching at the test
+            # rate), `cost` adds the compile time of the candidates used, amortized over deployment
+            running, cost, basis, compile_s = {}, {}, {}, {}
+            for policy in POLICIES:
+                dispatch, basis[policy] = costs.dispatch_for(policy)
+                running[policy] = dispatch + switch_us * switches[policy] / n_test
+                compile_s[policy] = sum(costs.compile_s.get(c, 0.0) for c in used[policy])
+                cost[policy] = running[policy] + compile_s[policy] * 1e6 / opts.deployment_invocations
 
             boot_sum = {p: latency[p][boot_idx].sum(axis=1) for p in POLICIES}
             t = {p: float(latency[p].sum()) for p in POLICIES}
-            cost_global, _ = per_invocation_cost("global")
-            net_global = t["global"] / n_test + cost_global
-            boot_net_global = boot_sum["global"] / n_test + cost_global
+            net_global = t["global"] / n_test + cost["global"]
+            boot_net_global = boot_sum["global"] / n_test + cost["global"]
             for policy in POLICIES:
-                cost, basis = per_invocation_cost(policy)
-                net = t[policy] / n_test + cost
+                net = t[policy] / n_test + cost[policy]
                 gain_boot = 100.0 * (boot_sum["global"] - boot_sum[policy]) / boot_sum["global"]
                 gap_boot = 100.0 * (boot_sum[policy] - boot_sum["oracle"]) / boot_sum["oracle"]
-                net_boot = 100.0 * (boot_net_global - (boot_sum[policy] / n_test + cost)) / boot_net_global
+                net_boot = (
+                    100.0 * (boot_net_global - (boot_sum[policy] / n_test + cost[policy])) / boot_net_global
+                )
                 ci_low, ci_high = _percentiles(gain_boot, opts.confidence)
                 gap_lo, gap_hi = _percentiles(gap_boot, opts.confidence)
                 net_lo, net_hi = _percentiles(net_boot, opts.confidence)
@@ -472,6 +501,7 @@ def evaluate(
                         "net_ci_low": net_lo,
                         "net_ci_high": net_hi,
                         "confidence": opts.confidence,
+                        "ci_method": ci_method,
                         "deployable": policy in DEPLOYABLE or policy in ("global", "random"),
                         "train_invocations": n_train,
                         "test_invocations": n_test,
@@ -480,11 +510,11 @@ def evaluate(
                         "candidates_used": ",".join(used[policy]),
                         "switches": switches[policy],
                         "clusters": k_used if policy == "clustered" else pd.NA,
-                        "cost_per_invocation_us": cost,
-                        "running_cost_us": running_cost(policy)[0],
+                        "cost_per_invocation_us": cost[policy],
+                        "running_cost_us": running[policy],
                         "deployment_invocations": opts.deployment_invocations,
-                        "dispatch_basis": basis,
-                        "compile_s": sum(costs.compile_s.get(c, 0.0) for c in used[policy]),
+                        "dispatch_basis": basis[policy],
+                        "compile_s": compile_s[policy],
                         "cache_bytes": sum(costs.cache_bytes.get(c, 0.0) for c in used[policy]),
                         "dropped_candidates": ",".join(map(str, dropped)),
                     }

@@ -85,7 +85,12 @@ def fmt(value) -> str:
 
 
 def table(title: str, df: pd.DataFrame, note: str = "") -> Table:
-    return Table(title, [str(c) for c in df.columns], [[fmt(v) for v in row] for row in df.itertuples(index=False)], note)
+    return Table(
+        title,
+        [str(c) for c in df.columns],
+        [[fmt(v) for v in row] for row in df.itertuples(index=False)],
+        note,
+    )
 
 
 def _png(fig) -> bytes:
@@ -159,7 +164,9 @@ def _surface_section(portfolio: pd.DataFrame | None, why: str) -> Section:
     for mode, grp in p.groupby("mode", sort=True):
         surface = grp.groupby(["shape_key", "candidate"])["median_us"].median().unstack("candidate")
         rel = surface.div(surface.min(axis=1), axis=0)
-        fig, ax = plt.subplots(layout="constrained", figsize=(max(5, 0.9 * rel.shape[1] + 2), max(3, 0.28 * rel.shape[0] + 1.5)))
+        fig, ax = plt.subplots(
+            layout="constrained", figsize=(max(5, 0.9 * rel.shape[1] + 2), max(3, 0.28 * rel.shape[0] + 1.5))
+        )
         im = ax.imshow(rel.to_numpy(), aspect="auto", cmap="viridis_r")
         ax.set_xticks(range(rel.shape[1]), rel.columns, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(rel.shape[0]), rel.index, fontsize=7)
@@ -167,7 +174,15 @@ def _surface_section(portfolio: pd.DataFrame | None, why: str) -> Section:
         fig.colorbar(im, ax=ax, label="relative latency")
         if rel.size <= 400:
             for (i, j), v in np.ndenumerate(rel.to_numpy()):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v > rel.to_numpy().mean() else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if v > rel.to_numpy().mean() else "black",
+                )
         s.figures.append(Figure(f"latency_surface_{mode}", f"Latency surface, {mode}", _png(fig)))
         s.tables.append(table(f"median_us per shape and candidate ({mode})", surface.reset_index()))
     return s
@@ -199,7 +214,14 @@ def _policy_section(pe: pd.DataFrame | None, why: str) -> Section:
     modes = sorted(pe["mode"].unique())
     arms = [a for a in FUSION_ARMS if a in set(pe["fusion"])]
     shown = [p for p in POLICIES if p != "random"]  # random's loss would squash the scale
-    fig, axes = plt.subplots(layout="constrained", nrows=len(modes), ncols=len(arms), figsize=(4 * len(arms), 3.3 * len(modes)), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        layout="constrained",
+        nrows=len(modes),
+        ncols=len(arms),
+        figsize=(4 * len(arms), 3.3 * len(modes)),
+        sharey=True,
+        squeeze=False,
+    )
     for i, mode in enumerate(modes):
         for ax, arm in zip(axes[i], arms, strict=True):
             a = pe[(pe["mode"] == mode) & (pe["fusion"] == arm)]
@@ -207,10 +229,22 @@ def _policy_section(pe: pd.DataFrame | None, why: str) -> Section:
             for k, run in enumerate(runs):
                 r = a[a["run"] == run].set_index("policy").reindex(shown)
                 x = np.arange(len(shown)) + (k - (len(runs) - 1) / 2) * 0.12
-                err = np.vstack([r["gain_vs_global_pct"] - r["ci_low"], r["ci_high"] - r["gain_vs_global_pct"]])
-                ax.errorbar(x, r["gain_vs_global_pct"], yerr=np.clip(err, 0, None), fmt="o", ms=4, capsize=2, label=f"run {run}")
+                err = np.vstack(
+                    [r["gain_vs_global_pct"] - r["ci_low"], r["ci_high"] - r["gain_vs_global_pct"]]
+                )
+                ax.errorbar(
+                    x,
+                    r["gain_vs_global_pct"],
+                    yerr=np.clip(err, 0, None),
+                    fmt="o",
+                    ms=4,
+                    capsize=2,
+                    label=f"run {run}",
+                )
             ax.axhline(0, color="grey", lw=0.8)
-            ax.set_xticks(range(len(shown)), shown if i == len(modes) - 1 else [], rotation=40, ha="right", fontsize=8)
+            ax.set_xticks(
+                range(len(shown)), shown if i == len(modes) - 1 else [], rotation=40, ha="right", fontsize=8
+            )
             ax.set_title(f"fusion {arm}, {mode}", fontsize=9)
         axes[i][0].set_ylabel("gain vs global (%)")
     low, high = axes[0][0].get_ylim()
@@ -218,7 +252,11 @@ def _policy_section(pe: pd.DataFrame | None, why: str) -> Section:
         mid = (high + low) / 2
         axes[0][0].set_ylim(mid - 0.1, mid + 0.1)
     axes[0][-1].legend(fontsize=7)
-    s.figures.append(Figure("policy_gains", "Policy gains vs global with bootstrap CIs (random omitted: see table)", _png(fig)))
+    s.figures.append(
+        Figure(
+            "policy_gains", "Policy gains vs global with bootstrap CIs (random omitted: see table)", _png(fig)
+        )
+    )
     return s
 
 
@@ -232,7 +270,9 @@ def _factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
     fac = fac[fac["status"] == "ok"] if "status" in fac.columns else fac
     cols = [c for c in ("run", "mode", "policy", "policy_gain_pct", "fusion_gain_pct", "interaction_pct",
                         "combined_gain_pct", "fusion_speedup") if c in fac.columns]  # fmt: skip
-    s = Section("factorial", title, tables=[table("2x2: {global, best deployable} x {unfused, fused}", fac[cols])])
+    s = Section(
+        "factorial", title, tables=[table("2x2: {global, best deployable} x {unfused, fused}", fac[cols])]
+    )
     s.text.append(
         "Gains are percentages of the global-unfused test latency; interaction = combined - policy - fusion, "
         "so fusion gain is never credited to dispatch."
@@ -255,7 +295,20 @@ def _fusion_regime_section(gs: pd.DataFrame | None, why: str) -> Section:
     if "residency" in extra.columns:
         sp["residency"] = sp["regime"].map(extra["residency"])
     s = Section("fusion", title)
-    cols = [c for c in ("regime", "residency", "working_set_bytes", "shape_key", "mode", "speedup", "ci_low", "ci_high") if c in sp.columns]
+    cols = [
+        c
+        for c in (
+            "regime",
+            "residency",
+            "working_set_bytes",
+            "shape_key",
+            "mode",
+            "speedup",
+            "ci_low",
+            "ci_high",
+        )
+        if c in sp.columns
+    ]
     s.tables.append(table("unfused median / fused median (same tile, shape, regime, mode)", sp[cols]))
     fig, ax = plt.subplots(layout="constrained", figsize=(6, 3.8))
     for (shape, mode), g in sp.groupby(["shape_key", "mode"], sort=True):
@@ -289,7 +342,9 @@ def _roofline_section(rf: pd.DataFrame | None, why: str) -> Section:
     else:
         fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
         for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
-            ax.scatter(g["predicted_us"], g["measured_us"], s=12, label=f"{mode}, {'fused' if fused else 'unfused'}")
+            ax.scatter(
+                g["predicted_us"], g["measured_us"], s=12, label=f"{mode}, {'fused' if fused else 'unfused'}"
+            )
         lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
         hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
         ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
@@ -298,7 +353,9 @@ def _roofline_section(rf: pd.DataFrame | None, why: str) -> Section:
         ax.set_xlabel("predicted (us)")
         ax.set_ylabel("measured (us)")
         ax.legend(fontsize=7)
-        s.figures.append(Figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", _png(fig)))
+        s.figures.append(
+            Figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", _png(fig))
+        )
         summary = both.groupby(["mode", "phase", "residency", "fused"], as_index=False).agg(
             rows=("measured_us", "size"),
             measured_over_predicted_median=("measured_over_predicted", "median"),
@@ -306,17 +363,28 @@ def _roofline_section(rf: pd.DataFrame | None, why: str) -> Section:
             measured_over_predicted_max=("measured_over_predicted", "max"),
         )
         s.tables.append(table("measured / predicted", summary))
-    split = ok[ok["fused"]].groupby(["mode", "phase"], as_index=False).agg(
-        traffic_saved_us=("traffic_saved_us", "median"),
-        launches_saved_us=("launches_saved_us", "median"),
-        launch_share_pct=("launch_share_pct", "median"),
-        fusion_saving_pred_us=("fusion_saving_pred_us", "median"),
-        fusion_saving_measured_us=("fusion_saving_measured_us", "median"),
+    split = (
+        ok[ok["fused"]]
+        .groupby(["mode", "phase"], as_index=False)
+        .agg(
+            traffic_saved_us=("traffic_saved_us", "median"),
+            launches_saved_us=("launches_saved_us", "median"),
+            launch_share_pct=("launch_share_pct", "median"),
+            fusion_saving_pred_us=("fusion_saving_pred_us", "median"),
+            fusion_saving_measured_us=("fusion_saving_measured_us", "median"),
+        )
     )
-    s.tables.append(table("Fusion saving split (medians over tiles and shapes)", split,
-                          "traffic = difference of max(compute, memory); launches = launches saved x launch overhead of the mode"))
+    s.tables.append(
+        table(
+            "Fusion saving split (medians over tiles and shapes)",
+            split,
+            "traffic = difference of max(compute, memory); launches = launches saved x launch overhead of the mode",
+        )
+    )
     if (rf["status"] != "ok").any():
-        s.text.append("Rows without a prediction: " + "; ".join(sorted(set(rf.loc[rf["status"] != "ok", "reason"]))))
+        s.text.append(
+            "Rows without a prediction: " + "; ".join(sorted(set(rf.loc[rf["status"] != "ok", "reason"])))
+        )
     return s
 
 
@@ -335,8 +403,16 @@ def _lifecycle_section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: st
             if rows.empty:
                 s.text.append(f"{label}: skipped: no ok rows")
                 continue
-            cols = [c for c in ("candidate", "candidate_b", "policy", "mode", "invocation", "value", "unit") if c in rows.columns]
-            cols = [c for c in cols if rows[c].astype(str).str.len().gt(0).any() and not (rows[c].astype(str) == "-1").all()]
+            cols = [
+                c
+                for c in ("candidate", "candidate_b", "policy", "mode", "invocation", "value", "unit")
+                if c in rows.columns
+            ]
+            cols = [
+                c
+                for c in cols
+                if rows[c].astype(str).str.len().gt(0).any() and not (rows[c].astype(str) == "-1").all()
+            ]
             s.tables.append(table(label, rows[cols]))
     else:
         s.tables.append(table("lifecycle rows", lc_ok))
@@ -373,7 +449,9 @@ def _noise_section(portfolio: pd.DataFrame | None, samples: pd.DataFrame | None,
     if samples is not None and not samples.empty:
         s.tables.append(table("Timing noise per run (from samples)", noise.run_summary(p, samples)))
     else:
-        rel = p.assign(rel_std_pct=100.0 * p["std_us"] / p["median_us"]).groupby(["run", "mode"], as_index=False)
+        rel = p.assign(rel_std_pct=100.0 * p["std_us"] / p["median_us"]).groupby(
+            ["run", "mode"], as_index=False
+        )
         s.tables.append(table("Timing noise per run (std_us / median_us; samples not read)",
                               rel["rel_std_pct"].agg(["median", "max"]).rename(columns={"median": "rel_std_median_pct", "max": "rel_std_max_pct"})))  # fmt: skip
     spread = noise.median_spread(p)
@@ -401,7 +479,9 @@ def _correctness_section(c: pd.DataFrame | None, why: str) -> Section:
     excluded = per.loc[per["failed"] > 0, "candidate"].tolist()
     s = Section("correctness", title, tables=[table("Every candidate against the float64 reference", per)])
     s.text.append(
-        "Excluded candidates (failed at least one case): " + (", ".join(map(str, excluded)) if excluded else "none") + "."
+        "Excluded candidates (failed at least one case): "
+        + (", ".join(map(str, excluded)) if excluded else "none")
+        + "."
     )
     return s
 
@@ -418,7 +498,9 @@ def _environment_section(env: pd.DataFrame | None, why: str) -> Section:
 def _benchmarks_section(benchmarks: Mapping[str, pd.DataFrame] | None) -> Section:
     title = "Stage wall times"
     if not benchmarks:
-        return _skipped("benchmarks", title, "no Snakemake benchmark files were found under results/benchmarks/")
+        return _skipped(
+            "benchmarks", title, "no Snakemake benchmark files were found under results/benchmarks/"
+        )
     rows = []
     for name, df in sorted(benchmarks.items()):
         if "s" in df.columns and len(df):

@@ -7,7 +7,8 @@ Per shape (trace row) and candidate (tile, fused):
   j <= i + Skv - Sq). ``executed_flops`` counts what the tiles compute: every visited
   block_m x block_n block in full (prefill: one program per (batch, query head, block of block_m
   queries) visiting the key blocks up to its last row's diagonal; decode: the Hq/Hkv query heads of a
-  KV head packed into M, padded to block_m, over ceil(Skv/block_n) key blocks). Softmax and RoPE
+  KV head packed into M, padded to the kernel's decode block_m = min(block_m, max(16, next power of
+  two of Hq/Hkv)), over ceil(Skv/block_n) key blocks). Softmax and RoPE
   arithmetic are not counted (a few % of the matmul FLOPs at head_dim >= 32).
 * Bytes. Compulsory traffic: q, k, v and o once, and the cos/sin rows of the Sq new positions.
   K/V blocks re-read by further programs (other query blocks, other query heads of a GQA group) come
@@ -20,7 +21,8 @@ Per shape (trace row) and candidate (tile, fused):
   write-back go to HBM, and its re-read hits L2 when the intermediate fits in L2, HBM when not.
 * Time. predicted_us = max(compute, memory) + launches x launch overhead of the mode, where
   compute = executed_flops / matmul rate, memory = hbm_bytes / HBM bandwidth + l2 traffic / L2
-  bandwidth, launches = 1 fused, 2 unfused (RoPE + attention).
+  bandwidth, launches = 1 fused, 2 unfused (RoPE + attention), plus decode's reduction launch when
+  the kernels' split-KV plan (``decode_splits``, given the SM count) splits the keys.
 
 Constants come only from ``calibration.parquet`` rows with status 'ok' measured in the matching
 regime (HBM bandwidth from a working set larger than L2, L2 bandwidth from one that fits); a
@@ -36,13 +38,28 @@ import numpy as np
 import pandas as pd
 
 MODES = ("eager", "graph")
+# The decode split-KV plan of kernels/attention.py on a GPU (same for every candidate): split until
+# DECODE_WAVES programs per SM, never below MIN_SPLIT_KEYS keys, lengths aligned to SPLIT_ALIGN_KEYS.
+DECODE_WAVES = 4
+MIN_SPLIT_KEYS = 256
+SPLIT_ALIGN_KEYS = 256
 LAUNCHES = {False: 2, True: 1}  # unfused: RoPE kernel + attention; fused: attention only
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "fp32": 4}
 CONSTANTS = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "matmul_flops_per_s")
 
 _RATE_UNITS = {
-    "bytes/s": 1.0, "b/s": 1.0, "byte/s": 1.0, "gb/s": 1e9, "gib/s": 2.0**30, "tb/s": 1e12,
-    "flop/s": 1.0, "flops/s": 1.0, "flops": 1.0, "gflop/s": 1e9, "tflop/s": 1e12, "tflops": 1e12,
+    "bytes/s": 1.0,
+    "b/s": 1.0,
+    "byte/s": 1.0,
+    "gb/s": 1e9,
+    "gib/s": 2.0**30,
+    "tb/s": 1e12,
+    "flop/s": 1.0,
+    "flops/s": 1.0,
+    "flops": 1.0,
+    "gflop/s": 1e9,
+    "tflop/s": 1e12,
+    "tflops": 1e12,
 }
 _TIME_UNITS = {"us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
 
@@ -65,6 +82,21 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def decode_block_m(block_m: int, rows: int) -> int:
+    """The decode kernel caps block_m at the packed rows rounded up to a power of two (>= 16)."""
+    return min(block_m, max(16, 1 << max(0, rows - 1).bit_length()))
+
+
+def decode_splits(programs: int, kv_len: int, sm_count: int | None) -> int:
+    """Number of KV splits the decode launch uses (1 when the SM count is unknown)."""
+    if not sm_count or sm_count <= 0:
+        return 1
+    wanted = _ceil_div(DECODE_WAVES * int(sm_count), programs)
+    splits = max(1, min(wanted, max(1, kv_len // MIN_SPLIT_KEYS)))
+    split_len = _ceil_div(_ceil_div(kv_len, splits), SPLIT_ALIGN_KEYS) * SPLIT_ALIGN_KEYS
+    return _ceil_div(kv_len, split_len)
+
+
 def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     """Executed FLOPs and K/V bytes loaded by the tiles of one candidate on one shape."""
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
@@ -74,6 +106,7 @@ def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     e = dtype_bytes(shape["dtype"])
     if str(shape["phase"]) == "decode" and sq == 1:
         group = hq // hkv
+        block_m = decode_block_m(block_m, group)
         programs = b * hkv * _ceil_div(group, block_m)
         kv_blocks = _ceil_div(skv, block_n)
         executed = programs * block_m * block_n * kv_blocks * 4 * d
@@ -100,11 +133,13 @@ def traffic(
     *,
     working_set_bytes: float | None = None,
     cold: bool = False,
+    sm_count: int | None = None,
 ) -> dict:
     """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring).
 
     working_set_bytes: bytes competing for L2 during the measurement (None: this call's own);
-    cold: the timing flushed L2 before each sample, so nothing starts resident.
+    cold: the timing flushed L2 before each sample, so nothing starts resident;
+    sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed).
     """
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
     hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
@@ -117,9 +152,15 @@ def traffic(
     new_k_bytes = b * hkv * sq * d * e if prefill else 0  # decode: the cache is already rotated
     intermediate = 0 if fused else q_bytes + new_k_bytes
     work = tile_work(shape, block_m, block_n)
+    splits = 1
+    if str(shape["phase"]) == "decode" and sq == 1:
+        programs = b * hkv * _ceil_div(hq // hkv, decode_block_m(block_m, hq // hkv))
+        splits = decode_splits(programs, skv, sm_count)
     kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
     working_set = compulsory + intermediate
-    competing = working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
+    competing = (
+        working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
+    )
     if l2_bytes is not None and not cold and competing <= l2_bytes:
         residency = "l2"
         hbm = 0
@@ -139,7 +180,8 @@ def traffic(
         "hbm_bytes": hbm,
         "l2_traffic_bytes": l2,
         "residency": residency,
-        "launches": LAUNCHES[bool(fused)],
+        "launches": LAUNCHES[bool(fused)] + (1 if splits > 1 else 0),
+        "decode_splits": splits,
     }
 
 
@@ -225,6 +267,14 @@ def l2_bytes_of(environment: pd.DataFrame | None, calibration: pd.DataFrame | No
     return None
 
 
+def sm_count_of(environment: pd.DataFrame | None) -> int | None:
+    """environment.sm_count when it is a positive number (the interpreter records none)."""
+    if environment is None or "sm_count" not in environment.columns or environment.empty:
+        return None
+    value = pd.to_numeric(environment["sm_count"], errors="coerce").iloc[0]
+    return int(value) if pd.notna(value) and value > 0 else None
+
+
 def _missing_reason(lacking: list[str], reasons: dict[str, str]) -> str:
     """'a, b not calibrated: why; c not calibrated: other why' (constants grouped by reason)."""
     by_reason: dict[str, list[str]] = {}
@@ -255,6 +305,7 @@ def predict(
     l2_bytes: float | None,
     timings: pd.DataFrame | None = None,
     cold: bool = False,
+    sm_count: int | None = None,
 ) -> pd.DataFrame:
     """One row per (candidate, shape_key, mode) with the model's terms, prediction and measurement.
 
@@ -262,7 +313,11 @@ def predict(
     ``traffic_saved_us`` (difference of max(compute, memory)) and ``launches_saved_us``.
     """
     for name, df, cols in (
-        ("trace", trace, ("phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key")),
+        (
+            "trace",
+            trace,
+            ("phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key"),
+        ),
         ("candidates", candidates, ("candidate", "tile", "block_m", "block_n", "fused")),
     ):
         if not isinstance(df, pd.DataFrame):
@@ -284,9 +339,13 @@ def predict(
             fused = bool(cand["fused"])
             for mode in MODES:
                 t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, cold=cold,
-                            working_set_bytes=competing.get((str(shape["shape_key"]), mode)))  # fmt: skip
+                            working_set_bytes=competing.get((str(shape["shape_key"]), mode)), sm_count=sm_count)  # fmt: skip
                 launch_key = f"launch_{mode}_us"
-                need = ["matmul_flops_per_s", launch_key, "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s"]
+                need = [
+                    "matmul_flops_per_s",
+                    launch_key,
+                    "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s",
+                ]
                 if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:
                     need.append("l2_bytes_per_s")
                 lacking = [k for k in need if k not in consts]
@@ -335,7 +394,11 @@ def _fusion_split(df: pd.DataFrame) -> pd.DataFrame:
     fused = joined["fused"]
     df["traffic_saved_us"] = np.where(fused, joined["unfused_body_us"] - joined["body_us"], np.nan)
     df["launches_saved_us"] = np.where(fused, joined["unfused_launch_us"] - joined["launch_us"], np.nan)
-    df["fusion_saving_pred_us"] = np.where(fused, joined["unfused_predicted_us"] - joined["predicted_us"], np.nan)
-    df["fusion_saving_measured_us"] = np.where(fused, joined["unfused_measured_us"] - joined["measured_us"], np.nan)
+    df["fusion_saving_pred_us"] = np.where(
+        fused, joined["unfused_predicted_us"] - joined["predicted_us"], np.nan
+    )
+    df["fusion_saving_measured_us"] = np.where(
+        fused, joined["unfused_measured_us"] - joined["measured_us"], np.nan
+    )
     df["launch_share_pct"] = 100.0 * df["launches_saved_us"] / df["fusion_saving_pred_us"]
     return df.drop(columns="body_us")

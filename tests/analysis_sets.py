@@ -59,7 +59,9 @@ def candidates(tiles: int = TILES) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timings(tr: pd.DataFrame, latency, runs=(1, 2, 3), modes=("eager",), std_us: float = 0.0, reps: int = 100):
+def timings(
+    tr: pd.DataFrame, latency, runs=(1, 2, 3), modes=("eager",), std_us: float = 0.0, reps: int = 100
+):
     """Portfolio rows: latency(shape_key, tile, fused, run, mode, invocation) -> median_us."""
     rows = []
     cands = candidates()
@@ -67,7 +69,16 @@ def timings(tr: pd.DataFrame, latency, runs=(1, 2, 3), modes=("eager",), std_us:
         for mode in modes:
             for _, inv in tr.iterrows():
                 for _, c in cands.iterrows():
-                    us = float(latency(inv["shape_key"], int(c["tile"]), bool(c["fused"]), run, mode, int(inv["invocation"])))
+                    us = float(
+                        latency(
+                            inv["shape_key"],
+                            int(c["tile"]),
+                            bool(c["fused"]),
+                            run,
+                            mode,
+                            int(inv["invocation"]),
+                        )
+                    )
                     rows.append(
                         {
                             "run": run,
@@ -98,7 +109,14 @@ def flat(key, tile, fused, run, mode, inv):
 
 def environment(device: str = "cuda") -> pd.DataFrame:
     return pd.DataFrame(
-        [{"device": device, "gpu_name": "NVIDIA H200" if device == "cuda" else "cpu", "sm_count": 132, "l2_bytes": 50 * 2**20}]
+        [
+            {
+                "device": device,
+                "gpu_name": "NVIDIA H200" if device == "cuda" else "cpu",
+                "sm_count": 132,
+                "l2_bytes": 50 * 2**20,
+            }
+        ]
     )
 
 
@@ -128,25 +146,77 @@ def graph_sweep(graph_speedup: float = 1.03, eager_speedup: float = 2.5, status:
 def calibration(l2_bytes: float = 50 * 2**20) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {"name": "hbm_bytes_per_s", "value": 4.0e12, "unit": "bytes/s", "working_set_bytes": 8 * l2_bytes, "regime": "hbm", "status": "ok"},
+            {
+                "name": "hbm_bytes_per_s",
+                "value": 4.0e12,
+                "unit": "bytes/s",
+                "working_set_bytes": 8 * l2_bytes,
+                "regime": "hbm",
+                "status": "ok",
+            },
             # measured inside L2: must never be taken as HBM bandwidth
-            {"name": "hbm_bytes_per_s", "value": 9.0e12, "unit": "bytes/s", "working_set_bytes": l2_bytes / 4, "regime": "hbm", "status": "ok"},
-            {"name": "l2_bytes_per_s", "value": 1.0e13, "unit": "bytes/s", "working_set_bytes": l2_bytes / 4, "regime": "l2", "status": "ok"},
-            {"name": "launch_eager_us", "value": 5.0, "unit": "us", "working_set_bytes": 0, "regime": "launch", "status": "ok"},
-            {"name": "launch_graph_us", "value": 1.0, "unit": "us", "working_set_bytes": 0, "regime": "launch", "status": "ok"},
-            {"name": "matmul_flops_per_s", "value": 5.0e14, "unit": "flop/s", "working_set_bytes": 0, "regime": "compute", "status": "ok"},
+            {
+                "name": "hbm_bytes_per_s",
+                "value": 9.0e12,
+                "unit": "bytes/s",
+                "working_set_bytes": l2_bytes / 4,
+                "regime": "hbm",
+                "status": "ok",
+            },
+            {
+                "name": "l2_bytes_per_s",
+                "value": 1.0e13,
+                "unit": "bytes/s",
+                "working_set_bytes": l2_bytes / 4,
+                "regime": "l2",
+                "status": "ok",
+            },
+            {
+                "name": "launch_eager_us",
+                "value": 5.0,
+                "unit": "us",
+                "working_set_bytes": 0,
+                "regime": "launch",
+                "status": "ok",
+            },
+            {
+                "name": "launch_graph_us",
+                "value": 1.0,
+                "unit": "us",
+                "working_set_bytes": 0,
+                "regime": "launch",
+                "status": "ok",
+            },
+            {
+                "name": "matmul_flops_per_s",
+                "value": 5.0e14,
+                "unit": "flop/s",
+                "working_set_bytes": 0,
+                "regime": "compute",
+                "status": "ok",
+            },
         ]
     )
 
 
 def lifecycle() -> pd.DataFrame:
     rows = [
-        {"kind": "compile", "candidate": c, "policy": None, "value": 2.0, "unit": "s"} for c in candidates()["candidate"]
+        {"kind": "compile", "candidate": c, "policy": None, "value": 2.0, "unit": "s"}
+        for c in candidates()["candidate"]
     ]
-    rows += [{"kind": "cache", "candidate": c, "policy": None, "value": 1.0e5, "unit": "bytes"} for c in candidates()["candidate"]]
+    rows += [
+        {"kind": "cache", "candidate": c, "policy": None, "value": 1.0e5, "unit": "bytes"}
+        for c in candidates()["candidate"]
+    ]
     rows += [
         {"kind": "dispatch", "candidate": None, "policy": p, "value": v, "unit": "ns"}
-        for p, v in (("global", 0.0), ("exact-key", 150.0), ("bucketed", 300.0), ("clustered", 2000.0), ("regret-aware", 150.0))
+        for p, v in (
+            ("global", 0.0),
+            ("exact-key", 150.0),
+            ("bucketed", 300.0),
+            ("clustered", 2000.0),
+            ("regret-aware", 150.0),
+        )
     ]
     rows.append({"kind": "switch", "candidate": None, "policy": None, "value": 3.0, "unit": "us"})
     return pd.DataFrame(rows)

@@ -94,13 +94,28 @@ def test_ci_straddling_a_threshold_is_no_decision():
 
 
 def test_a_straddling_ci_built_by_hand():
-    base = {"run": 1, "mode": "eager", "fusion": "free", "gap_ci_low": 0.1, "gap_ci_high": 0.2,
-            "net_ci_low": 0.0, "net_ci_high": 0.1, "ci_low": 0.0, "ci_high": 0.1}
+    base = {
+        "run": 1,
+        "mode": "eager",
+        "fusion": "free",
+        "gap_ci_low": 0.1,
+        "gap_ci_high": 0.2,
+        "net_ci_low": 0.0,
+        "net_ci_high": 0.1,
+        "ci_low": 0.0,
+        "ci_high": 0.1,
+    }
     pe = pd.DataFrame(
         [
             {**base, "policy": "global", "gap_to_oracle_pct": 0.15, "net_gain_pct": 0.0},
-            {**base, "policy": "exact-key", "gap_to_oracle_pct": 0.0, "net_gain_pct": 0.8,
-             "net_ci_low": 0.5, "net_ci_high": 1.3},
+            {
+                **base,
+                "policy": "exact-key",
+                "gap_to_oracle_pct": 0.0,
+                "net_gain_pct": 0.8,
+                "net_ci_low": 0.5,
+                "net_ci_high": 1.3,
+            },
         ]
     )
     d = decision.decide(pe, S.graph_sweep(), S.environment("cuda")).iloc[0]
@@ -118,7 +133,9 @@ def test_skipped_graph_sweep_on_a_gpu_is_no_decision_not_a_crash():
 
 def test_thresholds_come_from_arguments_and_bad_ones_are_named():
     pe = _policy_eval(S.flat)
-    d = decision.decide(pe, S.graph_sweep(graph_speedup=1.03), S.environment("cuda"), max_graph_fusion_speedup=1.01)
+    d = decision.decide(
+        pe, S.graph_sweep(graph_speedup=1.03), S.environment("cuda"), max_graph_fusion_speedup=1.01
+    )
     assert d.iloc[0].verdict == "continue"
     with pytest.raises(ValueError, match="max_policy_gain_pct"):
         decision.decide(pe, None, None, max_policy_gain_pct="1%")

@@ -140,7 +140,9 @@ def test_pure_fusion_effect_goes_to_fusion_not_policy():
     assert np.allclose(fac.interaction_pct, 0.0, atol=1e-9)
     assert np.allclose(fac.fusion_speedup, 1 / 0.7)
     # within the free arm global already takes the fused kernel: no policy gain there either
-    assert np.allclose(pe[pe.fusion == "free"].query("policy != 'random'").gain_vs_global_pct, 0.0, atol=1e-12)
+    assert np.allclose(
+        pe[pe.fusion == "free"].query("policy != 'random'").gain_vs_global_pct, 0.0, atol=1e-12
+    )
 
 
 def test_factorial_separates_policy_and_fusion_and_their_interaction():
@@ -227,11 +229,51 @@ def test_lifecycle_costs_lower_net_gain_and_parse_both_layouts():
     # the lifecycle stage's layout: switch rows per mode, skipped rows without values, empty strings
     per_mode = pd.DataFrame(
         [
-            {"kind": "switch", "candidate": "t0-fused", "policy": "", "mode": "eager", "value": 4.0, "unit": "us", "status": "ok"},
-            {"kind": "switch", "candidate": "t1-fused", "policy": "", "mode": "eager", "value": 2.0, "unit": "us", "status": "ok"},
-            {"kind": "switch", "candidate": "t0-fused", "policy": "", "mode": "graph", "value": -0.5, "unit": "us", "status": "ok"},
-            {"kind": "compile", "candidate": "t0-fused", "policy": "", "mode": "", "value": float("nan"), "unit": "s", "status": "skipped"},
-            {"kind": "dispatch", "candidate": "", "policy": "global", "mode": "", "value": 1.0, "unit": "ns", "status": "ok"},
+            {
+                "kind": "switch",
+                "candidate": "t0-fused",
+                "policy": "",
+                "mode": "eager",
+                "value": 4.0,
+                "unit": "us",
+                "status": "ok",
+            },
+            {
+                "kind": "switch",
+                "candidate": "t1-fused",
+                "policy": "",
+                "mode": "eager",
+                "value": 2.0,
+                "unit": "us",
+                "status": "ok",
+            },
+            {
+                "kind": "switch",
+                "candidate": "t0-fused",
+                "policy": "",
+                "mode": "graph",
+                "value": -0.5,
+                "unit": "us",
+                "status": "ok",
+            },
+            {
+                "kind": "compile",
+                "candidate": "t0-fused",
+                "policy": "",
+                "mode": "",
+                "value": float("nan"),
+                "unit": "s",
+                "status": "skipped",
+            },
+            {
+                "kind": "dispatch",
+                "candidate": "",
+                "policy": "global",
+                "mode": "",
+                "value": 1.0,
+                "unit": "ns",
+                "status": "ok",
+            },
         ]
     )
     costs = policies.lifecycle_costs(per_mode)

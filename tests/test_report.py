@@ -44,7 +44,9 @@ def _inputs(device: str) -> dict:
         gs, cal = S.graph_sweep(), S.calibration()
     else:
         gs = S.graph_sweep(status="skipped")
-        cal = S.calibration().assign(value=np.nan, status="skipped", reason="calibration needs a GPU (device: interpret)")
+        cal = S.calibration().assign(
+            value=np.nan, status="skipped", reason="calibration needs a GPU (device: interpret)"
+        )
     env = S.environment(device)
     return {
         "decision": decision.decide(pe, gs, env),
@@ -157,7 +159,9 @@ def _colourful_pixels(img: np.ndarray) -> int:
     return int(((img.max(axis=2) - img.min(axis=2)) > 0.25).sum())
 
 
-@pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed (apt-get install -y chromium)")
+@pytest.mark.skipif(
+    _chromium() is None, reason="headless Chromium not installed (apt-get install -y chromium)"
+)
 def test_html_opens_in_headless_chromium_and_its_figures_render(gpu_report, tmp_path):
     _, out, _ = gpu_report
     browser = _chromium()

@@ -15,11 +15,29 @@ except ImportError:  # tests imported as a package
 from headroom import roofline
 
 # Prefill: B=1, Sq=Skv=4, Hq=2, Hkv=1, D=2, float16 (2 bytes)
-PREFILL = {"phase": "prefill", "batch": 1, "q_len": 4, "kv_len": 4, "heads_q": 2, "heads_kv": 1,
-           "head_dim": 2, "dtype": "float16", "shape_key": "p4"}
+PREFILL = {
+    "phase": "prefill",
+    "batch": 1,
+    "q_len": 4,
+    "kv_len": 4,
+    "heads_q": 2,
+    "heads_kv": 1,
+    "head_dim": 2,
+    "dtype": "float16",
+    "shape_key": "p4",
+}
 # Decode: B=2, Sq=1, Skv=5, Hq=4, Hkv=2, D=2, float16
-DECODE = {"phase": "decode", "batch": 2, "q_len": 1, "kv_len": 5, "heads_q": 4, "heads_kv": 2,
-          "head_dim": 2, "dtype": "float16", "shape_key": "d5"}
+DECODE = {
+    "phase": "decode",
+    "batch": 2,
+    "q_len": 1,
+    "kv_len": 5,
+    "heads_q": 4,
+    "heads_kv": 2,
+    "head_dim": 2,
+    "dtype": "float16",
+    "shape_key": "d5",
+}
 
 
 def test_causal_pairs_bottom_right():
@@ -88,7 +106,10 @@ def _calibration(l2_bytes):
         ("matmul_flops_per_s", 1e10, "flop/s", 0, "compute"),
     ]
     return pd.DataFrame(
-        [{"name": n, "value": v, "unit": u, "working_set_bytes": w, "regime": r, "status": "ok"} for n, v, u, w, r in rows]
+        [
+            {"name": n, "value": v, "unit": u, "working_set_bytes": w, "regime": r, "status": "ok"}
+            for n, v, u, w, r in rows
+        ]
     )
 
 
@@ -147,8 +168,17 @@ def test_predicted_time_and_fusion_split_by_hand():
 def test_missing_calibration_is_skipped_with_the_reason_not_a_number():
     trace = S.trace("AC")
     skipped = pd.DataFrame(
-        [{"name": "hbm_bytes_per_s", "value": float("nan"), "unit": "bytes/s", "working_set_bytes": 0,
-          "regime": "hbm", "status": "skipped", "reason": "no GPU (device: interpret)"}]
+        [
+            {
+                "name": "hbm_bytes_per_s",
+                "value": float("nan"),
+                "unit": "bytes/s",
+                "working_set_bytes": 0,
+                "regime": "hbm",
+                "status": "skipped",
+                "reason": "no GPU (device: interpret)",
+            }
+        ]
     )
     df = roofline.predict(trace, S.candidates(), skipped, l2_bytes=None)
     assert set(df.status) == {"skipped"}
@@ -176,7 +206,15 @@ def test_residency_follows_the_measured_working_set_and_cold_timing():
     trace = pd.DataFrame([PREFILL])
     cands = pd.DataFrame([{"candidate": "t0-fused", "tile": 0, "block_m": 2, "block_n": 2, "fused": True}])
     timings = pd.DataFrame(
-        [{"candidate": "t0-fused", "shape_key": "p4", "mode": "eager", "median_us": 6.0, "working_set_bytes": 4000}]
+        [
+            {
+                "candidate": "t0-fused",
+                "shape_key": "p4",
+                "mode": "eager",
+                "median_us": 6.0,
+                "working_set_bytes": 4000,
+            }
+        ]
     )
     df = roofline.predict(trace, cands, _calibration(1000), l2_bytes=1000, timings=timings).set_index("mode")
     assert df.loc["eager", "residency"] == "hbm"  # the measurement's rotating sets spill L2
@@ -188,3 +226,19 @@ def test_l2_size_from_environment_then_calibration():
     assert roofline.l2_bytes_of(S.environment("cuda"), cal) == 50 * 2**20
     assert roofline.l2_bytes_of(pd.DataFrame([{"device": "interpret", "l2_bytes": 0}]), cal) == 123.0
     assert roofline.l2_bytes_of(None, cal.assign(status="skipped")) is None
+
+
+def test_decode_block_m_cap_and_split_kv_reduction_launch():
+    # the decode kernel packs Hq/Hkv = 4 rows: block_m 128 is capped at max(16, 4) = 16
+    assert roofline.decode_block_m(128, 4) == 16
+    assert roofline.decode_block_m(64, 32) == 32
+    shape = {**DECODE, "batch": 8, "heads_q": 32, "heads_kv": 8, "kv_len": 1024, "head_dim": 64}
+    capped = roofline.traffic(shape, 128, 64, True, None)
+    # 8*8 programs x 16 rows x 1024 keys x 4*64 FLOP
+    assert capped["executed_flops"] == 8 * 8 * 16 * 1024 * 4 * 64
+    # 64 programs on 132 SMs: want ceil(4*132/64) = 9 splits, at most 1024 // 256 = 4 -> 4 splits,
+    # so a reduction kernel follows: 2 launches fused, 3 unfused
+    split = roofline.traffic(shape, 128, 64, True, None, sm_count=132)
+    assert (split["decode_splits"], split["launches"]) == (4, 2)
+    assert roofline.traffic(shape, 128, 64, False, None, sm_count=132)["launches"] == 3
+    assert roofline.traffic(shape, 128, 64, True, None)["launches"] == 1  # SM count unknown: no split
