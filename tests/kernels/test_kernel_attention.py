@@ -113,6 +113,18 @@ def test_decode_split_path_is_taken_and_correct():
                      f"decode split Sq={q_len}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_fused_key_rotation(dtype):
+    """Fused prefill advances the key rotation block by block (angle addition); over a long
+    cache with the smallest block the accumulated error must stay inside the tolerance."""
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = random_qkv(1, 2, 1, 5, 1200, 64, dtype, gen)
+    cos, sin = rope_tables(1200, 64, device=DEVICE)
+    out = attention(q, k, v, cos, sin, tile=Tile(16, 16, 4, 2), fused=True, rotate_k=True,
+                    out=poisoned(q.shape, dtype))
+    assert_close(out, reference_attention(q, k, v, cos, sin, rotate_k=True), dtype, "long fused")
+
+
 def test_split_plan_follows_the_gpu_not_the_tile():
     sms = 132
     # enough programs already: no split
