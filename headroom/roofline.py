@@ -328,6 +328,8 @@ def predict(
     if l2_bytes is not None and not (float(l2_bytes) > 0):
         l2_bytes = None
     consts, reasons = calibrated_constants(calibration, l2_bytes)
+    # one reason for every row without a prediction: which constants are missing overall, and why
+    uncalibrated = _missing_reason([c for c in CONSTANTS if c not in consts], reasons)
     shapes = trace.drop_duplicates("shape_key").sort_values("shape_key")
     competing = {}
     if timings is not None and "working_set_bytes" in timings.columns:
@@ -351,7 +353,7 @@ def predict(
                 lacking = [k for k in need if k not in consts]
                 if lacking:
                     compute_us = memory_us = launch_us = predicted = float("nan")
-                    status, reason = "skipped", _missing_reason(lacking, reasons)
+                    status, reason = "skipped", uncalibrated
                 else:
                     compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
                     memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
