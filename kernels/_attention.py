@@ -40,7 +40,7 @@ def _online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, GUARD_EMPTY: tl.constex
 def _prefill_key_loop(
     acc, l_i, m_i, q1, q2, q_pos,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    cos_ptr, sin_ptr, stride_tab, cos_j, sin_j, cos_step, sin_step,
+    cos_ptr, sin_ptr, stride_tab,
     lo, hi, Skv, qk_scale,
     HALF: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -56,45 +56,24 @@ def _prefill_key_loop(
     (D, N) tile, one dot. SPLIT_D=True: q1, q2 are the (M, D/2) halves and K^T comes as two
     (D/2, N) halves, rotated in registers when ROTATE_K.
 
-    ROTATE_K uses the angle-addition identity instead of loading a (D/2, N) cos and sin tile per
-    step (measured on the H200: those table loads made fused prefill ~1.5x slower than the
-    un-rotated kernel): with n = start_n + j,
-        cos(n t) = cos(start_n t) cos(j t) - sin(start_n t) sin(j t)
-        sin(n t) = sin(start_n t) cos(j t) + cos(start_n t) sin(j t),
-    where cos_j, sin_j are the (D/2, N) float32 tables of j t, loaded once per program, and the
-    block-start values are loaded once per loop and then advanced by the same identity with
-    step = BLOCK_N (cos_step, sin_step), so the loop body loads no table at all. Each advance adds
-    ~1e-7 relative error; after the longest loop (32k keys / 16) that is ~1e-4, far below the
-    rounding of the rotated keys to bfloat16/float16.
+    ROTATE_K rotates each K^T half-tile with cos/sin tiles of the key positions, read from the
+    tables like the standalone RoPE kernel does, so fused and unfused candidates round the same
+    values the same way. (Tried on the H200 and dropped: advancing the rotation by angle
+    addition from registers instead of reading table tiles -- no faster with 8 warps, and 2.4x
+    slower for 4-warp, block_n=128 tiles, whose registers then spill.)
     """
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
-    if ROTATE_K:
-        # lo < hi <= Skv <= table rows whenever the loop runs; clamp so an empty loop stays in bounds
-        first = tl.minimum(lo, hi - 1)
-        first = tl.maximum(first, 0)
-        cos_n0 = tl.load(cos_ptr + first * stride_tab + offs_half).to(tl.float32)
-        sin_n0 = tl.load(sin_ptr + first * stride_tab + offs_half).to(tl.float32)
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_bounds = offs_n < Skv
         k_cols = k_base + offs_n[None, :] * stride_kn
         if SPLIT_D:
-            # K^T halves (HALF, BLOCK_N)
+            # K^T halves (HALF, BLOCK_N), rotated at key positions when ROTATE_K
             k1, k2 = load_halves(
                 k_cols, offs_half, stride_kd, offs_n, in_bounds[None, :],
-                cos_ptr, sin_ptr, stride_tab, HALF, False, True, MASKED,
+                cos_ptr, sin_ptr, stride_tab, HALF, ROTATE_K, True, MASKED,
             )
-            if ROTATE_K:
-                c = cos_n0[:, None] * cos_j - sin_n0[:, None] * sin_j
-                s = sin_n0[:, None] * cos_j + cos_n0[:, None] * sin_j
-                k1f = k1.to(tl.float32)
-                k2f = k2.to(tl.float32)
-                k1 = (k1f * c - k2f * s).to(q1.dtype)
-                k2 = (k2f * c + k1f * s).to(q1.dtype)
-                cos_next = cos_n0 * cos_step - sin_n0 * sin_step
-                sin_n0 = sin_n0 * cos_step + cos_n0 * sin_step
-                cos_n0 = cos_next
             qk = tl.dot(q1, k1)
             qk = tl.dot(q2, k2, qk)
         else:
@@ -122,7 +101,7 @@ def prefill_kernel(
     stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_ob, stride_oh, stride_os, stride_od,
-    stride_tab, table_rows,
+    stride_tab,
     Hq, group, Sq, Skv, qk_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -159,25 +138,6 @@ def prefill_kernel(
     else:
         q1 = tl.load(q_rows + tl.arange(0, HEAD_DIM)[None, :] * stride_qd, mask=row_ok, other=0.0)
         q2 = q1
-    if ROTATE_K:
-        # cos/sin of j * theta for j in [0, BLOCK_N), (HALF, BLOCK_N); rows past the table are
-        # never needed (start_n + j < Skv <= table_rows)
-        offs_j = tl.arange(0, BLOCK_N)
-        tab_j = offs_j[None, :] * stride_tab + offs_half[:, None]
-        j_ok = (offs_j < table_rows)[None, :]
-        cos_j = tl.load(cos_ptr + tab_j, mask=j_ok, other=1.0).to(tl.float32)
-        sin_j = tl.load(sin_ptr + tab_j, mask=j_ok, other=0.0).to(tl.float32)
-        # the rotation by BLOCK_N * theta; a table shorter than that means one block, no advance
-        step_ok = (tl.zeros([HALF], dtype=tl.int32) + BLOCK_N) < table_rows
-        cos_step = tl.load(cos_ptr + BLOCK_N * stride_tab + offs_half, mask=step_ok, other=1.0)
-        sin_step = tl.load(sin_ptr + BLOCK_N * stride_tab + offs_half, mask=step_ok, other=0.0)
-        cos_step = cos_step.to(tl.float32)
-        sin_step = sin_step.to(tl.float32)
-    else:
-        cos_j = 0.0
-        sin_j = 0.0
-        cos_step = 0.0
-        sin_step = 0.0
     k_base = k_ptr + b * stride_kb + hkv * stride_kh
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
 
@@ -192,13 +152,12 @@ def prefill_kernel(
     causal_hi = tl.minimum(Skv, first_pos + BLOCK_M)
     acc, l_i, m_i = _prefill_key_loop(
         acc, l_i, m_i, q1, q2, q_pos, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-        cos_ptr, sin_ptr, stride_tab, cos_j, sin_j, cos_step, sin_step, 0, full_hi, Skv, qk_scale,
+        cos_ptr, sin_ptr, stride_tab, 0, full_hi, Skv, qk_scale,
         HALF, HEAD_DIM, BLOCK_N, SPLIT_D, ROTATE_K, False,
     )
     acc, l_i, m_i = _prefill_key_loop(
         acc, l_i, m_i, q1, q2, q_pos, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-        cos_ptr, sin_ptr, stride_tab, cos_j, sin_j, cos_step, sin_step, full_hi, causal_hi, Skv,
-        qk_scale,
+        cos_ptr, sin_ptr, stride_tab, full_hi, causal_hi, Skv, qk_scale,
         HALF, HEAD_DIM, BLOCK_N, SPLIT_D, ROTATE_K, True,
     )
     # every row saw key 0, so l_i > 0

@@ -157,16 +157,16 @@ def _launch(q, k, v, cos, sin, out, tile, *, rotate_q, rotate_k, path=None):
     qk_scale = LOG2E / math.sqrt(head_dim)
     if cos is None:
         cos = sin = q
-        stride_tab = table_rows = 0
+        stride_tab = 0
     else:
-        stride_tab, table_rows = cos.stride(0), cos.shape[0]
+        stride_tab = cos.stride(0)
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride(), stride_tab)
     if path is None:
         path = "decode" if q_len == 1 else "prefill"
     if path == "prefill":
         grid = (batch * heads_q, triton.cdiv(q_len, tile.block_m))
         prefill_kernel[grid](
-            q, k, v, out, cos, sin, *strides, table_rows,
+            q, k, v, out, cos, sin, *strides,
             heads_q, group, q_len, kv_len, qk_scale,
             HEAD_DIM=head_dim, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
             ROTATE_Q=rotate_q, ROTATE_K=rotate_k,
