@@ -100,7 +100,8 @@ rule report:
         ),
     params:
         report=STUDY["report"],
-        benchmarks=f"{R}/benchmarks",
+        # stage wall times of the run that measured: in replay, the recorded run's, not this one's
+        benchmarks=f"{REPLAY}/benchmarks" if REPLAY else f"{R}/benchmarks",
     log:
         f"{R}/logs/report.log",
     benchmark:
