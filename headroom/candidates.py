@@ -87,7 +87,11 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
         raise ValueError(f"backend {backend!r} is not a native candidate backend")
     which = _sdpa_backend(backend[5:])
 
-    def fn(q, k, v):
+    def fn(q, k, v, out=None):
+        res = _sdpa(q, k, v)
+        return res if out is None else out.copy_(res)
+
+    def _sdpa(q, k, v):
         sq, skv = q.shape[2], k.shape[2]
         qr = rope(q, cos, sin, skv - sq)
         kr = rope(k, cos, sin, 0) if rotate_k else k
@@ -102,7 +106,8 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
 
 
 def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
-    """fn(q, k, v) -> out for one candidate row (a namedtuple/Series with the COLUMNS)."""
+    """fn(q, k, v, out=None) -> out for one candidate row (a namedtuple/Series with the COLUMNS).
+    out: an optional output buffer (the correctness gate passes poisoned ones)."""
     if is_native(cand):
         return _native_fn(str(cand.backend), cos, sin, rotate_k)
     from kernels import Tile, attention
@@ -110,7 +115,7 @@ def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
     fused = bool(cand.fused)
 
-    def fn(q, k, v):
-        return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k)
+    def fn(q, k, v, out=None):
+        return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
 
     return fn

@@ -1,0 +1,28 @@
+# The correctness gate: every candidate x every distinct trace shape against float64. Candidates
+# that fail are dropped by headroom.correctness.admitted() in every later stage, or stop the
+# pipeline here when on_correctness_failure is `fail`.
+if not REPLAY:
+
+    rule correctness:
+        input:
+            trace=f"{R}/trace.parquet",
+            candidates=f"{R}/candidates.parquet",
+            code=src("headroom/correctness.py", "headroom/candidates.py", "scripts/correctness.py",
+                     *KERNEL_CODE),
+        output:
+            correctness=artifact(f"{R}/correctness.parquet"),
+        params:
+            device=DEVICE,
+            correctness=STUDY["correctness"],
+            on_correctness_failure=STUDY.get("on_correctness_failure", "fail"),
+            rope_base=STUDY["partition"].get("rope_base", 10000.0),
+        log:
+            f"{R}/logs/correctness.log",
+        benchmark:
+            f"{R}/benchmarks/correctness.tsv"
+        resources:
+            gpu=1,
+        conda:
+            "../envs/gpu.yaml"
+        script:
+            "../scripts/correctness.py"
