@@ -1,7 +1,10 @@
 # Measurements on the GPU: the portfolio (one fresh process per run), lifecycle costs, the CUDA
 # Graph working-set sweep and the machine calibration. On the interpreter they run with the smoke
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
-MEASURE_CODE = ["headroom/timing.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py"]
+MEASURE_CODE = [
+    "headroom/timing.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py",
+    "headroom/candidates.py",
+]
 
 if not REPLAY:
 
@@ -80,8 +83,8 @@ if not REPLAY:
 
     rule calibrate:
         input:
-            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/calibrate.py", "scripts/calibrate.py",
-                     *KERNEL_CODE),
+            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/calibrate.py",
+                     "scripts/calibrate.py", *KERNEL_CODE),
         output:
             calibration=artifact(f"{R}/calibration.parquet"),
         params:
