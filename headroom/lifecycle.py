@@ -11,6 +11,8 @@
   calling a function that does nothing (clipped at 0): global (a constant), exact-key and
   regret-aware (a dict on the exact shape), bucketed (power-of-two bucket label, then a dict),
   clustered (nearest of ``dispatch_clusters`` centroids in log2 feature space, then a table).
+  These are the mechanisms as plain Python, computed on every call: an upper bound, since a
+  server that memoizes the answer per exact shape pays the exact-key figure after first sight.
 - switch: on a few invocations, per-call time of an A,B,A,B,... sequence minus the mean of A,A,...
   and B,B,... medians, in eager and (with CUDA) graph mode.
 
