@@ -16,6 +16,16 @@ Interpreter vs GPU -- what callers must do:
     a launch after the variable changed raises RuntimeError rather than running in the
     wrong mode.
 
+Notes for callers:
+    - cos/sin tables are (max_pos, head_dim // 2), float32 by default. Their dtype is a speed
+      choice for the fused prefill kernel, which reads a cos/sin tile per key block: on the H200,
+      float32 tables made fused prefill 8-55% slower than bfloat16 tables (what HF uses)
+      (BENCHMARKS.md). Fused and unfused candidates read the same tables, so they stay comparable.
+    - Decode (Sq == 1) uses block_n, num_warps, num_stages of the tile; block_m is capped at the
+      packed query-head count (decode_block_m). The split-KV plan (decode_split_plan) depends on
+      the shape and the SM count only, never on the tile.
+    - attention(..., out=buf) writes into a caller's buffer (the correctness gate poisons it).
+
 Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
 (host / Triton attention), reference.py (float64 torch references).
 """

@@ -44,7 +44,7 @@ class Tile:
         return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
 
     @classmethod
-    def from_mapping(cls, mapping) -> "Tile":
+    def from_mapping(cls, mapping) -> Tile:
         """Build from a config mapping with exactly the four tile keys."""
         keys = {"block_m", "block_n", "num_warps", "num_stages"}
         if not hasattr(mapping, "keys") or set(mapping.keys()) != keys:

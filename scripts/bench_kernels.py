@@ -98,7 +98,7 @@ def main() -> None:
         "device": name, "sm_count": sm_count,
         "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if not args.smoke else None, "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(sys.argv), "table_dtype": args.table_dtype,
         "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep",
     }
@@ -269,7 +269,7 @@ def summarize(rows):
     for phase, batch, q_len, kv_len in cases:
         rs = [r for r in rows if r["kind"] == "time" and (r["phase"], r["batch"], r["q_len"], r["kv_len"]) == (phase, batch, q_len, kv_len) and r["status"] == "ok"]
 
-        def best(pred):
+        def best(pred, rs=rs):
             sel = [r for r in rs if pred(r)]
             return min(sel, key=lambda r: r["median_us"]) if sel else None
 
@@ -343,6 +343,6 @@ if __name__ == "__main__":
         main()
     except SystemExit:
         raise
-    except Exception:
+    except Exception as exc:
         traceback.print_exc()
-        raise SystemExit(1)
+        raise SystemExit(1) from exc

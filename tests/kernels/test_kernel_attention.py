@@ -10,12 +10,11 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kernel_helpers import DEVICE, DTYPES, assert_close, poisoned, random_qkv
 
 import kernels
 from kernels import Tile, attention, attention_unrotated, reference_attention, rope_tables
 from kernels.attention import LOG2E, MIN_SPLIT_KEYS, _run, decode_block_m, decode_split_plan
-
-from kernel_helpers import DEVICE, DTYPES, assert_close, poisoned, random_qkv
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small tiles keep the interpreter fast on the random shapes; the study's own tiles are checked

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import DEVICE, TOLERANCES, errors, poisoned
 
 import kernels
 from kernels import Tile, attention, reference_attention, rope_tables
-
-from kernel_helpers import DEVICE, TOLERANCES, errors, poisoned
 
 
 def test_empty_kernel_launch_runs_and_checks_its_anchor():

@@ -8,10 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_helpers import DEVICE, DTYPES, poisoned
 
 from kernels import rope, rope_tables
-
-from kernel_helpers import DEVICE, DTYPES, poisoned
 
 
 def torch_rotate_half(x, cos_full, sin_full, offset):

@@ -7,11 +7,10 @@ import importlib
 
 import pytest
 import torch
+from kernel_helpers import DEVICE, DTYPES, random_qkv
 
 import kernels
 from kernels import Tile, attention, rope, rope_tables
-
-from kernel_helpers import DEVICE, DTYPES, random_qkv
 
 TILE = Tile(16, 16, 4, 2)
 
