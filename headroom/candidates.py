@@ -119,3 +119,14 @@ def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
         return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
 
     return fn
+
+
+def tables(max_pos: int, head_dim: int, dtype: str, base: float, device: str):
+    """cos/sin tables for every stage, in the data's dtype as serving stacks keep them (HF, vLLM
+    cast their caches to the model dtype). The choice matters: the fused kernel loads table tiles
+    beside q/k tiles, and float32 tables made fused prefill 8-55% slower on the H200 (BENCHMARKS.md)."""
+    import torch
+
+    from kernels import rope_tables
+
+    return rope_tables(int(max_pos), int(head_dim), base=float(base), dtype=getattr(torch, str(dtype)), device=device)

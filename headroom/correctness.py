@@ -117,7 +117,8 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
     """Run one check (see the module docstring); returns the measured columns."""
     import torch
 
-    from kernels import reference_attention, rope_tables
+    from headroom.candidates import tables as candidate_tables
+    from kernels import reference_attention
 
     tdev = _torch_device(device)
     dtype = getattr(torch, str(shape.dtype))
@@ -130,7 +131,7 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
     b, hq, hkv, sq, skv, d = (int(shape.batch), int(shape.heads_q), int(shape.heads_kv),
                               int(shape.q_len), int(shape.kv_len), int(shape.head_dim))
     q, k, v = randn(b, hq, sq, d), randn(b, hkv, skv, d), randn(b, hkv, skv, d)
-    cos, sin = rope_tables(skv, d, base=rope_base, device=tdev)
+    cos, sin = candidate_tables(skv, d, str(shape.dtype), rope_base, tdev)
     row = dict(rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1,
                status="error", reason="")
     try:
@@ -177,7 +178,7 @@ def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
     """
     import torch
 
-    from kernels import rope_tables
+    from headroom.candidates import tables as candidate_tables
 
     log = log or logging.getLogger("headroom.correctness")
     for col in ("candidate", "tile", "fused"):
@@ -198,7 +199,7 @@ def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
                              f"(shape {shape.shape_key})")
         tol = tolerances_by_dtype[dtype]
         rotate_k = rotate_k_for(shape.phase)
-        cos, sin = rope_tables(int(shape.kv_len), int(shape.head_dim), base=rope_base, device=tdev)
+        cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
         for cand in candidates.itertuples(index=False):
             seed_i = input_seed(seed, cand.candidate, shape.shape_key)
             try:

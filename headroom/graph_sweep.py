@@ -141,11 +141,11 @@ def run(
 
     import torch
 
-    from kernels import rope_tables
+    from headroom.candidates import tables as candidate_tables
 
     for shape in shapes.itertuples(index=False):
-        cos, sin = rope_tables(int(shape.kv_len), int(shape.head_dim), base=float(partition.get("rope_base", 10000.0)),
-                               device="cuda")  # fmt: skip
+        cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype),
+                                   float(partition.get("rope_base", 10000.0)), "cuda")
         nbytes = portfolio.set_bytes(shape)
         for multiple in cfg["regimes_l2"]:
             target = multiple * l2

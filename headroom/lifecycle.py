@@ -224,7 +224,7 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
 
 
 def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
-    from kernels import rope_tables
+    from headroom.candidates import tables as candidate_tables
 
     plan = switch_plan(trace, candidates, cfg)
     if not plan:
@@ -238,7 +238,7 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     rows = []
     for inv, a, b in plan:
         if inv.head_dim not in tables:
-            tables[inv.head_dim] = rope_tables(max_pos, int(inv.head_dim), base=rope_base, device=tdev)
+            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
         cos, sin = tables[inv.head_dim]
         n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)
         sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
@@ -279,7 +279,8 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     cache = Path(os.environ["TRITON_CACHE_DIR"])
     anchor = torch.empty(16, device=tdev)
     sync()
-    from kernels import empty_kernel_launch, rope_tables
+    from headroom.candidates import tables as candidate_tables
+    from kernels import empty_kernel_launch
 
     t0 = time.perf_counter()
     empty_kernel_launch(anchor)
@@ -288,8 +289,8 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     start_bytes = _dir_bytes(cache)
     cand = pd.Series(spec["candidate"])
     shapes = pd.DataFrame(spec["shapes"])
-    cos, sin = rope_tables(int(shapes["kv_len"].max()), int(shapes["head_dim"].iloc[0]), base=spec["rope_base"],
-                           device=tdev)  # fmt: skip
+    cos, sin = candidate_tables(int(shapes["kv_len"].max()), int(shapes["head_dim"].iloc[0]),
+                               str(shapes["dtype"].iloc[0]), spec["rope_base"], tdev)
     out = []
     for row in shapes.itertuples(index=False):
         (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]

@@ -264,7 +264,7 @@ def run(
         raise ValueError("no admitted candidates to time: every candidate failed correctness")
     import torch
 
-    from kernels import rope_tables
+    from headroom.candidates import tables as candidate_tables
 
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()
@@ -320,7 +320,7 @@ def run(
     bar = _progress(len(ordered), progress)
     for index, inv in enumerate(ordered.itertuples(index=False)):
         if inv.head_dim not in tables:
-            tables[inv.head_dim] = rope_tables(max_pos, int(inv.head_dim), base=rope_base, device=tdev)
+            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
         cos, sin = tables[inv.head_dim]
         nbytes = set_bytes(inv)
         n_sets = timing.buffer_sets(
