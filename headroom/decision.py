@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from headroom.policies import DEPLOYABLE
+from headroom.policies import DEPLOYABLE, FUSION_ARMS
 
 VERDICTS = ("stop", "continue", "no-decision")
 DEFAULT_THRESHOLDS = {
@@ -115,7 +115,9 @@ def _figures(policy_eval: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     lo_net, hi_net = ("net_ci_low", "net_ci_high") if "net_ci_low" in pe.columns else ("ci_low", "ci_high")
     gap = pe[(pe["policy"] == "global") & (pe["fusion"] == "free")]
     gap = gap.assign(value=gap["gap_to_oracle_pct"], lo=gap[lo_gap], hi=gap[hi_gap], label="global")
-    deploy = pe[pe["policy"].isin(DEPLOYABLE)]
+    # the decision is about our portfolio; the `native` arm (torch backends beside ours) is reported,
+    # not decided on
+    deploy = pe[pe["policy"].isin(DEPLOYABLE) & pe["fusion"].isin(FUSION_ARMS)]
     best = (
         deploy.loc[deploy.groupby(["run", "mode"])["net_gain_pct"].idxmax()] if not deploy.empty else deploy
     )

@@ -4,7 +4,10 @@ A *policy* maps an invocation's shape to a candidate (tile x fused). Each policy
 first ``train_fraction`` of a run's invocations (in trace order, never shuffled) and scored on the
 rest. T, a policy's test latency, is the summed ``median_us`` of the candidates it picks on the test
 invocations. Every figure is computed per run, per mode (when timings carry ``mode``) and per fusion
-arm: ``off`` (unfused candidates only), ``on`` (fused only) and ``free`` (all candidates).
+arm: ``off`` (our unfused candidates only), ``on`` (fused only) and ``free`` (all of ours). When the
+timings hold native candidates (``backend`` other than 'triton', e.g. torch SDPA), they enter only a
+fourth arm, ``native``: ours and the native ones together, so the report can say whether a
+materially different candidate set changes the headroom.
 
     gain_vs_global_pct = 100 * (T_global - T_policy) / T_global      (global fitted in the same arm)
     gap_to_oracle_pct  = 100 * (T_policy - T_oracle) / T_oracle
@@ -36,6 +39,16 @@ POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware", "ran
 # `oracle` needs the future. "Best deployable policy" always means the best of these.
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware")
 FUSION_ARMS = ("off", "on", "free")
+NATIVE_ARM = "native"
+
+
+def in_arm(arm: str, fused: bool, native: bool) -> bool:
+    """Whether a candidate takes part in a fusion arm (native candidates only in ``native``)."""
+    if arm == NATIVE_ARM:
+        return True
+    if native:
+        return False
+    return arm == "free" or fused == (arm == "on")
 
 TRACE_COLUMNS = (
     "invocation",
@@ -357,8 +370,11 @@ def _complete_matrix(group: pd.DataFrame, label: str) -> tuple[pd.DataFrame, dic
         )
     else:
         sem2 = np.zeros(med.shape)
-    fused = group.drop_duplicates("candidate").set_index("candidate")["fused"].astype(bool).to_dict()
-    return med, {"sem2": sem2, "fused": fused}, dropped
+    first = group.drop_duplicates("candidate").set_index("candidate")
+    fused = first["fused"].astype(bool).to_dict()
+    backend = first["backend"] if "backend" in first.columns else pd.Series("triton", index=first.index)
+    native = {c: str(b) != "triton" for c, b in backend.items()}
+    return med, {"sem2": sem2, "fused": fused, "native": native}, dropped
 
 
 def evaluate(
@@ -425,10 +441,9 @@ def evaluate(
             cluster_cache[split] = _clusters(train_feat, test_feat, opts.clusters, seed)
         labels_train, labels_test, k_used = cluster_cache[split]
 
-        for arm in FUSION_ARMS:
-            cols = [
-                i for i, c in enumerate(candidates) if arm == "free" or extra["fused"][c] == (arm == "on")
-            ]
+        arms = FUSION_ARMS + ((NATIVE_ARM,) if any(extra["native"][c] for c in candidates) else ())
+        for arm in arms:
+            cols = [i for i, c in enumerate(candidates) if in_arm(arm, extra["fused"][c], extra["native"][c])]
             if not cols:
                 continue
             names = [candidates[i] for i in cols]

@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from headroom import decision as hdecision  # noqa: E402
 from headroom import noise  # noqa: E402
-from headroom.policies import DEPLOYABLE, FUSION_ARMS, POLICIES  # noqa: E402
+from headroom.policies import DEPLOYABLE, FUSION_ARMS, NATIVE_ARM, POLICIES  # noqa: E402
 
 TEMPLATES = Path(__file__).parent / "templates"
 INPUTS = (
@@ -212,7 +212,7 @@ def _policy_section(pe: pd.DataFrame | None, why: str) -> Section:
         )
     s.tables.append(table("Policies, min-max over runs", pd.DataFrame(rows)))
     modes = sorted(pe["mode"].unique())
-    arms = [a for a in FUSION_ARMS if a in set(pe["fusion"])]
+    arms = [a for a in (*FUSION_ARMS, NATIVE_ARM) if a in set(pe["fusion"])]
     shown = [p for p in POLICIES if p != "random"]  # random's loss would squash the scale
     fig, axes = plt.subplots(
         layout="constrained",

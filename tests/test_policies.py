@@ -314,3 +314,29 @@ def test_factorial_without_a_fused_arm_is_skipped_with_the_reason():
     assert set(pe.fusion) == {"off", "free"}
     fac = policies.factorial(pe)
     assert list(fac.status) == ["skipped"] and "'on'" in fac.reason.iloc[0]
+
+
+def test_native_candidates_enter_only_the_native_arm():
+    tr = S.trace("ABCA" * 5)
+    tm = S.timings(tr, S.flat, std_us=0.5, reps=100)
+    tm["backend"] = "triton"
+    # a native candidate 30% faster than ours on every invocation
+    native = tm[tm.candidate == tm.candidate.iloc[0]].copy()
+    native["candidate"], native["tile"], native["fused"], native["backend"] = "native-sdpa-cudnn", -1, False, "sdpa-cudnn"
+    native["median_us"] *= 0.7
+    pe = policies.evaluate(tr, pd.concat([tm, native], ignore_index=True), **FAST)
+    assert set(pe.fusion) == {"off", "on", "free", "native"}
+    for fusion in ("off", "on", "free"):  # ours only: flat, nothing to gain, native never picked
+        assert not _row(pe, "global", fusion).global_candidate.startswith("native")
+        assert _row(pe, "oracle", fusion).gain_vs_global_pct == pytest.approx(0.0, abs=1e-12)
+    g = _row(pe, "global", "native")
+    assert g.global_candidate == "native-sdpa-cudnn"
+    assert _row(pe, "oracle", "native").gap_to_oracle_pct == pytest.approx(0.0, abs=1e-12)
+    assert g.gap_to_oracle_pct == pytest.approx(0.0, abs=1e-12)
+
+
+def test_without_native_candidates_there_is_no_native_arm():
+    tr = S.trace("ABCA" * 5)
+    tm = S.timings(tr, S.flat)
+    tm["backend"] = "triton"
+    assert "native" not in set(policies.evaluate(tr, tm, **FAST).fusion)
