@@ -90,7 +90,7 @@ def input_seed(seed: int, candidate: str, shape_key: str) -> int:
 
 def default_make_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
     """fn(q, k, v, out=None) for a candidate row: the runner every stage uses."""
-    from headroom.candidates import runner
+    from headroom.runner import runner
 
     return runner(cand, cos, sin, rotate_k)
 
@@ -117,7 +117,7 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
     """Run one check (see the module docstring); returns the measured columns."""
     import torch
 
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
     from kernels import reference_attention
 
     tdev = _torch_device(device)
@@ -173,12 +173,12 @@ def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
     """Every candidate x every shape (see the module docstring) as a DataFrame with COLUMNS.
 
     make_fn(cand, cos, sin, rotate_k) -> fn(q, k, v, out=None) builds a candidate's callable
-    (default: headroom.candidates.runner, what every stage runs); tests pass a broken one.
+    (default: headroom.runner.runner, what every stage runs); tests pass a broken one.
     inject_fault: a candidate id whose output is corrupted (FAULT_INJECTION_NOTE).
     """
     import torch
 
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
 
     log = log or logging.getLogger("headroom.correctness")
     for col in ("candidate", "tile", "fused"):

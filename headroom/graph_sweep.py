@@ -141,7 +141,7 @@ def run(
 
     import torch
 
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
 
     for shape in shapes.itertuples(index=False):
         cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype),

@@ -224,7 +224,7 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
 
 
 def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
 
     plan = switch_plan(trace, candidates, cfg)
     if not plan:
@@ -279,7 +279,7 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     cache = Path(os.environ["TRITON_CACHE_DIR"])
     anchor = torch.empty(16, device=tdev)
     sync()
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
     from kernels import empty_kernel_launch
 
     t0 = time.perf_counter()

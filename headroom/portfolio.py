@@ -159,8 +159,8 @@ def candidate_order(n: int, *, seed: int, run: int, index: int) -> np.ndarray:
 
 def candidate_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
     """fn(q, k, v) for one candidate row: the same runner correctness checks
-    (:func:`headroom.candidates.runner`)."""
-    from headroom.candidates import runner
+    (:func:`headroom.runner.runner`)."""
+    from headroom.runner import runner
 
     return runner(cand, cos, sin, rotate_k)
 
@@ -264,7 +264,7 @@ def run(
         raise ValueError("no admitted candidates to time: every candidate failed correctness")
     import torch
 
-    from headroom.candidates import tables as candidate_tables
+    from headroom.runner import tables as candidate_tables
 
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()

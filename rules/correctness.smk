@@ -7,7 +7,7 @@ if not REPLAY:
         input:
             trace=f"{R}/trace.parquet",
             candidates=f"{R}/candidates.parquet",
-            code=src("headroom/correctness.py", "headroom/candidates.py", "scripts/correctness.py",
+            code=src("headroom/correctness.py", "headroom/candidates.py", "headroom/runner.py", "scripts/correctness.py",
                      *KERNEL_CODE),
         output:
             correctness=artifact(f"{R}/correctness.parquet"),

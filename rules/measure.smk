@@ -3,7 +3,7 @@
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
 MEASURE_CODE = [
     "headroom/timing.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py",
-    "headroom/candidates.py",
+    "headroom/candidates.py", "headroom/runner.py",
 ]
 
 if not REPLAY:
@@ -83,7 +83,7 @@ if not REPLAY:
 
     rule calibrate:
         input:
-            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/calibrate.py",
+            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/runner.py", "headroom/calibrate.py",
                      "scripts/calibrate.py", *KERNEL_CODE),
         output:
             calibration=artifact(f"{R}/calibration.parquet"),

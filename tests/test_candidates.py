@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headroom.candidates import COLUMNS, build, runner
+from headroom.candidates import COLUMNS, build
+from headroom.runner import runner
 
 TILES = [{"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 1},
          {"block_m": 16, "block_n": 64, "num_warps": 2, "num_stages": 2}]

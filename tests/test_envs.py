@@ -86,7 +86,9 @@ def _rules():
         text = smk.read_text()
         for block in re.split(r"\n\s*rule\s+", text)[1:]:
             name = block.split(":", 1)[0].strip()
-            script = re.search(r'script:\s*\n\s*"\.\./(scripts/[^"]+)"', block)
+            script = re.search(r'script:\s*\n\s*"\.\./(scripts/[^"]+)"', block) or re.search(
+                r'shell:\s*\n\s*"[^"]*?python3? (scripts/\w+\.py)', block
+            )
             conda = re.search(r'conda:\s*\n\s*"\.\./envs/([^"]+)"', block)
             if script:
                 assert conda, f"{smk.name}: rule {name} has no conda: environment"
