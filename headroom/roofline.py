@@ -311,6 +311,7 @@ def predict(
 
     Fused rows also carry the fusion saving against the same tile unfused, split into
     ``traffic_saved_us`` (difference of max(compute, memory)) and ``launches_saved_us``.
+    Native candidates (``backend`` other than 'triton') have no tile of ours to model: left out.
     """
     for name, df, cols in (
         (
@@ -325,6 +326,8 @@ def predict(
         missing = [c for c in cols if c not in df.columns]
         if missing:
             raise ValueError(f"{name}: missing column(s) {missing}")
+    if "backend" in candidates.columns:
+        candidates = candidates[candidates["backend"].fillna("triton") == "triton"]
     if l2_bytes is not None and not (float(l2_bytes) > 0):
         l2_bytes = None
     consts, reasons = calibrated_constants(calibration, l2_bytes)

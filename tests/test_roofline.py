@@ -242,3 +242,17 @@ def test_decode_block_m_cap_and_split_kv_reduction_launch():
     assert (split["decode_splits"], split["launches"]) == (4, 2)
     assert roofline.traffic(shape, 128, 64, False, None, sm_count=132)["launches"] == 3
     assert roofline.traffic(shape, 128, 64, True, None)["launches"] == 1  # SM count unknown: no split
+
+
+def test_native_candidates_are_left_out_of_the_model():
+    trace = pd.DataFrame([PREFILL, DECODE])
+    cands = pd.DataFrame(
+        [
+            {"candidate": "t0-fused", "tile": 0, "block_m": 2, "block_n": 2, "fused": True, "backend": "triton"},
+            {"candidate": "native-sdpa-cudnn", "tile": -1, "block_m": 0, "block_n": 0, "fused": False,
+             "backend": "sdpa-cudnn"},
+        ]
+    )
+    df = roofline.predict(trace, cands, _calibration(100), l2_bytes=100)
+    assert set(df.candidate) == {"t0-fused"}
+    assert len(df) == 2 * 2 and set(df.status) == {"ok"}  # shapes x modes
