@@ -94,8 +94,8 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def check_semantics(study: dict[str, Any]) -> None:
-    """Checks a schema cannot express, on the resolved study."""
+def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
+    """Checks a schema cannot express, on a study (its `device` already resolved)."""
     part = study["partition"]
     if part["heads_q"] % part["heads_kv"]:
         raise ConfigError(
@@ -105,7 +105,7 @@ def check_semantics(study: dict[str, Any]) -> None:
     if part["head_dim"] not in SUPPORTED_HEAD_DIMS:
         raise ConfigError(f"config key 'partition.head_dim': {part['head_dim']} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
     device = study["device"]
-    if part["dtype"] not in DEVICE_DTYPES[device]:
+    if check_dtype and part["dtype"] not in DEVICE_DTYPES[device]:
         raise ConfigError(
             f"config key 'partition.dtype': {part['dtype']!r} cannot run on device {device!r}; "
             f"supported there: {', '.join(DEVICE_DTYPES[device])}"
@@ -157,6 +157,9 @@ def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> di
         study["replay"] = str(replay_dir)
         device = "replay"
     elif device == "interpret":
+        # The configured (GPU) study must be valid too, even when this machine runs only its smoke
+        # overlay: a bad value must not wait for the first GPU run to be found.
+        check_semantics({**study, "device": "cuda"}, check_dtype=requested == "auto")
         study = deep_merge(study, config.get("smoke") or {})
         validate_schema(study)
     study["device"] = device

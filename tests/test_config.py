@@ -41,11 +41,13 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("cuda", [True, False], ids=["gpu", "cpu"])
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_bad_config_names_the_key(name):
+def test_bad_config_names_the_key(name, cuda):
+    # also on a machine without CUDA, where only the smoke overlay would run: the study is checked
     edit, key = BAD[name]
     with pytest.raises(hconfig.ConfigError) as exc:
-        hconfig.resolve(_bad(edit), cuda_available=True)
+        hconfig.resolve(_bad(edit), cuda_available=cuda)
     assert f"'{key}'" in str(exc.value), str(exc.value)
 
 
