@@ -340,3 +340,15 @@ def test_without_native_candidates_there_is_no_native_arm():
     tm = S.timings(tr, S.flat)
     tm["backend"] = "triton"
     assert "native" not in set(policies.evaluate(tr, tm, **FAST).fusion)
+
+
+def test_graph_mode_pays_no_dispatch_lookup_but_still_pays_switching():
+    tr = S.trace("ABCA" * 5)
+    tm = S.timings(tr, _twenty_pct_key, runs=(1,), modes=("eager", "graph"))
+    pe = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
+    n_test = 10
+    for mode, lookup in (("eager", 0.15), ("graph", 0.0)):  # graph: the lookup runs once, at capture
+        ek, g = _row(pe, "exact-key", mode=mode), _row(pe, "global", mode=mode)
+        c_g = g.test_us / n_test + 2e6 / 1000
+        c_p = ek.test_us / n_test + lookup + 3.0 * ek.switches / n_test + 4e6 / 1000
+        assert ek.net_gain_pct == pytest.approx(100 * (c_g - c_p) / c_g), mode
