@@ -90,6 +90,13 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def make_importable(project_root: str | os.PathLike) -> None:
+    """Put the project on PYTHONPATH, so every job's script process (they inherit the environment)
+    imports `headroom` and `kernels` from this checkout, installed or not."""
+    current = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(project_root), current) if p)
+
+
 def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 

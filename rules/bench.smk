@@ -1,3 +1,5 @@
+import os
+
 # Kernel benchmark against torch SDPA (BENCHMARKS.md); GPU only, not part of `all`:
 #   snakemake --cores 1 --resources gpu=1 kernel_bench
 rule kernel_bench:
@@ -7,7 +9,7 @@ rule kernel_bench:
         table=f"{R}/kernel_bench/bench.md",
         rows=f"{R}/kernel_bench/bench.json",
     params:
-        out_dir=f"{R}/kernel_bench",
+        out_dir=lambda wildcards, output: os.path.dirname(output.table),
     log:
         f"{R}/logs/kernel_bench.log",
     resources:

@@ -1,15 +1,15 @@
-# Shared by every rule file: the resolved study, the artifact registry, and source-file inputs.
+# Shared by all rule files -- the resolved study, the artifact registry, and source-file inputs.
 import glob
-import os
 import sys
 from pathlib import Path
 
 # `headroom` and `kernels` import from this checkout -- here and in every job's script process
 # (they inherit the environment), installed or not.
 sys.path.insert(0, workflow.basedir)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
 
 from headroom import config as hconfig
+
+hconfig.make_importable(workflow.basedir)
 
 try:
     STUDY = hconfig.resolve(config)
