@@ -39,7 +39,8 @@ def env() -> dict[str, str]:
 
 def snakemake(project: Path, *args: str, check: bool = True, timeout: int = 1200) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [*SNAKEMAKE, "--cores", "1", "--resources", "gpu=1", *args],
+        # targets first: `--resources` takes every following word up to the next option
+        [*SNAKEMAKE, *args, "--cores", "1", "--resources", "gpu=1"],
         cwd=project, env=env(), capture_output=True, text=True, timeout=timeout,
     )
     if check and proc.returncode != 0:
