@@ -51,6 +51,7 @@ def in_arm(arm: str, fused: bool, native: bool) -> bool:
         return False
     return arm == "free" or fused == (arm == "on")
 
+
 TRACE_COLUMNS = (
     "invocation",
     "phase",
