@@ -110,7 +110,7 @@ def _all_skipped(df: pd.DataFrame | None) -> str | None:
         return None
     if df.empty:
         return "the artifact has no rows"
-    if "status" in df.columns and not (df["status"].astype(str) == "ok").any():
+    if "status" in df.columns and (df["status"].astype(str) == "skipped").all():
         reasons = sorted({str(r) for r in df.get("reason", pd.Series(dtype=str)).dropna() if str(r)})
         return "; ".join(reasons) if reasons else "every row is skipped"
     return None

@@ -173,3 +173,16 @@ def test_html_opens_in_headless_chromium_and_its_figures_render(gpu_report, tmp_
     bare.write_text(re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html))
     without = _screenshot(browser, bare, tmp_path / "bare.png")
     assert _colourful_pixels(shot) > _colourful_pixels(without) + 20_000
+
+
+def test_correctness_section_reads_passed_failed_and_error_statuses():
+    c = pd.DataFrame(
+        {
+            "candidate": ["a", "a", "b"], "shape_key": ["s1", "s2", "s1"], "rel_err": [1e-3, 2e-3, float("nan")],
+            "max_abs_err": [1e-2, 1e-2, float("nan")], "nan_count": [0, 0, -1], "unwritten_count": [0, 0, -1],
+            "passed": [True, True, False], "status": ["passed", "passed", "error"], "reason": ["", "", "no kernel"],
+        }
+    )
+    section = report._correctness_section(c, "")
+    text = " ".join(section.text)
+    assert "skipped" not in text and "Excluded candidates (failed at least one case): b." in text
