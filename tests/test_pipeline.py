@@ -91,3 +91,17 @@ def test_rerun_after_nothing_changed_leaves_artifacts_byte_identical(pipeline_cl
     after = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
     assert before[pipeline_clone / "results/trace.parquet"] == after[pipeline_clone / "results/trace.parquet"]
     assert before[pipeline_clone / "results/candidates.parquet"] == after[pipeline_clone / "results/candidates.parquet"]
+
+
+def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
+    from headroom import config as hconfig
+
+    study = hconfig.resolve(hconfig.load(pipeline_run / "config/config.yaml"), cuda_available=False)
+    admitted = json.loads(headroom(pipeline_run, "query", "SELECT count(DISTINCT candidate) AS n FROM portfolio",
+                                   "--format", "json").stdout)[0]["n"]
+    expected = study["portfolio"]["runs"] * study["trace"]["invocations"] * admitted * study["portfolio"]["reps"]
+    proc = headroom(pipeline_run, "query", "SELECT count(*) AS n, count(DISTINCT run) AS runs FROM portfolio_samples",
+                    "--format", "json")
+    got = json.loads(proc.stdout)[0]
+    assert got == {"n": expected, "runs": study["portfolio"]["runs"]}
+    assert admitted == len(study["tiles"]) * len(study["fusion"]) + len(study["native_candidates"])
