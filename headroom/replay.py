@@ -6,6 +6,21 @@ import shutil
 from pathlib import Path
 
 from headroom import artifacts
+from headroom.config import PROJECT_ROOT
+
+#: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
+NOT_COPIED = {"results", ".snakemake", ".git", ".whl", ".gl", "__pycache__", ".hypothesis", ".pytest_cache",
+              ".ruff_cache", "build", "tests", "BENCHMARKS.md"}
+
+
+def copy_project(dest: str | Path, src: str | Path = PROJECT_ROOT) -> Path:
+    """Copy the project's sources (not results, caches or git) to `dest`, to run a study there."""
+
+    def ignore(folder, names):
+        return [n for n in names if n in NOT_COPIED or n.endswith(".egg-info")]
+
+    shutil.copytree(src, dest, ignore=ignore, symlinks=True)
+    return Path(dest)
 
 
 def import_artifact(recorded: str | Path, dest: str | Path) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headroom import artifacts  # noqa: E402
+from headroom.replay import import_artifact  # noqa: E402
 
 MEASURED = ["environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration"]
 
@@ -38,13 +39,8 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
             shutil.rmtree(out)
         rows = []
         for name in names:
-            src = results / name
-            digest = artifacts.verify(src)  # refuses a changed or unhashed artifact
-            target = out / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target)
-            shutil.copyfile(artifacts.sidecar(src), artifacts.sidecar(target))
-            rows.append((name, digest, target.stat().st_size))
+            digest = import_artifact(results / name, out / name)  # refuses a changed or unhashed artifact
+            rows.append((name, digest, (out / name).stat().st_size))
         if (results / "benchmarks").is_dir():
             shutil.copytree(results / "benchmarks", out / "benchmarks")
         if log:

@@ -10,6 +10,7 @@ hand except the published L40S figures, which are the study note's (shared/seed)
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -258,13 +259,13 @@ def _arm_gap(study: Study, arm: str, mode: str) -> pd.Series:
 
 def replay(study: str, workdir: Path) -> Path:
     """Replay one reference study in a private copy of the project; return its results folder."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from pipeline import copy_project, env
+    from headroom.replay import copy_project
 
     project = copy_project(workdir / study)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"replay=data/reference/h200/{study}"],
-        cwd=project, env=env(), check=True, capture_output=True,
+        cwd=project, env=env, check=True, capture_output=True,
     )
     return project / "results"
 

@@ -9,19 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from headroom.replay import copy_project  # noqa: F401  (re-exported for the tests)
+
 ROOT = Path(__file__).resolve().parent.parent
-SKIP = {"results", ".snakemake", ".git", ".whl", ".gl", "__pycache__", ".hypothesis", ".pytest_cache",
-        ".ruff_cache", "build", "tests", "BENCHMARKS.md"}
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def copy_project(dest: Path, src: Path = ROOT) -> Path:
-    """Copy the project's sources (not results, caches or git) to `dest`."""
-    def ignore(folder, names):
-        return [n for n in names if n in SKIP or n.endswith(".egg-info")]
-
-    shutil.copytree(src, dest, ignore=ignore, symlinks=True)
-    return dest
 
 
 def clone_run(src: Path, dest: Path) -> Path:
