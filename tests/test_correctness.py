@@ -167,13 +167,13 @@ def test_pipeline_gate_end_to_end(tmp_path):
     artifact) and is written but excluded under `exclude`."""
     project = copy_project(tmp_path / "p")
     fault = "correctness={inject_fault: t0-128x64-w8s3-fused}"
-    proc = snakemake(project, "--config", fault, "--", "results/correctness.parquet", check=False)
+    proc = snakemake(project, "results/correctness.parquet", "--config", fault, check=False)
     assert proc.returncode != 0
     log = (project / "results/logs/correctness.log").read_text()
     assert "failed correctness: t0-128x64-w8s3-fused" in log
     assert not (project / "results/correctness.parquet").exists()
 
-    snakemake(project, "--config", fault, "on_correctness_failure=exclude", "--", "results/correctness.parquet")
+    snakemake(project, "results/correctness.parquet", "--config", fault, "on_correctness_failure=exclude")
     from headroom import artifacts
 
     res = artifacts.read(project / "results/correctness.parquet")
