@@ -6,7 +6,8 @@ import shutil
 from pathlib import Path
 
 from headroom import artifacts
-from headroom.config import PROJECT_ROOT
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 #: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
 NOT_COPIED = {"results", ".snakemake", ".git", ".whl", ".gl", "__pycache__", ".hypothesis", ".pytest_cache",
