@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from headroom import portfolio, timing
+from headroom import settings as stage_settings
 
 DEFAULTS: dict[str, Any] = {
     "reps": 50,
@@ -49,13 +50,8 @@ COLUMNS = ["name", "value", "unit", "working_set_bytes", "regime", "method", "re
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = {**DEFAULTS, **(section or {})}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"calibrate: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    for key, low in (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16)):
-        if type(cfg[key]) is not int or cfg[key] < low:
-            raise ValueError(f"calibrate.{key} must be an int >= {low}, got {cfg[key]!r}")
+    cfg = stage_settings.merge("calibrate", DEFAULTS, section)
+    stage_settings.require_ints("calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16)))
     if not cfg["hbm_copy_l2"] > 1:
         raise ValueError(
             f"calibrate.hbm_copy_l2 must be > 1 (the copy must spill the L2), got {cfg['hbm_copy_l2']!r}"

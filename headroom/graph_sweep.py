@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from headroom import portfolio, timing
+from headroom import settings as stage_settings
 
 DEFAULTS: dict[str, Any] = {
     "regimes_l2": [0.25, 0.5, 2.0, 8.0],  # working sets as multiples of the device's L2
@@ -47,15 +48,10 @@ COLUMNS = [
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = {**DEFAULTS, **(section or {})}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"graph_sweep: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
+    cfg = stage_settings.merge("graph_sweep", DEFAULTS, section)
     if not cfg["regimes_l2"] or not all(isinstance(m, int | float) and m > 0 for m in cfg["regimes_l2"]):
         raise ValueError(f"graph_sweep.regimes_l2 must be positive numbers, got {cfg['regimes_l2']!r}")
-    for key, low in (("tile", 0), ("reps", 1), ("warmup_reps", 0), ("graph_calls", 1)):
-        if type(cfg[key]) is not int or cfg[key] < low:
-            raise ValueError(f"graph_sweep.{key} must be an int >= {low}, got {cfg[key]!r}")
+    stage_settings.require_ints("graph_sweep", cfg, (("tile", 0), ("reps", 1), ("warmup_reps", 0), ("graph_calls", 1)))
     if not cfg["shapes"]:
         raise ValueError("graph_sweep.shapes must list at least one shape")
     for i, s in enumerate(cfg["shapes"]):

@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from headroom import portfolio, timing
+from headroom import settings as stage_settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS: dict[str, Any] = {
@@ -76,15 +77,11 @@ COLUMNS = [
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = {**DEFAULTS, **(section or {})}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"lifecycle: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    for key, low in (("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
-                     ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
-                     ("compile_workers", 1), ("compile_timeout_s", 1), ("seed", 0)):  # fmt: skip
-        if type(cfg[key]) is not int or cfg[key] < low:
-            raise ValueError(f"lifecycle.{key} must be an int >= {low}, got {cfg[key]!r}")
+    cfg = stage_settings.merge("lifecycle", DEFAULTS, section)
+    stage_settings.require_ints("lifecycle", cfg, (
+        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
+        ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
+        ("compile_workers", 1), ("compile_timeout_s", 1), ("seed", 0)))  # fmt: skip
     return cfg
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from headroom import noise, timing
+from headroom import settings as stage_settings
 
 DEFAULTS: dict[str, Any] = {
     "runs": 3,
@@ -68,16 +69,9 @@ _CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "n
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     """The `portfolio:` config section merged onto DEFAULTS; ValueError names a bad key."""
-    cfg = {**DEFAULTS, **(section or {})}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"portfolio: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    for key in ("runs", "reps", "graph_calls", "max_buffer_sets"):
-        if type(cfg[key]) is not int or cfg[key] < 1:
-            raise ValueError(f"portfolio.{key} must be a positive int, got {cfg[key]!r}")
-    for key in ("warmup_reps", "seed"):
-        if type(cfg[key]) is not int or cfg[key] < 0:
-            raise ValueError(f"portfolio.{key} must be an int >= 0, got {cfg[key]!r}")
+    cfg = stage_settings.merge("portfolio", DEFAULTS, section)
+    stage_settings.require_ints("portfolio", cfg, (
+        ("runs", 1), ("reps", 1), ("graph_calls", 1), ("max_buffer_sets", 1), ("warmup_reps", 0), ("seed", 0)))
     if cfg["mode"] not in ("eager", "graph", "both"):
         raise ValueError(f"portfolio.mode must be eager, graph or both, got {cfg['mode']!r}")
     if type(cfg["flush_l2"]) is not bool:

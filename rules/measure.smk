@@ -2,7 +2,7 @@
 # Graph working-set sweep and the machine calibration. On the interpreter they run with the smoke
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
 MEASURE_CODE = [
-    "headroom/timing.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py",
+    "headroom/timing.py", "headroom/settings.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py",
     "headroom/candidates.py", "headroom/runner.py",
 ]
 
@@ -83,7 +83,7 @@ if not REPLAY:
 
     rule calibrate:
         input:
-            code=src("headroom/timing.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/runner.py", "headroom/calibrate.py",
+            code=src("headroom/timing.py", "headroom/settings.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/runner.py", "headroom/calibrate.py",
                      "scripts/calibrate.py", *KERNEL_CODE),
         output:
             calibration=artifact(f"{R}/calibration.parquet"),
