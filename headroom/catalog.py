@@ -54,8 +54,17 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
     root = Path(project_root)
     rows, edges = [], []
     by_kind: dict[str, list[str]] = {}
+    digests: dict[Path, str] = {}  # every file hashed once, however many artifacts read it
+
+    def current(path: Path) -> str | None:
+        key = path.resolve()
+        if key not in digests and path.exists():
+            digests[key] = artifacts.hash_file(path)
+        return digests.get(key)
+
     for path in sorted(Path(p) for p in paths):
         digest = artifacts.verify(path)
+        digests[path.resolve()] = digest
         rel = _rel(path, root)
         kind = artifacts.read_kind(path) or path.stem
         if not _IDENT.match(kind):
@@ -64,8 +73,7 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
         meta = pq.read_metadata(path)
         env = None
         for inp, h in sorted(prov.get("inputs", {}).items()):
-            inp_path = root / inp
-            now = artifacts.hash_file(inp_path) if inp_path.exists() else None
+            now = current(root / inp)
             edges.append((rel, inp, h, now, now == h))
             if Path(inp).name == "environment.parquet":
                 env = h[:16]
