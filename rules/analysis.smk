@@ -10,7 +10,7 @@ rule policies:
         trace=f"{R}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
         lifecycle=f"{R}/lifecycle.parquet",
-        code=src("headroom/policies.py", "scripts/policies.py"),
+        code=src("headroom/analysis/policies.py", "scripts/policies.py"),
     output:
         policy_eval=artifact(f"{R}/policy_eval.parquet"),
         factorial=artifact(f"{R}/factorial.parquet"),
@@ -33,7 +33,7 @@ rule roofline:
         portfolio=PORTFOLIO_RUNS,
         calibration=f"{R}/calibration.parquet",
         environment=f"{R}/environment.parquet",
-        code=src("headroom/roofline.py", "scripts/roofline.py"),
+        code=src("headroom/analysis/roofline.py", "scripts/roofline.py"),
     output:
         roofline=artifact(f"{R}/roofline.parquet"),
     params:
@@ -54,7 +54,7 @@ rule decision:
         policy_eval=f"{R}/policy_eval.parquet",
         graph_sweep=f"{R}/graph_sweep.parquet",
         environment=f"{R}/environment.parquet",
-        code=src("headroom/decision.py", "headroom/policies.py", "scripts/decision.py"),
+        code=src("headroom/analysis/decision.py", "headroom/analysis/policies.py", "scripts/decision.py"),
     output:
         decision=artifact(f"{R}/decision.parquet"),
     params:
@@ -86,8 +86,8 @@ rule report:
         factorial=f"{R}/factorial.parquet",
         roofline=f"{R}/roofline.parquet",
         code=src(
-            "headroom/report.py", "headroom/decision.py", "headroom/policies.py", "headroom/noise.py",
-            "headroom/templates/report.html.j2", "headroom/templates/report.md.j2", "scripts/report.py",
+            "headroom/report/build.py", "headroom/analysis/decision.py", "headroom/analysis/policies.py", "headroom/measure/noise.py",
+            "headroom/report/templates/report.html.j2", "headroom/report/templates/report.md.j2", "scripts/report.py",
         ),
     output:
         html=report(f"{R}/report/index.html", caption="captions/report_html.rst", category="Report"),

@@ -2,7 +2,7 @@
 rule catalog:
     input:
         artifacts=lambda wildcards: sorted(set(ARTIFACTS)),
-        code=src("headroom/catalog.py", "scripts/catalog.py"),
+        code=src("headroom/core/catalog.py", "scripts/catalog.py"),
     output:
         catalog=f"{R}/catalog.duckdb",
     log:

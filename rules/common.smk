@@ -7,7 +7,7 @@ from pathlib import Path
 # (they inherit the environment), installed or not.
 sys.path.insert(0, workflow.basedir)
 
-from headroom import config as hconfig
+from headroom.core import config as hconfig
 
 hconfig.make_importable(workflow.basedir)
 
@@ -43,7 +43,7 @@ def artifact(pattern, **wildcards):
 
 
 # Source files every stage runs through (the write path and the script harness).
-COMMON_CODE = ["headroom/__init__.py", "headroom/artifacts.py", "headroom/stage.py"]
+COMMON_CODE = ["headroom/__init__.py", "headroom/core/artifacts.py", "headroom/core/stage.py"]
 
 
 def src(*paths):

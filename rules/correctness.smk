@@ -1,5 +1,5 @@
 # The correctness gate: every candidate x every distinct trace shape against float64. Candidates
-# that fail are dropped by headroom.correctness.admitted() in every later stage, or stop the
+# that fail are dropped by headroom.measure.correctness.admitted() in every later stage, or stop the
 # pipeline here when on_correctness_failure is `fail`.
 if not REPLAY:
 
@@ -7,7 +7,7 @@ if not REPLAY:
         input:
             trace=f"{R}/trace.parquet",
             candidates=f"{R}/candidates.parquet",
-            code=src("headroom/correctness.py", "headroom/candidates.py", "headroom/runner.py", "scripts/correctness.py",
+            code=src("headroom/measure/correctness.py", "headroom/measure/candidates.py", "headroom/measure/runner.py", "scripts/correctness.py",
                      *KERNEL_CODE),
         output:
             correctness=artifact(f"{R}/correctness.parquet"),

@@ -2,8 +2,8 @@
 # Graph working-set sweep and the machine calibration. On the interpreter they run with the smoke
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
 MEASURE_CODE = [
-    "headroom/timing.py", "headroom/settings.py", "headroom/noise.py", "headroom/portfolio.py", "headroom/correctness.py",
-    "headroom/candidates.py", "headroom/runner.py",
+    "headroom/measure/timing.py", "headroom/core/settings.py", "headroom/measure/noise.py", "headroom/measure/portfolio.py", "headroom/measure/correctness.py",
+    "headroom/measure/candidates.py", "headroom/measure/runner.py",
 ]
 
 if not REPLAY:
@@ -40,7 +40,7 @@ if not REPLAY:
             trace=f"{R}/trace.parquet",
             candidates=f"{R}/candidates.parquet",
             correctness=f"{R}/correctness.parquet",
-            code=src(*MEASURE_CODE, "headroom/lifecycle.py", "scripts/lifecycle.py", *KERNEL_CODE),
+            code=src(*MEASURE_CODE, "headroom/measure/lifecycle.py", "scripts/lifecycle.py", *KERNEL_CODE),
         output:
             lifecycle=artifact(f"{R}/lifecycle.parquet"),
         params:
@@ -62,7 +62,7 @@ if not REPLAY:
         input:
             candidates=f"{R}/candidates.parquet",
             correctness=f"{R}/correctness.parquet",
-            code=src(*MEASURE_CODE, "headroom/graph_sweep.py", "headroom/trace.py", "scripts/graph_sweep.py",
+            code=src(*MEASURE_CODE, "headroom/measure/graph_sweep.py", "headroom/trace/invocations.py", "scripts/graph_sweep.py",
                      *KERNEL_CODE),
         output:
             graph_sweep=artifact(f"{R}/graph_sweep.parquet"),
@@ -83,7 +83,7 @@ if not REPLAY:
 
     rule calibrate:
         input:
-            code=src("headroom/timing.py", "headroom/settings.py", "headroom/portfolio.py", "headroom/candidates.py", "headroom/runner.py", "headroom/calibrate.py",
+            code=src("headroom/measure/timing.py", "headroom/core/settings.py", "headroom/measure/portfolio.py", "headroom/measure/candidates.py", "headroom/measure/runner.py", "headroom/measure/calibrate.py",
                      "scripts/calibrate.py", *KERNEL_CODE),
         output:
             calibration=artifact(f"{R}/calibration.parquet"),

@@ -9,7 +9,7 @@ if REPLAY:
     rule replay:
         input:
             recorded=f"{REPLAY}/{{artifact}}.parquet",
-            code=src("headroom/replay.py", "scripts/replay.py"),
+            code=src("headroom/core/replay.py", "scripts/replay.py"),
         output:
             artifact=f"{R}/{{artifact}}.parquet",
         wildcard_constraints:

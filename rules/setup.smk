@@ -15,7 +15,7 @@ if not REPLAY:
         conda:
             "../envs/gpu.yaml"
         input:
-            code=src("headroom/environment.py", "scripts/environment.py"),
+            code=src("headroom/measure/environment.py", "scripts/environment.py"),
         script:
             "../scripts/environment.py"
 
@@ -33,6 +33,6 @@ if not REPLAY:
         conda:
             "../envs/analysis.yaml"
         input:
-            code=src("headroom/candidates.py", "scripts/candidates.py"),
+            code=src("headroom/measure/candidates.py", "scripts/candidates.py"),
         script:
             "../scripts/candidates.py"

@@ -1,8 +1,8 @@
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom import calibrate
+    from headroom.measure import calibrate
 
     stage.write("calibration", calibrate.run(stage.params["calibrate"], device=stage.device, log=stage.log))
 

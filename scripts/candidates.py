@@ -1,5 +1,5 @@
-from headroom.candidates import build
-from headroom.stage import run_stage
+from headroom.measure.candidates import build
+from headroom.core.stage import run_stage
 
 
 def main(stage):

@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from headroom.catalog import build
-from headroom.stage import run_stage
+from headroom.core.catalog import build
+from headroom.core.stage import run_stage
 
 
 def main(stage):

@@ -1,11 +1,11 @@
 """Rule `correctness`: every candidate on every distinct trace shape vs the float64 reference."""
 
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
     # imported here, after run_stage has set TRITON_INTERPRET for the resolved device
-    from headroom import correctness
+    from headroom.measure import correctness
 
     p = stage.params
     section = p["correctness"]

@@ -1,8 +1,8 @@
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom import decision
+    from headroom.analysis import decision
 
     verdict = decision.decide(
         stage.read("policy_eval"),

@@ -1,7 +1,7 @@
 import pandas as pd
 
-from headroom.environment import describe
-from headroom.stage import run_stage
+from headroom.measure.environment import describe
+from headroom.core.stage import run_stage
 
 
 def main(stage):

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from headroom import artifacts  # noqa: E402
-from headroom.replay import import_artifact  # noqa: E402
+from headroom.core import artifacts  # noqa: E402
+from headroom.core.replay import import_artifact  # noqa: E402
 
 MEASURED = ["environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration"]
 

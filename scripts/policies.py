@@ -1,8 +1,8 @@
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom import policies
+    from headroom.analysis import policies
 
     options = dict(stage.params["policies"])
     train_fraction = options.pop("train_fraction")

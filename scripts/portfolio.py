@@ -1,10 +1,10 @@
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.correctness import admitted
+    from headroom.measure.correctness import admitted
 
-    from headroom import portfolio
+    from headroom.measure import portfolio
 
     candidates = admitted(stage.read("candidates"), stage.read("correctness"))
     rows, samples = portfolio.run(

@@ -1,5 +1,5 @@
-from headroom.replay import import_artifact
-from headroom.stage import run_stage
+from headroom.core.replay import import_artifact
+from headroom.core.stage import run_stage
 
 
 def main(stage):

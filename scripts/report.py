@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 # The report's inputs by name; portfolio and samples list one artifact per run.
 SINGLE = ("decision", "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
@@ -19,7 +19,7 @@ def _benchmarks(folder: str) -> dict:
 
 
 def main(stage):
-    from headroom import report
+    from headroom.report import build as report
 
     inputs = {name: stage.read(name) for name in SINGLE}
     inputs["portfolio"] = stage.read_all("portfolio")

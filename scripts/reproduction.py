@@ -21,8 +21,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from headroom import artifacts  # noqa: E402
-from headroom.policies import DEPLOYABLE  # noqa: E402
+from headroom.core import artifacts  # noqa: E402
+from headroom.analysis.policies import DEPLOYABLE  # noqa: E402
 
 STUDIES = {"default": "H200 default trace", "azure-conv": "H200 real trace (Azure conv)"}
 GPU_STAGES = ("environment", "correctness", "portfolio", "lifecycle", "graph_sweep", "calibrate")
@@ -259,7 +259,7 @@ def _arm_gap(study: Study, arm: str, mode: str) -> pd.Series:
 
 def replay(study: str, workdir: Path) -> Path:
     """Replay one reference study in a private copy of the project; return its results folder."""
-    from headroom.replay import copy_project
+    from headroom.core.replay import copy_project
 
     project = copy_project(workdir / study)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -1,8 +1,8 @@
-from headroom.stage import run_stage
+from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom import roofline
+    from headroom.analysis import roofline
 
     calibration = stage.read("calibration")
     environment = stage.read("environment")

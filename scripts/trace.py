@@ -1,5 +1,5 @@
-from headroom.stage import run_stage
-from headroom.trace import build, describe_text
+from headroom.core.stage import run_stage
+from headroom.trace.invocations import build, describe_text
 
 
 def main(stage):

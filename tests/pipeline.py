@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from headroom.replay import copy_project  # noqa: F401  (re-exported for the tests)
+from headroom.core.replay import copy_project  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -41,7 +41,7 @@ def snakemake(project: Path, *args: str, check: bool = True, timeout: int = 1200
 
 def headroom(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "headroom.cli", *args], cwd=project, env=env(), capture_output=True, text=True,
+        [sys.executable, "-m", "headroom.core.cli", *args], cwd=project, env=env(), capture_output=True, text=True,
         timeout=300,
     )
 

@@ -1,0 +1,172 @@
+"""The one write path and the one read path for every artifact.
+
+An artifact is a Parquet file with
+- provenance in its key-value metadata (`headroom.provenance`, JSON): producing rule, the config
+  subset it was given, the BLAKE3 of each input artifact and of each source file, device, versions;
+- its own BLAKE3 (of the file bytes) recorded at write time in a sidecar `<name>.parquet.blake3`.
+
+Writes are atomic: the file is written under a temporary name in the same folder, fsynced and
+renamed, so a killed job never leaves a half-written artifact under the final name. The sidecar is
+renamed into place *before* the Parquet file, so whenever the final name exists its hash does too.
+
+Bytes are deterministic for identical data (no timestamps inside the file), so a regenerated
+artifact with the same content does not look changed to Snakemake's checksum trigger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SIDECAR_SUFFIX = ".blake3"
+META_KIND = b"headroom.kind"
+META_PROVENANCE = b"headroom.provenance"
+META_FORMAT = b"headroom.format"
+FORMAT_VERSION = b"1"
+_CHUNK_BYTES = 1 << 20
+
+
+class ArtifactError(ValueError):
+    """An artifact is missing, unreadable, or has no recorded hash."""
+
+
+class ArtifactHashError(ArtifactError):
+    """An artifact's bytes no longer match the BLAKE3 recorded when it was written."""
+
+    def __init__(self, path: str | os.PathLike, recorded: str, actual: str):
+        self.path, self.recorded, self.actual = str(path), recorded, actual
+        super().__init__(
+            f"{path}: BLAKE3 mismatch: recorded {recorded}, file has {actual}. The artifact changed "
+            f"after it was written; regenerate it (delete it and rerun) or restore the original."
+        )
+
+
+def hash_file(path: str | os.PathLike) -> str:
+    """BLAKE3 (hex) of a file's bytes."""
+    h = blake3.blake3()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    return Path(str(path) + SIDECAR_SUFFIX)
+
+
+def recorded_hash(path: str | os.PathLike) -> str:
+    side = sidecar(path)
+    try:
+        text = side.read_text().strip()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no recorded BLAKE3 ({side} is missing); was it written by headroom.core.artifacts.write?") from None
+    return text.split()[0]
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data.reset_index(drop=True), preserve_index=False)
+    raise TypeError(f"an artifact is a pandas DataFrame or a pyarrow Table, not {type(data).__name__}")
+
+
+def write(data: pd.DataFrame | pa.Table, path: str | os.PathLike, *, kind: str, provenance: dict[str, Any]) -> str:
+    """Write `data` to `path` atomically with provenance; record and return its BLAKE3."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = to_table(data)
+    meta = dict(table.schema.metadata or {})
+    meta[META_KIND] = kind.encode()
+    meta[META_FORMAT] = FORMAT_VERSION
+    meta[META_PROVENANCE] = json.dumps(provenance, sort_keys=True, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        # Fixed writer settings: identical data gives identical bytes.
+        pq.write_table(table, tmp, compression="zstd", use_dictionary=True, write_statistics=True)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        digest = hash_file(tmp)
+        _atomic_bytes(sidecar(path), f"{digest}  {path.name}\n".encode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return digest
+
+
+def verify(path: str | os.PathLike) -> str:
+    """Return the artifact's BLAKE3 after checking it against the recorded one."""
+    if not Path(path).exists():
+        raise ArtifactError(f"{path}: artifact does not exist")
+    recorded = recorded_hash(path)
+    actual = hash_file(path)
+    if actual != recorded:
+        raise ArtifactHashError(path, recorded, actual)
+    return actual
+
+
+def read_table(path: str | os.PathLike) -> pa.Table:
+    """Verified read as a pyarrow Table."""
+    verify(path)
+    return pq.read_table(path)
+
+
+def read(path: str | os.PathLike) -> pd.DataFrame:
+    """Verified read as a pandas DataFrame (fails naming the path and both hashes on mismatch)."""
+    return read_table(path).to_pandas()
+
+
+def _meta(path: str | os.PathLike) -> dict[bytes, bytes]:
+    try:
+        return pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
+
+
+def read_provenance(path: str | os.PathLike) -> dict[str, Any]:
+    raw = _meta(path).get(META_PROVENANCE)
+    return json.loads(raw) if raw else {}
+
+
+def read_kind(path: str | os.PathLike) -> str | None:
+    raw = _meta(path).get(META_KIND)
+    return raw.decode() if raw else None

@@ -1,0 +1,175 @@
+"""Study configuration: load, validate (schema + semantics), resolve the device, apply the smoke overlay.
+
+One place decides which device a study runs on and which shape set it uses:
+`resolve(config)` returns the *study* -- the config every rule reads its params from -- with
+`device` set to "cuda" or "interpret" and, for the interpreter, the `smoke` overlay merged in.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = PROJECT_ROOT / "config" / "schema.yaml"
+
+#: head_dim values the kernels support (kernels.attention validates the same set).
+SUPPORTED_HEAD_DIMS = (32, 64, 128)
+#: dtypes each device can run: the interpreter's bfloat16 tl.dot is wrong (Triton does not
+#: support it), and the CUDA kernels are written for 16-bit inputs.
+DEVICE_DTYPES = {"interpret": ("float16", "float32"), "cuda": ("float16", "bfloat16")}
+MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and the value."""
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path) as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _schema() -> dict[str, Any]:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def _key(path) -> str:
+    parts = []
+    for p in path:
+        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + str(p))
+    return "".join(parts) or "<top level>"
+
+
+def validate_schema(config: dict[str, Any]) -> None:
+    """JSON-schema check with a message naming the offending key and value."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if errors:
+        err = errors[0]
+        key = _key(err.absolute_path)
+        raise ConfigError(f"config key '{key}': {err.message} (value: {err.instance!r})")
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in overlay.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def cuda_visible() -> bool:
+    """True when torch sees a CUDA device (imports torch, so only called for device: auto)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(requested: str) -> str:
+    """auto -> cuda when a GPU is visible, else interpret. Explicit values are kept as given, so a
+    cluster head node without a GPU can still plan a `device: cuda` study for its GPU nodes."""
+    if requested not in ("auto", "cuda", "interpret"):
+        raise ConfigError(f"config key 'device': {requested!r} is not one of auto, cuda, interpret")
+    if requested == "auto":
+        return "cuda" if cuda_visible() else "interpret"
+    return requested
+
+
+def make_importable(project_root: str | os.PathLike) -> None:
+    """Put the project on PYTHONPATH, so every job's script process (they inherit the environment)
+    imports `headroom` and `kernels` from this checkout, installed or not."""
+    current = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(project_root), current) if p)
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
+    """Checks a schema cannot express, on a study (its `device` already resolved)."""
+    part = study["partition"]
+    if part["heads_q"] % part["heads_kv"]:
+        raise ConfigError(
+            f"config key 'partition.heads_q': {part['heads_q']} is not a multiple of "
+            f"partition.heads_kv = {part['heads_kv']} (GQA shares each KV head among heads_q/heads_kv query heads)"
+        )
+    if part["head_dim"] not in SUPPORTED_HEAD_DIMS:
+        raise ConfigError(f"config key 'partition.head_dim': {part['head_dim']} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+    device = study["device"]
+    if check_dtype and part["dtype"] not in DEVICE_DTYPES[device]:
+        raise ConfigError(
+            f"config key 'partition.dtype': {part['dtype']!r} cannot run on device {device!r}; "
+            f"supported there: {', '.join(DEVICE_DTYPES[device])}"
+        )
+    seen: dict[tuple, int] = {}
+    for i, tile in enumerate(study["tiles"]):
+        for dim in ("block_m", "block_n"):
+            v = tile[dim]
+            if not _is_pow2(v) or v < MIN_BLOCK:
+                raise ConfigError(f"config key 'tiles[{i}].{dim}': {v} must be a power of two >= {MIN_BLOCK}")
+        key = (tile["block_m"], tile["block_n"], tile["num_warps"], tile["num_stages"])
+        if key in seen:
+            raise ConfigError(f"config key 'tiles[{i}]': {tile} duplicates tiles[{seen[key]}]; tile definitions must be unique")
+        seen[key] = i
+    tf = study["policies"]["train_fraction"]
+    if not 0 < tf < 1:
+        raise ConfigError(f"config key 'policies.train_fraction': {tf} must lie strictly between 0 and 1")
+    n = study["trace"]["invocations"]
+    n_train = int(n * tf)
+    if n_train < 1 or n - n_train < 1:
+        raise ConfigError(
+            f"config key 'trace.invocations': {n} invocations leave no train or no test invocation "
+            f"at policies.train_fraction = {tf}"
+        )
+    gs_tile = study["graph_sweep"].get("tile", 0)
+    if gs_tile >= len(study["tiles"]):
+        raise ConfigError(f"config key 'graph_sweep.tile': {gs_tile} is not an index into tiles (0..{len(study['tiles']) - 1})")
+
+
+def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> dict[str, Any]:
+    """Validate `config` and return the study: device resolved, smoke overlay applied for the
+    interpreter, and checked again (schema and semantics) after the overlay.
+
+    `replay` studies keep the configured (GPU) settings: their measurements were made elsewhere."""
+    validate_schema(config)
+    requested = config["device"]
+    if cuda_available is not None and requested == "auto":
+        device = "cuda" if cuda_available else "interpret"
+    else:
+        device = resolve_device(requested)
+    replay = config.get("replay")
+    study = {k: copy.deepcopy(v) for k, v in config.items() if k != "smoke"}
+    if replay:
+        replay_dir = Path(replay)
+        if not replay_dir.is_absolute():
+            replay_dir = PROJECT_ROOT / replay_dir
+        if not replay_dir.is_dir():
+            raise ConfigError(f"config key 'replay': {replay!r} is not a directory of recorded artifacts")
+        study["replay"] = str(replay_dir)
+        device = "replay"
+    elif device == "interpret":
+        # The configured (GPU) study must be valid too, even when this machine runs only its smoke
+        # overlay: a bad value must not wait for the first GPU run to be found.
+        check_semantics({**study, "device": "cuda"}, check_dtype=requested == "auto")
+        study = deep_merge(study, config.get("smoke") or {})
+        validate_schema(study)
+    study["device"] = device
+    if device != "replay":
+        check_semantics(study)
+    return study

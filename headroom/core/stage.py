@@ -1,0 +1,176 @@
+"""What every pipeline script shares: logging to the rule's log, verified reads of named inputs,
+provenance-stamped writes of named outputs, wall time, and one clear error on failure.
+
+A script is a few lines::
+
+    from headroom.core.stage import run_stage
+
+    def main(stage):
+        trace = stage.read("trace")                 # named input, BLAKE3-verified
+        stage.write("correctness", check(trace, stage.params["correctness"]))
+
+    run_stage(snakemake, main)
+
+The output's name in the rule is the artifact's kind: the catalog makes one SQL view per kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headroom import __version__
+from headroom.core import artifacts
+
+VERSIONED_PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "snakemake")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "headroom": __version__}
+    for name in VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Snakemake params (Namedlists, dicts of them) as plain JSON-able values."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _files(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+class Stage:
+    """One running rule: its params, its inputs (read verified), its outputs (written with provenance)."""
+
+    def __init__(self, smk: Any, log: logging.Logger):
+        self.smk = smk
+        self.log = log
+        self.rule = smk.rule
+        self.params: dict[str, Any] = {k: _plain(v) for k, v in smk.params.items()}
+        self.wildcards: dict[str, str] = dict(smk.wildcards.items())
+        self.device: str = self.params.get("device", "none")
+        self._input_hashes: dict[str, str] | None = None
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def input_path(self, name: str) -> str:
+        try:
+            value = getattr(self.smk.input, name)
+        except AttributeError:
+            raise KeyError(f"rule {self.rule} has no input named {name!r}") from None
+        return str(value)
+
+    def input_paths(self, name: str) -> list[str]:
+        return _files(getattr(self.smk.input, name))
+
+    def read(self, name: str) -> pd.DataFrame:
+        """The named input artifact as a DataFrame, after its BLAKE3 is verified."""
+        return artifacts.read(self.input_path(name))
+
+    def read_all(self, name: str) -> pd.DataFrame:
+        """Concatenation of a named input that lists several artifacts (e.g. all portfolio runs)."""
+        frames = [artifacts.read(p) for p in self.input_paths(name)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def input_hashes(self) -> dict[str, dict[str, str]]:
+        """BLAKE3 of every input: artifacts (verified against their sidecar), source files, other files."""
+        code = set(_files(self.smk.input.get("code", []))) if hasattr(self.smk.input, "get") else set()
+        inputs, sources = {}, {}
+        for path in _files(self.smk.input):
+            if path in code:
+                sources[path] = artifacts.hash_file(path)
+            elif artifacts.sidecar(path).exists():
+                inputs[path] = artifacts.verify(path)
+            else:
+                inputs[path] = artifacts.hash_file(path)
+        return {"inputs": inputs, "code": sources}
+
+    # -- outputs --------------------------------------------------------------------------------
+    def output_path(self, name: str) -> str:
+        try:
+            return str(getattr(self.smk.output, name))
+        except AttributeError:
+            raise KeyError(f"rule {self.rule} has no output named {name!r}") from None
+
+    def provenance(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        if self._input_hashes is None:
+            self._input_hashes = self.input_hashes()
+        prov = {
+            "rule": self.rule,
+            "wildcards": self.wildcards,
+            "params": self.params,
+            "inputs": self._input_hashes["inputs"],
+            "code": self._input_hashes["code"],
+            "device": self.device,
+            "versions": package_versions(),
+        }
+        if extra:
+            prov["extra"] = _plain(extra)
+        return prov
+
+    def write(self, name: str, data: Any, *, extra_provenance: dict[str, Any] | None = None) -> str:
+        """Write the named output artifact; its kind is `name`. Returns its BLAKE3."""
+        path = self.output_path(name)
+        digest = artifacts.write(data, path, kind=name, provenance=self.provenance(extra_provenance))
+        self.log.info("wrote %s (%d rows, blake3 %s)", path, len(data), digest[:16])
+        return digest
+
+
+def _logger(rule: str, log_files: list[str]) -> logging.Logger:
+    log = logging.getLogger(f"headroom.{rule}")
+    log.setLevel(logging.INFO)
+    log.handlers.clear()
+    fmt = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    for path in log_files:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(path, mode="w")
+        fh.setFormatter(fmt)
+        log.addHandler(fh)
+    sh = logging.StreamHandler(sys.stderr)
+    sh.setFormatter(fmt)
+    log.addHandler(sh)
+    log.propagate = False
+    return log
+
+
+def configure_device(device: str) -> None:
+    """Must run before `kernels` (or anything that applies @triton.jit) is imported."""
+    if device == "interpret":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def run_stage(smk: Any, main: Callable[[Stage], Any]) -> None:
+    """Run a rule's `main(stage)` with logging and device set up; a failure exits non-zero with
+    the error in the rule's log (and on stderr) so Snakemake names the failing rule."""
+    log = _logger(smk.rule, _files(smk.log) if smk.log else [])
+    stage = Stage(smk, log)
+    configure_device(stage.device)
+    start = time.perf_counter()
+    log.info("rule %s on device %s, pid %d", stage.rule, stage.device, os.getpid())
+    try:
+        main(stage)
+    except Exception as exc:
+        log.exception("rule %s failed: %s", stage.rule, exc)
+        raise SystemExit(f"rule {stage.rule} failed: {exc}") from exc
+    log.info("rule %s finished in %.2f s wall", stage.rule, time.perf_counter() - start)

@@ -1,0 +1,141 @@
+"""calibrate: the machine's real ceilings, each measured in the regime it describes.
+
+One row per constant; the names are the ones headroom.analysis.roofline reads:
+- hbm_bytes_per_s: device-to-device copy of ``hbm_copy_l2`` x L2 per side (bytes read + written
+  over the median copy time); working set far beyond L2, regime 'hbm'.
+- l2_bytes_per_s: the same copy with source + destination = ``l2_copy_l2`` x L2, repeated
+  back-to-back inside a CUDA graph (one copy is too short to time against launch overhead);
+  regime 'l2-resident'.
+- launch_eager_us: an empty Triton kernel per call, eager, timed by the portfolio's harness.
+- launch_graph_us: the same kernel per call inside a graph of ``graph_calls`` launches.
+- graph_launch_us: replay of a graph holding one empty kernel (the graph's own launch cost).
+- matmul_flops_per_s: bfloat16 ``matmul_n``-cube product (2 n^3 FLOP) on random normal data.
+- l2_bytes: the L2 size as the device reports it.
+
+Columns: name, value, unit ('bytes/s', 'us', 'flop/s', 'bytes'), working_set_bytes, regime
+('hbm' | 'l2-resident' | 'launch' | 'compute' | 'device'), method, reps, status ('ok' |
+'skipped'), reason, device, device_name, sm_clock_mhz (NVML, after the constant; NaN unreadable).
+Without CUDA every row is 'skipped' with the reason and no value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.measure import portfolio, timing
+from headroom.core import settings as stage_settings
+
+DEFAULTS: dict[str, Any] = {
+    "reps": 50,
+    "warmup_reps": 5,
+    "hbm_copy_l2": 16.0,  # each side of the HBM copy holds this many L2s: reads and writes miss
+    "l2_copy_l2": 0.25,  # source + destination of the L2 copy: a quarter of the L2, surely resident
+    "graph_calls": 100,  # L2 copies / empty kernels per captured graph
+    "matmul_n": 8192,
+}
+NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "graph_launch_us",
+         "matmul_flops_per_s", "l2_bytes")  # fmt: skip
+UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eager_us": "us", "launch_graph_us": "us",
+         "graph_launch_us": "us", "matmul_flops_per_s": "flop/s", "l2_bytes": "bytes"}  # fmt: skip
+REGIMES = {"hbm_bytes_per_s": "hbm", "l2_bytes_per_s": "l2-resident", "launch_eager_us": "launch",
+           "launch_graph_us": "launch", "graph_launch_us": "launch", "matmul_flops_per_s": "compute",
+           "l2_bytes": "device"}  # fmt: skip
+COLUMNS = ["name", "value", "unit", "working_set_bytes", "regime", "method", "reps", "status", "reason", "device",
+           "device_name", "sm_clock_mhz"]  # fmt: skip
+
+
+def settings(section: dict[str, Any] | None) -> dict[str, Any]:
+    cfg = stage_settings.merge("calibrate", DEFAULTS, section)
+    stage_settings.require_ints("calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16)))
+    if not cfg["hbm_copy_l2"] > 1:
+        raise ValueError(
+            f"calibrate.hbm_copy_l2 must be > 1 (the copy must spill the L2), got {cfg['hbm_copy_l2']!r}"
+        )
+    if not 0 < cfg["l2_copy_l2"] < 1:
+        raise ValueError(
+            f"calibrate.l2_copy_l2 must be in (0, 1) (the copy must fit the L2), got {cfg['l2_copy_l2']!r}"
+        )
+    return cfg
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(rows, columns=COLUMNS)
+    df["value"] = df["value"].astype("float64")
+    df["sm_clock_mhz"] = df["sm_clock_mhz"].astype("float64")
+    df["working_set_bytes"] = df["working_set_bytes"].astype("Int64")
+    df["reps"] = df["reps"].astype("Int64")
+    return df
+
+
+def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = None) -> pd.DataFrame:
+    """Calibration rows (module docstring)."""
+    log = log or logging.getLogger("headroom.measure.calibrate")
+    cfg = settings(section)
+    if device != "cuda":
+        reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
+        return _frame([{"name": n, "value": math.nan, "unit": UNITS[n], "regime": REGIMES[n], "status": "skipped",
+                        "reason": reason, "device": device, "device_name": portfolio.device_name(device)}
+                       for n in NAMES])  # fmt: skip
+    import torch
+
+    from kernels import empty_kernel_launch
+
+    l2 = timing.l2_bytes()
+    clock = portfolio.SmClock(device)
+    name_of_device = portfolio.device_name(device)
+    rows: list[dict] = []
+
+    def add(name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
+        rows.append({"name": name, "value": float(value), "unit": UNITS[name], "working_set_bytes": working_set,
+                     "regime": REGIMES[name], "method": method, "reps": reps, "status": "ok", "reason": "",
+                     "device": device, "device_name": name_of_device, "sm_clock_mhz": clock.read()})  # fmt: skip
+        log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
+
+    reps, warm = cfg["reps"], cfg["warmup_reps"]
+    eager = timing.Harness("cuda", warmup=warm, reps=reps)
+    # HBM: fp32 elements; a copy reads n and writes n bytes.
+    n = int(cfg["hbm_copy_l2"] * l2) // 4
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    t = float(np.median(eager.time("eager", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
+    add("hbm_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n, "torch copy_ d2d, eager, CUDA events", reps)
+    del src, dst
+    # L2: the same buffers over and over inside one graph, so they stay resident.
+    n = int(cfg["l2_copy_l2"] * l2) // 8
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    graph = timing.Harness("cuda", warmup=warm, reps=reps, graph_calls=cfg["graph_calls"], replays=reps)
+    t = float(np.median(graph.time("graph", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
+    add("l2_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n,
+        f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay", reps)  # fmt: skip
+    del src, dst
+    # Launch overheads: the harness floor, in both modes.
+    anchor = torch.empty(16, device="cuda")
+    t = float(np.median(eager.time("eager", empty_kernel_launch, [(anchor,)]).samples_us))
+    add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
+    t = float(np.median(graph.time("graph", empty_kernel_launch, [(anchor,)]).samples_us))
+    add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
+    add("graph_launch_us", graph.graph_launch_us(empty_kernel_launch, (anchor,)), 0,
+        "replay of a CUDA graph holding one empty Triton kernel", reps)  # fmt: skip
+    # Matmul rate: bf16 on random data (zeros run faster than real data).
+    mn = cfg["matmul_n"]
+    a = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
+    mm = timing.Harness("cuda", warmup=warm, reps=reps)
+    t = float(np.median(mm.time("eager", torch.matmul, [(a, b)]).samples_us))
+    add(
+        "matmul_flops_per_s",
+        2 * mn**3 / (t * 1e-6),
+        3 * mn * mn * 2,
+        f"torch.matmul bf16 {mn}^3, eager",
+        reps,
+    )
+    del a, b
+    add("l2_bytes", l2, None, "torch.cuda.get_device_properties().L2_cache_size", 0)
+    torch.cuda.empty_cache()
+    return _frame(rows)

@@ -1,0 +1,285 @@
+"""Correctness gate: every candidate on every distinct shape of the trace, against float64.
+
+One check = (candidate, shape_key): fresh random inputs (seeded per check, never zeros), the
+candidate run twice into poisoned output buffers -- NaN first, then a finite sentinel no valid
+output can hold -- and compared with `kernels.reference_attention`:
+    rel_err = ||out - ref|| / ||ref||,  max_abs_err = max |out - ref|   (float64)
+    nan_count = NaN elements after the NaN-poisoned run
+    unwritten_count = elements still equal to the sentinel after the second run
+A check passes when it ran, nothing is NaN or unwritten, rel_err <= tolerance and
+max_abs_err <= abs_tolerance (per dtype, config `correctness.tolerances`). A candidate that
+cannot compile or launch (e.g. Triton's OutOfResources) fails with that reason.
+
+`admitted()` is how later stages drop failing candidates.
+
+`kernels` is imported inside the functions, never at module import: scripts import this module
+before `run_stage` has set TRITON_INTERPRET, and Triton fixes the mode when kernels import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+
+COLUMNS = [
+    "candidate", "shape_key", "rel_err", "max_abs_err", "tolerance", "abs_tolerance",
+    "nan_count", "unwritten_count", "passed", "status", "reason",
+    "tile", "fused", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim",
+    "dtype", "rotate_k", "input_seed",
+]
+SHAPE_COLUMNS = ["shape_key", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv",
+                 "head_dim", "dtype"]
+# |out| <= max |v| for softmax-weighted averages of N(0, 1) values: a few units. An element still
+# holding this after the run was never written.
+SENTINEL = 1024.0
+FAULT_INJECTION_NOTE = (
+    "correctness.inject_fault names a candidate whose output this stage corrupts on purpose "
+    "(tests prove the gate with it); it must be null in a real study"
+)
+
+
+class CorrectnessFailure(RuntimeError):
+    """Raised under `on_correctness_failure: fail` when any candidate failed a check."""
+
+
+def tolerances(section: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """{dtype: (rel, abs)} from the config's `correctness.tolerances` mapping."""
+    raw = section.get("tolerances") if isinstance(section, Mapping) else None
+    if not isinstance(raw, Mapping) or not raw:
+        raise ValueError("config key 'correctness.tolerances' must map dtypes to {rel, abs}")
+    out = {}
+    for dtype, tol in raw.items():
+        if not isinstance(tol, Mapping) or set(tol) != {"rel", "abs"}:
+            raise ValueError(f"config key 'correctness.tolerances.{dtype}' must be {{rel, abs}}, got {tol!r}")
+        rel, abs_ = tol["rel"], tol["abs"]
+        for name, value in (("rel", rel), ("abs", abs_)):
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"config key 'correctness.tolerances.{dtype}.{name}' must be > 0, got {value!r}")
+        out[str(dtype)] = (float(rel), float(abs_))
+    return out
+
+
+def shapes(trace: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct shape_key of the trace (its first invocation's fields), sorted."""
+    missing = [c for c in SHAPE_COLUMNS if c not in trace.columns]
+    if missing:
+        raise ValueError(f"trace lacks columns {missing} needed for correctness checks")
+    if trace.empty:
+        raise ValueError("trace is empty: no shape to check")
+    first = trace.drop_duplicates("shape_key", keep="first")[SHAPE_COLUMNS]
+    return first.sort_values("shape_key").reset_index(drop=True)
+
+
+def rotate_k_for(phase: str) -> bool:
+    """Prefill rotates the new keys; decode reads a cache of rotated keys (as the portfolio)."""
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    return phase == "prefill"
+
+
+def input_seed(seed: int, candidate: str, shape_key: str) -> int:
+    """A distinct, reproducible seed for each (candidate, shape_key) check."""
+    digest = hashlib.blake2b(f"{seed}|{candidate}|{shape_key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def default_make_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
+    """fn(q, k, v, out=None) for a candidate row: the runner every stage uses."""
+    from headroom.measure.runner import runner
+
+    return runner(cand, cos, sin, rotate_k)
+
+
+def corrupting(fn: Callable) -> Callable:
+    """A deliberately broken version of fn: the last query row of every head is shifted."""
+
+    def broken(q, k, v, out=None):
+        res = fn(q, k, v, out=out)
+        res[:, :, -1, :] += 1.0
+        return res
+
+    return broken
+
+
+def _torch_device(device: str) -> str:
+    if device not in ("cuda", "interpret"):
+        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
+    return "cuda" if device == "cuda" else "cpu"
+
+
+def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[float, float],
+              rope_base: float) -> dict[str, Any]:
+    """Run one check (see the module docstring); returns the measured columns."""
+    import torch
+
+    from headroom.measure.runner import tables as candidate_tables
+    from kernels import reference_attention
+
+    tdev = _torch_device(device)
+    dtype = getattr(torch, str(shape.dtype))
+    rotate_k = rotate_k_for(shape.phase)
+    gen = torch.Generator(device=tdev).manual_seed(seed)
+
+    def randn(*size):
+        return torch.randn(size, generator=gen, device=tdev, dtype=torch.float32).to(dtype)
+
+    b, hq, hkv, sq, skv, d = (int(shape.batch), int(shape.heads_q), int(shape.heads_kv),
+                              int(shape.q_len), int(shape.kv_len), int(shape.head_dim))
+    q, k, v = randn(b, hq, sq, d), randn(b, hkv, skv, d), randn(b, hkv, skv, d)
+    cos, sin = candidate_tables(skv, d, str(shape.dtype), rope_base, tdev)
+    row = dict(rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1,
+               status="error", reason="")
+    try:
+        out = fn(q, k, v, out=torch.full_like(q, float("nan")))
+        if tdev == "cuda":
+            torch.cuda.synchronize()
+        if out.shape != q.shape:
+            raise ValueError(f"output shape {tuple(out.shape)} != {tuple(q.shape)}")
+        nan_count = int(out.isnan().sum())
+        second = fn(q, k, v, out=torch.full_like(q, SENTINEL))
+        if tdev == "cuda":
+            torch.cuda.synchronize()
+        unwritten = int((second == SENTINEL).sum())
+    except Exception as exc:  # compile or launch failure: a failed check with its reason
+        row["reason"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        return row
+    ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
+    diff = out.to(torch.float64) - ref
+    rel = float(diff.norm() / ref.norm())
+    max_abs = float(diff.abs().max())
+    problems = []
+    if nan_count:
+        problems.append(f"{nan_count} NaN elements")
+    if unwritten:
+        problems.append(f"{unwritten} unwritten elements")
+    if not rel <= tol[0]:
+        problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
+    if not max_abs <= tol[1]:
+        problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
+    row.update(rel_err=rel, max_abs_err=max_abs, nan_count=nan_count, unwritten_count=unwritten,
+               status="failed" if problems else "passed", reason="; ".join(problems))
+    return row
+
+
+def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
+          tolerances_by_dtype: Mapping[str, tuple[float, float]], seed: int = 0,
+          rope_base: float = 10000.0, make_fn: Callable = default_make_fn,
+          inject_fault: str | None = None, log: logging.Logger | None = None) -> pd.DataFrame:
+    """Every candidate x every shape (see the module docstring) as a DataFrame with COLUMNS.
+
+    make_fn(cand, cos, sin, rotate_k) -> fn(q, k, v, out=None) builds a candidate's callable
+    (default: headroom.measure.runner.runner, what every stage runs); tests pass a broken one.
+    inject_fault: a candidate id whose output is corrupted (FAULT_INJECTION_NOTE).
+    """
+    import torch
+
+    from headroom.measure.runner import tables as candidate_tables
+
+    log = log or logging.getLogger("headroom.measure.correctness")
+    for col in ("candidate", "tile", "fused"):
+        if col not in candidates.columns:
+            raise ValueError(f"candidates lacks column {col!r}")
+    if candidates.empty:
+        raise ValueError("candidates is empty: nothing to check")
+    if inject_fault is not None and inject_fault not in set(candidates["candidate"]):
+        raise ValueError(f"config key 'correctness.inject_fault': {inject_fault!r} is not a candidate id")
+    if inject_fault is not None:
+        log.warning("FAULT INJECTION: %s; corrupting %s", FAULT_INJECTION_NOTE, inject_fault)
+    tdev = _torch_device(device)
+    rows = []
+    for shape in shape_rows.itertuples(index=False):
+        dtype = str(shape.dtype)
+        if dtype not in tolerances_by_dtype:
+            raise ValueError(f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} "
+                             f"(shape {shape.shape_key})")
+        tol = tolerances_by_dtype[dtype]
+        rotate_k = rotate_k_for(shape.phase)
+        cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
+        for cand in candidates.itertuples(index=False):
+            seed_i = input_seed(seed, cand.candidate, shape.shape_key)
+            try:
+                fn = make_fn(cand, cos, sin, rotate_k)
+            except Exception as exc:  # a candidate that cannot even be built fails its checks
+                fn = _raiser(exc)
+            if cand.candidate == inject_fault:
+                fn = corrupting(fn)
+            result = check_one(fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base)
+            rows.append({
+                "candidate": cand.candidate, "shape_key": shape.shape_key, **result,
+                "passed": result["status"] == "passed", "tolerance": tol[0], "abs_tolerance": tol[1],
+                "tile": int(cand.tile), "fused": bool(cand.fused), "phase": shape.phase,
+                "batch": int(shape.batch), "q_len": int(shape.q_len), "kv_len": int(shape.kv_len),
+                "heads_q": int(shape.heads_q), "heads_kv": int(shape.heads_kv),
+                "head_dim": int(shape.head_dim), "dtype": dtype, "rotate_k": rotate_k,
+                "input_seed": seed_i,
+            })
+            level = logging.INFO if result["status"] == "passed" else logging.ERROR
+            log.log(level, "%s %s %s rel_err=%.2e max_abs_err=%.2e %s", result["status"].upper(),
+                    cand.candidate, shape.shape_key, result["rel_err"], result["max_abs_err"], result["reason"])
+        if tdev == "cuda":
+            torch.cuda.empty_cache()
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.astype({"nan_count": "int64", "unwritten_count": "int64", "passed": "bool",
+                      "tile": "int64", "batch": "int64", "q_len": "int64", "kv_len": "int64",
+                      "input_seed": "int64"})
+
+
+def _raiser(exc: Exception) -> Callable:
+    def fn(q, k, v, out=None):
+        raise exc
+
+    return fn
+
+
+def failing(correctness: pd.DataFrame) -> pd.DataFrame:
+    """One row per candidate with a failed check: candidate, failed_checks, checks, first_reason."""
+    rows = []
+    for candidate, group in correctness.groupby("candidate", sort=False):
+        bad = group[~group["passed"].astype(bool)]
+        if len(bad):
+            first = bad.iloc[0]
+            rows.append({"candidate": candidate, "failed_checks": len(bad), "checks": len(group),
+                         "first_reason": f"{first['shape_key']}: {first['reason']}"})
+    return pd.DataFrame(rows, columns=["candidate", "failed_checks", "checks", "first_reason"])
+
+
+def gate(correctness: pd.DataFrame, policy: str, log: logging.Logger) -> pd.DataFrame:
+    """Apply `on_correctness_failure`: 'fail' raises CorrectnessFailure naming every failing
+    candidate; 'exclude' logs each one loudly and lets the stage go on. Returns failing()."""
+    if policy not in ("fail", "exclude"):
+        raise ValueError(f"config key 'on_correctness_failure' must be 'fail' or 'exclude', got {policy!r}")
+    bad = failing(correctness)
+    if bad.empty:
+        log.info("correctness: all %d checks passed", len(correctness))
+        return bad
+    lines = [f"{r.candidate} ({r.failed_checks}/{r.checks} checks failed; {r.first_reason})"
+             for r in bad.itertuples()]
+    if policy == "fail":
+        raise CorrectnessFailure(
+            f"{len(bad)} candidate(s) failed correctness: " + "; ".join(lines)
+            + ". Fix them, or set on_correctness_failure: exclude to drop them and go on"
+        )
+    for line in lines:
+        log.error("EXCLUDED from every later stage: %s", line)
+    return bad
+
+
+def admitted(candidates: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
+    """The candidates whose every correctness check passed, in their original order.
+
+    A candidate with no correctness rows was never checked: that is a stale correctness
+    artifact, and it raises ValueError rather than being admitted or silently dropped."""
+    if "candidate" not in candidates.columns or "candidate" not in correctness.columns:
+        raise ValueError("admitted() needs a 'candidate' column in candidates and correctness")
+    checked = set(correctness["candidate"])
+    unchecked = [c for c in candidates["candidate"] if c not in checked]
+    if unchecked:
+        raise ValueError(f"candidates {unchecked} have no correctness rows: correctness.parquet "
+                         "is stale for this candidate set; rerun the correctness rule")
+    failed = set(correctness.loc[~correctness["passed"].astype(bool), "candidate"])
+    return candidates[~candidates["candidate"].isin(failed)].reset_index(drop=True)

@@ -1,0 +1,418 @@
+"""lifecycle: what owning a dispatching portfolio costs, measured rather than assumed.
+
+- compile: each candidate compiled cold, in a fresh process (``python -m headroom.measure.lifecycle``)
+  whose TRITON_CACHE_DIR is a new empty directory. The child first initializes CUDA and launches
+  the empty kernel (Triton's own one-time toolchain work, reported as ``toolchain_s``), then for
+  every distinct trace shape makes a first call and a second call of the candidate: when the first
+  call added files to the cache, that shape triggered a new specialization, and its compile time is
+  first-call minus second-call seconds. ``compile_workers`` children run side by side.
+- cache: bytes the candidate's compiled kernels (and their launchers) occupy in that cache dir.
+- dispatch: ns per lookup of each policy's serving-time mechanism over the trace's shapes, net of
+  calling a function that does nothing (clipped at 0): global (a constant), exact-key and
+  regret-aware (a dict on the exact shape), bucketed (power-of-two bucket label, then a dict),
+  clustered (nearest of ``dispatch_clusters`` centroids in log2 feature space, then a table).
+  These are the mechanisms as plain Python, computed on every call: an upper bound, since a
+  server that memoizes the answer per exact shape pays the exact-key figure after first sight.
+- switch: on a few invocations, per-call time of an A,B,A,B,... sequence minus the mean of A,A,...
+  and B,B,... medians, in eager and (with CUDA) graph mode.
+
+Long format, one row per figure; columns:
+    kind ('compile' | 'cache' | 'dispatch' | 'switch'), candidate (compile, cache, switch: the
+    candidate, or candidate A), candidate_b (switch: candidate B), policy (dispatch), mode
+    (switch: eager | graph), invocation (switch; -1 otherwise), shape_key (switch: the invocation's;
+    compile: the shapes that triggered specializations, '; '-joined), value, unit ('s' compile,
+    'bytes' cache, 'ns' dispatch, 'us' switch), compile_s (compile and cache rows: the candidate's
+    total cold compile seconds), cache_bytes (compile and cache rows: its cache bytes),
+    specializations (compile: kernels compiled), specialization_s ('; '-joined seconds, same order
+    as shape_key), toolchain_s (compile), first_call_s (compile: summed first calls), alternating_us,
+    same_us, penalty_pct (switch), raw_ns, baseline_ns (dispatch), n (calls or lookups behind the
+    figure), compile_workers, status ('ok' | 'skipped' | 'failed'), reason, device.
+Exactly one compile and one cache row per candidate, so ``candidate, compile_s, cache_bytes`` of
+either kind is DESIGN.md's per-candidate table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.measure import portfolio, timing
+from headroom.core import settings as stage_settings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULTS: dict[str, Any] = {
+    "dispatch_lookups": 200_000,  # lookups per timing of one policy's lookup
+    "dispatch_repeats": 3,  # timings per policy; the median is reported
+    "dispatch_clusters": 4,  # centroids of the clustered lookup (as policies.clusters)
+    "switch_reps": 100,  # timed calls per sequence (A,A.. / B,B.. / A,B,A,B..)
+    "switch_invocations": 4,  # trace invocations, evenly spaced, the switch is measured on
+    "switch_pairs": 2,  # seeded candidate pairs (different tiles) per invocation
+    "warmup_reps": 10,
+    "graph_calls": 20,
+    "compile_workers": 4,  # cold-compile children run side by side (16 cores on the H200 host)
+    "compile_timeout_s": 900,
+    "seed": 0,
+}
+KINDS = ("compile", "cache", "dispatch", "switch")
+DISPATCH_POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware")
+COLUMNS = [
+    "kind", "candidate", "candidate_b", "policy", "mode", "invocation", "shape_key", "value", "unit",
+    "compile_s", "cache_bytes", "specializations", "specialization_s", "toolchain_s", "first_call_s",
+    "alternating_us", "same_us", "penalty_pct", "raw_ns", "baseline_ns", "n", "compile_workers",
+    "status", "reason", "device",
+]  # fmt: skip
+
+
+def settings(section: dict[str, Any] | None) -> dict[str, Any]:
+    cfg = stage_settings.merge("lifecycle", DEFAULTS, section)
+    stage_settings.require_ints("lifecycle", cfg, (
+        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
+        ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
+        ("compile_workers", 1), ("compile_timeout_s", 1), ("seed", 0)))  # fmt: skip
+    return cfg
+
+
+def _row(kind: str, **fields: Any) -> dict[str, Any]:
+    row = dict.fromkeys(COLUMNS)
+    row.update(kind=kind, candidate="", candidate_b="", policy="", mode="", invocation=-1, shape_key="",
+               status="ok", reason="")  # fmt: skip
+    row.update(fields)
+    return row
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+
+
+def _shape(row: Any) -> tuple:
+    return (
+        row.phase,
+        int(row.batch),
+        int(row.q_len),
+        int(row.kv_len),
+        int(row.heads_q),
+        int(row.heads_kv),
+        int(row.head_dim),
+    )
+
+
+def _pow2(x: int) -> int:
+    return 1 << (max(x, 1) - 1).bit_length()
+
+
+def lookups(trace: pd.DataFrame, candidates: list[str], clusters: int, seed: int) -> dict[str, Callable]:
+    """Serving-time lookup functions, one per policy, each mapping a shape tuple
+    (phase, batch, q_len, kv_len, heads_q, heads_kv, head_dim) to a candidate id. The tables are
+    filled with seeded arbitrary candidates: the cost of a lookup does not depend on the answer."""
+    if not candidates:
+        raise ValueError("candidates must not be empty")
+    rng = np.random.default_rng(seed)
+    shapes = sorted({_shape(r) for r in trace.itertuples(index=False)})
+    pick = lambda: candidates[int(rng.integers(len(candidates)))]  # noqa: E731
+    default = candidates[0]
+    exact = {s: pick() for s in shapes}
+    regret = {s: pick() for s in shapes}
+
+    def bucket_label(s: tuple) -> str:
+        return f"{s[0]}|q{_pow2(s[2])}|kv{_pow2(s[3])}|b{_pow2(s[1])}"
+
+    buckets = {bucket_label(s): pick() for s in shapes}
+    feats = np.array([[math.log2(max(v, 1)) for v in s[1:]] + [float(s[0] == "prefill")] for s in shapes])
+    mean, std = feats.mean(axis=0), feats.std(axis=0)
+    std[std == 0] = 1.0
+    k = max(1, min(clusters, len(shapes)))
+    centroids = [tuple(c) for c in ((feats[rng.choice(len(shapes), k, replace=False)] - mean) / std)]
+    labels = [pick() for _ in range(k)]
+    mean_t, std_t = tuple(mean), tuple(std)
+    log2 = math.log2
+
+    def clustered(s: tuple) -> str:
+        x = [(log2(max(v, 1)) - m) / d for v, m, d in zip(s[1:], mean_t, std_t, strict=False)]
+        x.append((float(s[0] == "prefill") - mean_t[-1]) / std_t[-1])
+        best, best_d = 0, math.inf
+        for i, c in enumerate(centroids):
+            d = 0.0
+            for a, b in zip(x, c, strict=True):
+                d += (a - b) * (a - b)
+            if d < best_d:
+                best, best_d = i, d
+        return labels[best]
+
+    return {
+        "global": lambda s: default,
+        "exact-key": lambda s: exact.get(s, default),
+        "bucketed": lambda s: buckets.get(bucket_label(s), default),
+        "clustered": clustered,
+        "regret-aware": lambda s: regret.get(s, default),
+    }
+
+
+def _loop_ns(fn: Callable, keys: list) -> int:
+    t0 = time.perf_counter_ns()
+    for key in keys:
+        fn(key)
+    return time.perf_counter_ns() - t0
+
+
+def dispatch_rows(trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any], device: str) -> list[dict]:
+    """ns per lookup of each policy (median of ``dispatch_repeats`` loops of ``dispatch_lookups``)."""
+    fns = lookups(trace, candidates, cfg["dispatch_clusters"], cfg["seed"])
+    shapes = [_shape(r) for r in trace.sort_values("invocation").itertuples(index=False)]
+    n = cfg["dispatch_lookups"]
+    keys = (shapes * math.ceil(n / len(shapes)))[:n]
+    nothing = lambda s: s  # noqa: E731
+    rows = []
+    for policy in DISPATCH_POLICIES:
+        fn = fns[policy]
+        raw, base = [], []
+        for _ in range(cfg["dispatch_repeats"]):  # interleaved, so drift hits both alike
+            base.append(_loop_ns(nothing, keys) / n)
+            raw.append(_loop_ns(fn, keys) / n)
+        raw_ns, base_ns = float(np.median(raw)), float(np.median(base))
+        rows.append(_row("dispatch", policy=policy, value=max(0.0, raw_ns - base_ns), unit="ns", raw_ns=raw_ns,
+                         baseline_ns=base_ns, n=n * cfg["dispatch_repeats"], device=device))  # fmt: skip
+    return rows
+
+
+# -- switching ------------------------------------------------------------------------------------
+
+
+def switch_plan(
+    trace: pd.DataFrame, candidates: pd.DataFrame, cfg: dict[str, Any]
+) -> list[tuple[Any, Any, Any]]:
+    """(trace row, candidate A, candidate B) triples: ``switch_invocations`` evenly spaced
+    invocations, ``switch_pairs`` seeded pairs of candidates with different tiles on each."""
+    ordered = list(trace.sort_values("invocation").itertuples(index=False))
+    cands = list(candidates.sort_values("candidate").itertuples(index=False))
+    pairs = [(a, b) for i, a in enumerate(cands) for b in cands[i + 1 :] if a.tile != b.tile]
+    if not pairs or cfg["switch_invocations"] == 0 or cfg["switch_pairs"] == 0:
+        return []
+    picks = np.unique(
+        np.linspace(0, len(ordered) - 1, min(cfg["switch_invocations"], len(ordered))).round().astype(int)
+    )
+    rng = np.random.default_rng(cfg["seed"])
+    plan = []
+    for p in picks:
+        for j in rng.choice(len(pairs), min(cfg["switch_pairs"], len(pairs)), replace=False):
+            plan.append((ordered[p], *pairs[j]))
+    return plan
+
+
+def _alternating(fa: Callable, fb: Callable) -> Callable:
+    state = [0]
+
+    def fn(*args):
+        state[0] ^= 1
+        return (fa if state[0] else fb)(*args)
+
+    return fn
+
+
+def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
+    from headroom.measure.runner import tables as candidate_tables
+
+    plan = switch_plan(trace, candidates, cfg)
+    if not plan:
+        return []
+    reps = cfg["switch_reps"] + cfg["switch_reps"] % 2  # even: as many A as B calls
+    graph_calls = cfg["graph_calls"] + cfg["graph_calls"] % 2
+    harness = timing.Harness(device, warmup=cfg["warmup_reps"], reps=reps, graph_calls=graph_calls)
+    tdev = "cuda" if device == "cuda" else "cpu"
+    max_pos = int(trace["kv_len"].max())
+    tables: dict[int, tuple] = {}
+    rows = []
+    for inv, a, b in plan:
+        if inv.head_dim not in tables:
+            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
+        cos, sin = tables[inv.head_dim]
+        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)
+        sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
+        rotate_k = inv.phase == "prefill"
+        fa = portfolio.candidate_fn(a, cos, sin, rotate_k)
+        fb = portfolio.candidate_fn(b, cos, sin, rotate_k)
+        for mode in harness.modes:
+            med_a = float(np.median(harness.time(mode, fa, sets).samples_us))
+            med_b = float(np.median(harness.time(mode, fb, sets).samples_us))
+            alt = harness.time(mode, _alternating(fa, fb), sets)
+            med_alt = float(np.median(alt.samples_us))
+            same = 0.5 * (med_a + med_b)
+            rows.append(_row("switch", candidate=a.candidate, candidate_b=b.candidate, mode=mode,
+                             invocation=int(inv.invocation), shape_key=inv.shape_key, value=med_alt - same, unit="us",
+                             alternating_us=med_alt, same_us=same, penalty_pct=100.0 * (med_alt - same) / same,
+                             n=3 * alt.timed_calls, device=device))  # fmt: skip
+        log.info("switch %s <-> %s on invocation %d: %s", a.candidate, b.candidate, inv.invocation,
+                 ", ".join(f"{r['mode']} {r['value']:+.3f} us" for r in rows[-len(harness.modes):]))  # fmt: skip
+    return rows
+
+
+# -- cold compile ---------------------------------------------------------------------------------
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside the fresh process: cold-compile one candidate on every shape of ``spec``.
+    (Under TRITON_INTERPRET=1 it runs the same steps on the CPU, where nothing compiles: the
+    tests use that to check the plumbing.)"""
+    import torch
+
+    device = "interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    tdev = "cuda" if device == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    cache = Path(os.environ["TRITON_CACHE_DIR"])
+    anchor = torch.empty(16, device=tdev)
+    sync()
+    from headroom.measure.runner import tables as candidate_tables
+    from kernels import empty_kernel_launch
+
+    t0 = time.perf_counter()
+    empty_kernel_launch(anchor)
+    sync()
+    toolchain_s = time.perf_counter() - t0
+    start_bytes = _dir_bytes(cache)
+    cand = pd.Series(spec["candidate"])
+    shapes = pd.DataFrame(spec["shapes"])
+    cos, sin = candidate_tables(int(shapes["kv_len"].max()), int(shapes["head_dim"].iloc[0]),
+                               str(shapes["dtype"].iloc[0]), spec["rope_base"], tdev)
+    out = []
+    for row in shapes.itertuples(index=False):
+        (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]
+        fn = portfolio.candidate_fn(cand, cos, sin, row.phase == "prefill")
+        before = _dir_bytes(cache)
+        t0 = time.perf_counter()
+        fn(q, k, v)
+        sync()
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        fn(q, k, v)
+        sync()
+        second = time.perf_counter() - t0
+        out.append({"shape_key": row.shape_key, "first_s": first, "second_s": second,
+                    "new_bytes": _dir_bytes(cache) - before})  # fmt: skip
+    return {"toolchain_s": toolchain_s, "cache_bytes": _dir_bytes(cache) - start_bytes, "shapes": out}
+
+
+def _compile_one(
+    cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, interpret: bool = False
+) -> dict:
+    """Run :func:`compile_child` for one candidate in a fresh process with an empty cache dir."""
+    spec = {"candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
+            "shapes": shapes, "rope_base": rope_base}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
+        env = {**os.environ, "TRITON_CACHE_DIR": cache}
+        if interpret:
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        proc = subprocess.run([sys.executable, "-m", "headroom.measure.lifecycle"], input=json.dumps(spec), env=env,
+                              capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip
+    if proc.returncode != 0:
+        return {"error": f"cold-compile child exited {proc.returncode}: {proc.stderr.strip()[-800:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
+    """One compile row and one cache row per candidate (skipped without CUDA: the interpreter
+    compiles nothing and caches nothing)."""
+    cands = list(candidates.sort_values("candidate").itertuples(index=False))
+    if device != "cuda":
+        reason = "no CUDA device: the Triton interpreter compiles nothing and writes no cache"
+        return [_row(kind, candidate=c.candidate, value=math.nan, unit=unit, status="skipped", reason=reason,
+                     device=device) for c in cands for kind, unit in (("compile", "s"), ("cache", "bytes"))]  # fmt: skip
+    first = trace.sort_values("invocation").drop_duplicates("shape_key")
+    shapes = first[list(portfolio._TRACE_COLUMNS)].to_dict("records")
+    shapes = [{k: (v.item() if hasattr(v, "item") else v) for k, v in s.items()} for s in shapes]
+    workers = min(cfg["compile_workers"], len(cands))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(
+            pool.map(lambda c: _compile_one(c, shapes, rope_base, cfg["compile_timeout_s"]), cands)
+        )
+    rows = []
+    for cand, res in zip(cands, results, strict=True):
+        common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
+        if "error" in res:
+            log.error("cold compile of %s failed: %s", cand.candidate, res["error"])
+            for kind, unit in (("compile", "s"), ("cache", "bytes")):
+                rows.append(
+                    _row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
+                )
+            continue
+        compiled = [s for s in res["shapes"] if s["new_bytes"] > 0]
+        spec_s = [max(0.0, s["first_s"] - s["second_s"]) for s in compiled]
+        total = float(sum(spec_s))
+        detail = {
+            "compile_s": total,
+            "cache_bytes": int(res["cache_bytes"]),
+            "n": len(res["shapes"]),
+            **common,
+        }
+        rows.append(_row("compile", value=total, unit="s", specializations=len(compiled),
+                         shape_key="; ".join(s["shape_key"] for s in compiled),
+                         specialization_s="; ".join(f"{x:.4f}" for x in spec_s), toolchain_s=res["toolchain_s"],
+                         first_call_s=float(sum(s["first_s"] for s in res["shapes"])), **detail))  # fmt: skip
+        rows.append(_row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail))
+        log.info("cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
+                 cand.candidate, len(compiled), total, res["cache_bytes"], res["toolchain_s"])  # fmt: skip
+    return rows
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+
+def run(
+    trace: pd.DataFrame,
+    candidates: pd.DataFrame,
+    section: dict[str, Any],
+    *,
+    device: str,
+    rope_base: float = 10000.0,
+    log: logging.Logger | None = None,
+) -> pd.DataFrame:
+    """All lifecycle rows for the admitted ``candidates`` on ``trace`` (see the module docstring)."""
+    log = log or logging.getLogger("headroom.measure.lifecycle")
+    cfg = settings(section)
+    if device not in ("cuda", "interpret"):
+        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
+    portfolio.check_trace(trace)
+    if candidates.empty:
+        raise ValueError("no admitted candidates: every candidate failed correctness")
+    rows: list[dict] = []
+    for name, step in (
+        ("compile", lambda: compile_rows(trace, candidates, cfg, device, rope_base, log)),
+        ("dispatch", lambda: dispatch_rows(trace, sorted(candidates["candidate"]), cfg, device)),
+        ("switch", lambda: switch_rows(trace, candidates, cfg, device, rope_base, timing.l2_bytes(), log)),
+    ):
+        t0 = time.perf_counter()
+        rows.extend(step())
+        log.info("lifecycle %s: %.2f s wall", name, time.perf_counter() - t0)
+    out = pd.DataFrame.from_records(rows, columns=COLUMNS)
+    for col in ("value", "compile_s", "cache_bytes", "toolchain_s", "first_call_s", "alternating_us", "same_us",
+                "penalty_pct", "raw_ns", "baseline_ns"):  # fmt: skip
+        out[col] = out[col].astype("float64")
+    for col in ("specializations", "n", "compile_workers"):
+        out[col] = out[col].astype("Int64")
+    out["invocation"] = out["invocation"].astype("int64")
+    for col in ("specialization_s",):
+        out[col] = out[col].fillna("").astype(str)
+    for row in out[out["kind"] == "dispatch"].itertuples(index=False):
+        log.info("dispatch %-12s %8.1f ns per lookup", row.policy, row.value)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(compile_child(json.loads(sys.stdin.read()))))

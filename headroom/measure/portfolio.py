@@ -1,0 +1,406 @@
+"""portfolio run r: every admitted candidate timed on every trace invocation, in one fresh process.
+
+For each invocation in chronological order: build inputs from the trace row (random normal data,
+never zeros) in enough buffer sets to keep the working set honest (:func:`headroom.measure.timing.buffer_sets`),
+draw the candidate order (:func:`candidate_order`), and time each candidate in each mode with
+:class:`headroom.measure.timing.Harness`. The harness floor (an empty Triton kernel timed the same way in
+each mode) is measured at the start of the run and carried as columns, never as a candidate.
+
+Rows (``portfolio/run-{run}.parquet``), one per (mode, invocation, candidate):
+    run, pid, started_at (ISO 8601 UTC), mode, invocation, shape_key, phase, candidate, tile, fused,
+    backend, position (0-based place in the invocation's timing order), median_us, mean_us, p10_us, p90_us,
+    std_us, rel_std_pct, reps (samples in this row), timed_calls (kernel calls behind the samples),
+    calls_per_sample (1 eager, graph_calls graph), graph_replay_us (median undivided replay; NaN
+    eager), buffer_sets, set_bytes, working_set_bytes, floor_us (empty kernel, same mode and
+    method), floor_ratio (median_us / floor_us), near_floor (floor_ratio < floor_factor),
+    graph_launch_us (one-call graph replay; NaN without CUDA), flush_l2, timing_method
+    ('cuda_events' | 'host_clock'), device, device_name, sm_clock_mhz (NVML, read after the
+    invocation; NaN when unreadable), triton_cache_dir, run_wall_s.
+Samples (``portfolio/run-{run}-samples.parquet``), one per timed sample:
+    run, mode, invocation, candidate, rep, position, latency_us, calls (kernel calls averaged).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.measure import noise, timing
+from headroom.core import settings as stage_settings
+
+DEFAULTS: dict[str, Any] = {
+    "runs": 3,
+    "reps": 280,  # timed calls per (mode, invocation, candidate)
+    "warmup_reps": 20,  # untimed calls (graph: untimed replays) before them
+    "mode": "both",  # eager | graph | both; without CUDA only eager runs
+    "graph_calls": 20,  # calls captured per CUDA graph, so a replay's launch is amortized
+    "flush_l2": False,  # NVBench-style cold timing: overwrite an L2-sized buffer before each sample
+    "seed": 0,  # candidate order and input data
+    "working_set_l2": timing.DEFAULT_WORKING_SET_L2,  # rotating input sets hold this many L2s
+    "max_buffer_sets": timing.DEFAULT_MAX_BUFFER_SETS,
+    "floor_factor": noise.DEFAULT_FLOOR_FACTOR,  # medians under this many floors are flagged
+}
+PHASES = ("prefill", "decode")
+_DTYPES = ("float16", "bfloat16", "float32")
+_TRACE_COLUMNS = (
+    "invocation",
+    "phase",
+    "batch",
+    "q_len",
+    "kv_len",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "dtype",
+    "shape_key",
+)
+_FLOOR_WARMUP_CALLS = 3
+_CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused")
+
+
+def settings(section: dict[str, Any] | None) -> dict[str, Any]:
+    """The `portfolio:` config section merged onto DEFAULTS; ValueError names a bad key."""
+    cfg = stage_settings.merge("portfolio", DEFAULTS, section)
+    stage_settings.require_ints("portfolio", cfg, (
+        ("runs", 1), ("reps", 1), ("graph_calls", 1), ("max_buffer_sets", 1), ("warmup_reps", 0), ("seed", 0)))
+    if cfg["mode"] not in ("eager", "graph", "both"):
+        raise ValueError(f"portfolio.mode must be eager, graph or both, got {cfg['mode']!r}")
+    if type(cfg["flush_l2"]) is not bool:
+        raise ValueError(f"portfolio.flush_l2 must be true or false, got {cfg['flush_l2']!r}")
+    for key in ("working_set_l2", "floor_factor"):
+        if not isinstance(cfg[key], int | float) or not cfg[key] > 0:
+            raise ValueError(f"portfolio.{key} must be a positive number, got {cfg[key]!r}")
+    return cfg
+
+
+def modes_for(mode: str, device: str) -> tuple[str, ...]:
+    """Modes a run times: graph needs CUDA, so without it only eager runs."""
+    wanted = ("eager", "graph") if mode == "both" else (mode,)
+    if device != "cuda":
+        return ("eager",)
+    return wanted
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def check_trace(trace: pd.DataFrame) -> None:
+    missing = [c for c in _TRACE_COLUMNS if c not in trace.columns]
+    if missing:
+        raise ValueError(f"trace lacks column(s) {missing}")
+    if trace.empty:
+        raise ValueError("trace has no invocations")
+    for row in trace.itertuples(index=False):
+        where = f"trace invocation {row.invocation}"
+        if row.phase not in PHASES:
+            raise ValueError(f"{where}: phase must be prefill or decode, got {row.phase!r}")
+        if row.dtype not in _DTYPES:
+            raise ValueError(f"{where}: dtype must be one of {_DTYPES}, got {row.dtype!r}")
+        if row.phase == "prefill" and row.q_len != row.kv_len:
+            raise ValueError(f"{where}: a prefill needs q_len == kv_len, got {row.q_len} and {row.kv_len}")
+        if row.phase == "decode" and row.q_len != 1:
+            raise ValueError(f"{where}: a decode needs q_len == 1, got {row.q_len}")
+        if min(row.batch, row.q_len, row.kv_len, row.heads_q, row.heads_kv, row.head_dim) < 1:
+            raise ValueError(f"{where}: batch, q_len, kv_len, heads and head_dim must be >= 1")
+
+
+def set_bytes(row: Any) -> int:
+    """Bytes of one input set (q, k, v) of a trace row."""
+    elem = 4 if row.dtype == "float32" else 2
+    q = row.batch * row.heads_q * row.q_len * row.head_dim
+    kv = 2 * row.batch * row.heads_kv * row.kv_len * row.head_dim
+    return int((q + kv) * elem)
+
+
+def input_sets(row: Any, n_sets: int, device: str, seed: int) -> list[tuple]:
+    """``n_sets`` independent (q, k, v) sets of standard-normal data for one trace row.
+
+    q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) in the row's dtype; on CUDA when device == 'cuda', on
+    the CPU (interpreter) otherwise."""
+    import torch
+
+    dtype = getattr(torch, row.dtype)
+    dev = "cuda" if device == "cuda" else "cpu"
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    q_shape = (row.batch, row.heads_q, row.q_len, row.head_dim)
+    kv_shape = (row.batch, row.heads_kv, row.kv_len, row.head_dim)
+    return [
+        tuple(torch.randn(s, generator=gen, device=dev, dtype=dtype) for s in (q_shape, kv_shape, kv_shape))
+        for _ in range(n_sets)
+    ]
+
+
+def candidate_order(n: int, *, seed: int, run: int, index: int) -> np.ndarray:
+    """Timing order of ``n`` candidates at the ``index``-th invocation of run ``run``: a seeded
+    permutation rotated so that candidate ``(index + run) % n`` goes first. Every candidate leads
+    equally often, consecutive invocations never start with the same candidate (n > 1), and who
+    follows whom changes from one invocation to the next."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    perm = np.random.default_rng([seed, run, index]).permutation(n)
+    first = (index + run) % n
+    return np.roll(perm, -int(np.flatnonzero(perm == first)[0]))
+
+
+def candidate_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
+    """fn(q, k, v) for one candidate row: the same runner correctness checks
+    (:func:`headroom.measure.runner.runner`)."""
+    from headroom.measure.runner import runner
+
+    return runner(cand, cos, sin, rotate_k)
+
+
+# -- run facts ------------------------------------------------------------------------------------
+
+
+def triton_cache_dir() -> str:
+    try:
+        import triton
+
+        return str(triton.knobs.cache.dir)
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+
+
+class SmClock:
+    """The current device's SM clock in MHz through NVML (nvidia-ml-py); NaN when unreadable."""
+
+    def __init__(self, device: str):
+        self._handle = None
+        self._nvml = None
+        if device != "cuda":
+            return
+        try:
+            import pynvml
+            import torch
+
+            pynvml.nvmlInit()
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            try:
+                bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+                self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode())
+            except Exception:  # older torch without PCI ids, or a bus id NVML does not know
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self._nvml = pynvml
+        except Exception:  # no nvidia-ml-py or no NVML: the column stays NaN
+            self._handle = None
+
+    def read(self) -> float:
+        if self._handle is None:
+            return math.nan
+        try:
+            return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+        except Exception:
+            return math.nan
+
+
+def device_name(device: str) -> str:
+    if device != "cuda":
+        return "cpu (triton interpreter)"
+    import torch
+
+    return torch.cuda.get_device_name(torch.cuda.current_device())
+
+
+def measure_floor(
+    harness: timing.Harness, modes: tuple[str, ...], device: str
+) -> tuple[dict[str, float], float]:
+    """The empty Triton kernel timed by the harness in each mode: {mode: median us}, and the
+    launch cost of a one-call graph (NaN without CUDA)."""
+    import torch
+
+    from kernels import empty_kernel_launch
+
+    anchor = torch.empty(16, device="cuda" if device == "cuda" else "cpu")
+    for _ in range(_FLOOR_WARMUP_CALLS):  # compile it and warm the launch path even when warmup_reps is 0
+        empty_kernel_launch(anchor)
+    floor = {m: float(np.median(harness.time(m, empty_kernel_launch, [(anchor,)]).samples_us)) for m in modes}
+    launch = harness.graph_launch_us(empty_kernel_launch, (anchor,)) if device == "cuda" else math.nan
+    return floor, launch
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def run(
+    trace: pd.DataFrame,
+    candidates: pd.DataFrame,
+    section: dict[str, Any],
+    *,
+    run: int,
+    device: str,
+    rope_base: float = 10000.0,
+    log: logging.Logger | None = None,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Time every candidate of ``candidates`` (already admitted by correctness) on every
+    invocation of ``trace``. Returns (rows, samples) as described in the module docstring."""
+    log = log or logging.getLogger("headroom.measure.portfolio")
+    cfg = settings(section)
+    if type(run) is not int or run < 1:
+        raise ValueError(f"run must be a positive int, got {run!r}")
+    if device not in ("cuda", "interpret"):
+        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
+    check_trace(trace)
+    missing = [c for c in _CANDIDATE_COLUMNS if c not in candidates.columns]
+    if missing:
+        raise ValueError(f"candidates lacks column(s) {missing}")
+    if candidates.empty:
+        raise ValueError("no admitted candidates to time: every candidate failed correctness")
+    import torch
+
+    from headroom.measure.runner import tables as candidate_tables
+
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    t_start = time.perf_counter()
+    modes = modes_for(cfg["mode"], device)
+    if modes != (("eager", "graph") if cfg["mode"] == "both" else (cfg["mode"],)):
+        log.warning(
+            "portfolio.mode=%s needs CUDA for graph mode; timing eager only on %s", cfg["mode"], device
+        )
+    harness = timing.Harness(
+        device,
+        warmup=cfg["warmup_reps"],
+        reps=cfg["reps"],
+        graph_calls=cfg["graph_calls"],
+        flush_l2=cfg["flush_l2"],
+    )
+    l2 = timing.l2_bytes()
+    clock = SmClock(device)
+    facts = {
+        "run": run,
+        "pid": os.getpid(),
+        "started_at": started_at,
+        "device": device,
+        "device_name": device_name(device),
+        "triton_cache_dir": triton_cache_dir(),
+        "flush_l2": cfg["flush_l2"],
+        "timing_method": "cuda_events" if device == "cuda" else "host_clock",
+    }
+    log.info(
+        "portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
+        run,
+        facts["pid"],
+        facts["device_name"],
+        modes,
+        l2,
+        facts["triton_cache_dir"],
+        clock.read(),
+    )
+    floor, graph_launch = measure_floor(harness, modes, device)
+    log.info(
+        "harness floor (empty Triton kernel): %s; one-call graph replay %.2f us",
+        ", ".join(f"{m} {v:.2f} us" for m, v in floor.items()),
+        graph_launch,
+    )
+
+    tdev = "cuda" if device == "cuda" else "cpu"
+    tables: dict[int, tuple] = {}
+    max_pos = int(trace["kv_len"].max())
+    cands = list(candidates.sort_values("candidate").itertuples(index=False))
+    ordered = trace.sort_values("invocation", kind="mergesort")
+    rows: list[dict] = []
+    sample_frames: list[pd.DataFrame] = []
+    timed_calls = 0
+    bar = _progress(len(ordered), progress)
+    for index, inv in enumerate(ordered.itertuples(index=False)):
+        if inv.head_dim not in tables:
+            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
+        cos, sin = tables[inv.head_dim]
+        nbytes = set_bytes(inv)
+        n_sets = timing.buffer_sets(
+            nbytes, l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"]
+        )
+        data_seed = int(np.random.SeedSequence([cfg["seed"], run, int(inv.invocation)]).generate_state(1)[0])
+        sets = input_sets(inv, n_sets, device, seed=data_seed)
+        order = candidate_order(len(cands), seed=cfg["seed"], run=run, index=index)
+        rotate_k = inv.phase == "prefill"
+        for mode in modes:
+            for position, ci in enumerate(order):
+                cand = cands[ci]
+                m = harness.time(mode, candidate_fn(cand, cos, sin, rotate_k), sets)
+                stats = timing.summarize(m.samples_us)
+                timed_calls += m.timed_calls
+                rows.append(
+                    {
+                        **facts,
+                        "mode": mode,
+                        "invocation": int(inv.invocation),
+                        "shape_key": inv.shape_key,
+                        "phase": inv.phase,
+                        "candidate": cand.candidate,
+                        "tile": int(cand.tile),
+                        "fused": bool(cand.fused),
+                        "backend": str(getattr(cand, "backend", "triton")),
+                        "position": position,
+                        **stats,
+                        "reps": int(m.samples_us.size),
+                        "timed_calls": m.timed_calls,
+                        "calls_per_sample": m.calls_per_sample,
+                        "graph_replay_us": float(np.median(m.replay_us))
+                        if m.replay_us is not None
+                        else math.nan,
+                        "buffer_sets": m.buffer_sets,
+                        "set_bytes": nbytes,
+                        "working_set_bytes": nbytes * m.buffer_sets,
+                        "floor_us": floor[mode],
+                        "graph_launch_us": graph_launch,
+                    }
+                )
+                sample_frames.append(
+                    pd.DataFrame(
+                        {
+                            "run": run,
+                            "mode": mode,
+                            "invocation": int(inv.invocation),
+                            "candidate": cand.candidate,
+                            "rep": np.arange(m.samples_us.size, dtype=np.int64),
+                            "position": position,
+                            "latency_us": m.samples_us,
+                            "calls": m.calls_per_sample,
+                        }
+                    )
+                )
+        sm = clock.read()
+        for r in rows[len(rows) - len(modes) * len(cands) :]:
+            r["sm_clock_mhz"] = sm
+        del sets
+        bar.update(1)
+        bar.set_postfix_str(f"{timed_calls / max(time.perf_counter() - t_start, 1e-9):,.0f} calls/s")
+    bar.close()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    wall_s = time.perf_counter() - t_start
+    out = pd.DataFrame.from_records(rows)
+    out["floor_ratio"] = out["median_us"] / out["floor_us"]
+    out["near_floor"] = out["floor_ratio"] < cfg["floor_factor"]
+    out["run_wall_s"] = wall_s
+    samples = pd.concat(sample_frames, ignore_index=True)
+    log.info(
+        "portfolio run %d: %d rows, %d samples, %d timed calls in %.1f s wall",
+        run,
+        len(out),
+        len(samples),
+        timed_calls,
+        wall_s,
+    )
+    summary = noise.run_summary(out, samples, cfg["floor_factor"])
+    log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
+    return out, samples
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, desc="portfolio", unit="inv", file=sys.stderr, disable=not enabled, mininterval=1.0
+    )

@@ -1,0 +1,1 @@
+"""Stage `report`: HTML and Markdown report of a study, from its artifacts (build.py, templates/)."""

@@ -1,0 +1,460 @@
+"""The trace: a time-ordered list of attention invocations the study times every candidate on.
+
+One model turns requests into invocations (headroom.trace.requests; docs/traces.md): each request
+prefills its context at arrival, then decodes in a continuous-batching engine. The requests come
+from either source:
+
+- `trace.source: synthetic`: a seeded chat-like request log (exponential inter-arrival gaps,
+  prompt lengths drawn from a short list, a uniform number of generated tokens);
+- `trace.source: <path>`: a real request log (CSV or Parquet; relative paths resolve against the
+  project root) whose columns `trace.columns` maps.
+
+Then, in this order: token scaling and clipping (`trace.tokens`), the batching model
+(`trace.batching`), the time window (`trace.window`), the chronological sampler
+(`trace.invocations`, `trace.sampler`) and rounding of q_len/kv_len up to `trace.round_to`.
+
+    df = build_trace(study["trace"], study["partition"], base_dir=".")  # relative sources: from here
+    print(describe_text(df, train_fraction=0.5))
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.core import artifacts
+from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, Requests, read_request_log, simulate
+
+#: Columns every trace has (DESIGN.md's contract first, then this module's additions).
+COLUMNS = (
+    "invocation", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype",
+    "shape_key", "arrival_s", "kv_summary", "kv_len_raw", "request", "source_invocation",
+)  # fmt: skip
+
+#: Defaults of the `trace:` config section; a study's section is merged onto these.
+DEFAULTS: dict[str, Any] = {
+    "source": "synthetic",
+    "invocations": 48,  # None keeps the whole window (library use; a study names a count)
+    "sampler": "stride",  # stride: evenly spaced over the window; head: the first N
+    "seed": 0,
+    "round_to": 16,  # q_len/kv_len rounded up to a multiple: block sizes are multiples of 16
+    "synthetic": {
+        "requests": 64,
+        "mean_gap_s": 0.1,
+        "prompt_tokens": [128, 512, 1024, 2048],
+        "generated_tokens": [2, 32],
+    },
+    "columns": {
+        "arrival": "TIMESTAMP",
+        "context_tokens": "ContextTokens",
+        "generated_tokens": "GeneratedTokens",
+    },
+    "arrival_format": None,  # None: ISO 8601 timestamps, or numbers of seconds
+    "tokens": {"scale": 1.0, "max_kv_len": None},
+    "batching": {"max_batch": 64, "decode_step_s": 0.02, "kv_summary": "max"},
+    "window": {"start_s": 0.0, "duration_s": None, "max_invocations": None},
+}
+SAMPLERS = ("stride", "head")
+KV_SUMMARIES = ("max", "mean")
+PARTITION_KEYS = ("heads_q", "heads_kv", "head_dim", "dtype")
+
+
+def shape_key(
+    phase: str, batch: int, q_len: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int, dtype: str,
+    kv_summary: str = "exact",
+) -> str:  # fmt: skip
+    """Canonical shape key, e.g. 'prefill|b1|q512|kv512|h32/8|d128|bfloat16' or, for a decode
+    batch whose sequences' kv_len are summarized by their maximum, 'decode|b4|q1|kvmax1040|...'.
+    Equal shapes (and summaries) give equal keys; nothing else goes into the key."""
+    kv = f"kv{kv_len}" if kv_summary == "exact" else f"kv{kv_summary}{kv_len}"
+    return f"{phase}|b{batch}|q{q_len}|{kv}|h{heads_q}/{heads_kv}|d{head_dim}|{dtype}"
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def settings(trace_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The `trace:` section merged onto DEFAULTS and checked; ValueError names the key."""
+    unknown = sorted(set(trace_cfg) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"config key 'trace.{unknown[0]}': unknown; known keys: {sorted(DEFAULTS)}")
+    cfg = copy.deepcopy(DEFAULTS)
+    for key, value in trace_cfg.items():
+        if isinstance(DEFAULTS[key], dict):
+            if not isinstance(value, dict):
+                raise ValueError(f"config key 'trace.{key}': expected a mapping, got {value!r}")
+            bad = sorted(set(value) - set(DEFAULTS[key]))
+            if bad:
+                raise ValueError(
+                    f"config key 'trace.{key}.{bad[0]}': unknown; known keys: {sorted(DEFAULTS[key])}"
+                )
+            cfg[key].update(value)
+        else:
+            cfg[key] = copy.deepcopy(value)
+
+    def need(ok: bool, key: str, what: str, value: Any = None) -> None:
+        if not ok:
+            if value is None:
+                value = cfg
+                for part in key.split("."):
+                    value = value[part]
+            raise ValueError(f"config key 'trace.{key}': {value!r} {what}")
+
+    def pos_int(key: str, value: Any) -> None:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        need(ok, key, "must be an integer >= 1", value)
+
+    def pos_num(value: Any) -> bool:
+        return (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        )
+
+    need(isinstance(cfg["source"], str) and cfg["source"] != "", "source", "must be 'synthetic' or a path")
+    if cfg["invocations"] is not None:
+        pos_int("invocations", cfg["invocations"])
+    need(cfg["sampler"] in SAMPLERS, "sampler", f"must be one of {SAMPLERS}")
+    need(isinstance(cfg["seed"], int) and cfg["seed"] >= 0, "seed", "must be an integer >= 0")
+    pos_int("round_to", cfg["round_to"])
+    syn = cfg["synthetic"]
+    pos_int("synthetic.requests", syn["requests"])
+    need(pos_num(syn["mean_gap_s"]), "synthetic.mean_gap_s", "must be a number > 0")
+    prompts = syn["prompt_tokens"]
+    need(
+        isinstance(prompts, list) and len(prompts) > 0, "synthetic.prompt_tokens", "must be a non-empty list"
+    )
+    for i, p in enumerate(prompts):
+        pos_int(f"synthetic.prompt_tokens[{i}]", p)
+    gen = syn["generated_tokens"]
+    need(isinstance(gen, list) and len(gen) == 2, "synthetic.generated_tokens", "must be [min, max]")
+    pos_int("synthetic.generated_tokens[0]", gen[0])
+    pos_int("synthetic.generated_tokens[1]", gen[1])
+    need(gen[0] <= gen[1], "synthetic.generated_tokens", "must be [min, max] with min <= max")
+    need(
+        all(isinstance(v, str) and v for v in cfg["columns"].values()),
+        "columns", "must map each role to a non-empty column name",
+    )  # fmt: skip
+    need(
+        cfg["arrival_format"] is None or isinstance(cfg["arrival_format"], str),
+        "arrival_format",
+        "must be a strptime format or null",
+    )
+    tok = cfg["tokens"]
+    need(pos_num(tok["scale"]), "tokens.scale", "must be a number > 0")
+    if tok["max_kv_len"] is not None:
+        pos_int("tokens.max_kv_len", tok["max_kv_len"])
+        need(
+            tok["max_kv_len"] >= 2,
+            "tokens.max_kv_len",
+            "must leave room for a prompt token and a generated token (>= 2)",
+        )
+        need(
+            tok["max_kv_len"] % cfg["round_to"] == 0,
+            "tokens.max_kv_len",
+            f"must be a multiple of trace.round_to = {cfg['round_to']}",
+        )
+    bat = cfg["batching"]
+    pos_int("batching.max_batch", bat["max_batch"])
+    need(
+        pos_num(bat["decode_step_s"]) and round(bat["decode_step_s"] * NS_PER_S) >= 1,
+        "batching.decode_step_s",
+        "must be a number >= 1e-9",
+    )
+    need(bat["kv_summary"] in KV_SUMMARIES, "batching.kv_summary", f"must be one of {KV_SUMMARIES}")
+    win = cfg["window"]
+    need(
+        isinstance(win["start_s"], int | float)
+        and not isinstance(win["start_s"], bool)
+        and win["start_s"] >= 0,
+        "window.start_s",
+        "must be a number >= 0",
+    )
+    if win["duration_s"] is not None:
+        need(pos_num(win["duration_s"]), "window.duration_s", "must be a number > 0 or null")
+    if win["max_invocations"] is not None:
+        pos_int("window.max_invocations", win["max_invocations"])
+    return cfg
+
+
+def _partition(partition: dict[str, Any]) -> dict[str, Any]:
+    missing = [k for k in PARTITION_KEYS if k not in partition]
+    if missing:
+        raise ValueError(f"config key 'partition.{missing[0]}': missing; the trace needs {PARTITION_KEYS}")
+    return {k: partition[k] for k in PARTITION_KEYS}
+
+
+def resolve_source(source: str, base_dir: str | Path = ".") -> Path | None:
+    """None for 'synthetic'; else the request log's path (relative paths against base_dir)."""
+    if source == "synthetic":
+        return None
+    path = Path(source)
+    return path if path.is_absolute() else Path(base_dir) / path
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+def synthetic_requests(syn: dict[str, Any], seed: int) -> Requests:
+    """A seeded chat-like request log: Poisson arrivals, prompts from a list, uniform generation."""
+    rng = np.random.default_rng(seed)
+    n = syn["requests"]
+    gaps_s = rng.exponential(syn["mean_gap_s"], size=n)
+    gaps_s[0] = 0.0  # the log starts with its first request
+    arrival_ns = np.round(np.cumsum(gaps_s) * NS_PER_S).astype(np.int64)
+    context = rng.choice(np.asarray(syn["prompt_tokens"], dtype=np.int64), size=n)
+    lo, hi = syn["generated_tokens"]
+    generated = rng.integers(lo, hi + 1, size=n, dtype=np.int64)
+    return Requests(arrival_ns, context, generated, np.arange(1, n + 1, dtype=np.int64))
+
+
+def scale_tokens(requests: Requests, scale: float, max_kv_len: int | None) -> Requests:
+    """Token counts times `scale` (rounded half up, at least 1), then clipped so that a sequence
+    never exceeds max_kv_len: context to max_kv_len - 1, generated to max_kv_len - context."""
+    context, generated = requests.context, requests.generated
+    if scale != 1.0:
+        context = np.maximum(1, np.floor(context * float(scale) + 0.5)).astype(np.int64)
+        generated = np.maximum(1, np.floor(generated * float(scale) + 0.5)).astype(np.int64)
+    if max_kv_len is not None:
+        context = np.minimum(context, max_kv_len - 1)
+        generated = np.minimum(generated, max_kv_len - context)
+    return Requests(requests.arrival_ns, context, generated, requests.row)
+
+
+def round_up(values: np.ndarray, multiple: int) -> np.ndarray:
+    """Round up to a multiple (values are >= 1, so the result is >= multiple)."""
+    return (np.ceil(np.asarray(values, dtype=np.float64) / multiple) * multiple).astype(np.int64)
+
+
+# -- the trace ------------------------------------------------------------------------------------
+
+
+def _sample(n: int, count: int | None, sampler: str) -> np.ndarray:
+    """Indices of `count` of n invocations, ascending (chronological)."""
+    if count is None or count >= n:
+        return np.arange(n, dtype=np.int64)
+    if sampler == "head":
+        return np.arange(count, dtype=np.int64)
+    return (np.arange(count, dtype=np.int64) * n) // count  # stride: floor(i * n / count)
+
+
+def build_trace(
+    trace_cfg: dict[str, Any], partition: dict[str, Any], *, base_dir: str | Path = "."
+) -> pd.DataFrame:
+    """The trace for a `trace:` config section and a partition {heads_q, heads_kv, head_dim, dtype}:
+    a DataFrame with COLUMNS in chronological order. Bad config, a bad request log or an empty
+    window raise ValueError."""
+    return build(trace_cfg, partition, base_dir=base_dir)[0]
+
+
+def build(
+    trace_cfg: dict[str, Any], partition: dict[str, Any], *, base_dir: str | Path = "."
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """build_trace plus its provenance (for stage.write's extra_provenance): the resolved
+    settings, the source file's BLAKE3 and size, and the window's invocation counts."""
+    cfg = settings(trace_cfg)
+    part = _partition(partition)
+    path = resolve_source(cfg["source"], base_dir)
+    where = "synthetic request log" if path is None else str(path)
+    if path is None:
+        requests = synthetic_requests(cfg["synthetic"], cfg["seed"])
+    else:
+        requests = read_request_log(path, cfg["columns"], cfg["arrival_format"])
+    requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
+
+    win, bat = cfg["window"], cfg["batching"]
+    start_ns = round(win["start_s"] * NS_PER_S)
+    end_ns = None if win["duration_s"] is None else start_ns + round(win["duration_s"] * NS_PER_S)
+    stream = simulate(
+        requests,
+        max_batch=bat["max_batch"],
+        decode_step_ns=round(bat["decode_step_s"] * NS_PER_S),
+        end_ns=end_ns,
+    )
+    in_window = np.flatnonzero(stream.time_ns >= start_ns)
+    if win["max_invocations"] is not None:
+        in_window = in_window[: win["max_invocations"]]
+    if in_window.size == 0:
+        span_s = requests.arrival_ns[-1] / NS_PER_S
+        raise ValueError(
+            f"{where}: trace.window (start_s={win['start_s']}, duration_s={win['duration_s']}) holds no "
+            f"invocation; column '{cfg['columns']['arrival']}' spans 0..{span_s:.3f} s after row 1's arrival "
+            f"(rows 1..{len(requests)})"
+        )
+    if cfg["invocations"] is not None and in_window.size < cfg["invocations"]:
+        raise ValueError(
+            f"{where}: trace.window holds {in_window.size} invocations, fewer than trace.invocations = "
+            f"{cfg['invocations']}; widen the window or lower the count"
+        )
+    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
+    sel = stream.take(picked)
+
+    is_prefill = sel.phase == PREFILL
+    summary = bat["kv_summary"]
+    kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
+    kv_len = round_up(kv_raw, cfg["round_to"])
+    q_len = np.where(is_prefill, kv_len, 1)  # prefill: q_len = kv_len = context
+    phase = np.where(is_prefill, "prefill", "decode")
+    kv_summary = np.where(is_prefill, "exact", summary)
+    n = len(sel)
+    df = pd.DataFrame(
+        {
+            "invocation": np.arange(n, dtype=np.int64),
+            "phase": phase,
+            "batch": sel.batch.astype(np.int64),
+            "q_len": q_len,
+            "kv_len": kv_len,
+            "heads_q": np.full(n, part["heads_q"], np.int64),
+            "heads_kv": np.full(n, part["heads_kv"], np.int64),
+            "head_dim": np.full(n, part["head_dim"], np.int64),
+            "dtype": [part["dtype"]] * n,
+            "shape_key": [
+                shape_key(
+                    ph,
+                    int(b),
+                    int(q),
+                    int(kv),
+                    part["heads_q"],
+                    part["heads_kv"],
+                    part["head_dim"],
+                    part["dtype"],
+                    s,
+                )
+                for ph, b, q, kv, s in zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
+            ],
+            "arrival_s": sel.time_ns / NS_PER_S,
+            "kv_summary": kv_summary,
+            "kv_len_raw": kv_raw,
+            # The log row (1-based) a prefill comes from; -1 for a decode batch.
+            "request": np.where(is_prefill, requests.row[np.maximum(sel.request, 0)], -1).astype(np.int64),
+            "source_invocation": picked.astype(np.int64),
+        }
+    )
+    provenance = {
+        "source": cfg["source"],
+        "source_blake3": None if path is None else artifacts.hash_file(path),
+        "source_bytes": None if path is None else path.stat().st_size,
+        "source_requests": len(requests),
+        "settings": cfg,
+        "window_invocations": int(in_window.size),
+        "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
+        "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
+        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
+    }
+    return df, provenance
+
+
+# -- describe -------------------------------------------------------------------------------------
+
+
+def _quantiles(values: pd.Series) -> dict[str, float]:
+    if values.empty:
+        return {}
+    q = values.quantile([0.0, 0.1, 0.5, 0.9, 1.0]).to_numpy()
+    return {
+        "min": float(q[0]),
+        "p10": float(q[1]),
+        "p50": float(q[2]),
+        "p90": float(q[3]),
+        "max": float(q[4]),
+    }
+
+
+def describe(trace_df: pd.DataFrame, train_fraction: float | None = None) -> dict[str, Any]:
+    """The invocation mix: phase shares, q_len/kv_len/batch distributions per phase, distinct
+    shape keys and, given train_fraction, the chronological split the policies stage uses
+    (train = the first floor(n * train_fraction) invocations) with the share of test shape keys
+    the train part never saw."""
+    missing = [
+        c for c in ("invocation", "phase", "batch", "q_len", "kv_len", "shape_key") if c not in trace_df
+    ]
+    if missing:
+        raise ValueError(f"trace_df: missing column {missing[0]!r}")
+    if len(trace_df) == 0:
+        raise ValueError("trace_df: the trace has no invocations")
+    df = trace_df.sort_values("invocation")
+    n = len(df)
+    phases = {}
+    for phase in ("prefill", "decode"):
+        part = df[df["phase"] == phase]
+        phases[phase] = {
+            "invocations": len(part),
+            "share": len(part) / n,
+            "distinct_shape_keys": part["shape_key"].nunique(),
+            "q_len": _quantiles(part["q_len"]),
+            "kv_len": _quantiles(part["kv_len"]),
+            "batch": _quantiles(part["batch"]),
+            "batch_counts": {int(k): int(v) for k, v in part["batch"].value_counts().sort_index().items()},
+        }
+    out = {
+        "invocations": n,
+        "duration_s": float(df["arrival_s"].iloc[-1] - df["arrival_s"].iloc[0])
+        if "arrival_s" in df
+        else None,
+        "phases": phases,
+        "distinct_shape_keys": df["shape_key"].nunique(),
+        "top_shape_keys": {str(k): int(v) for k, v in df["shape_key"].value_counts().head(10).items()},
+        "split": None,
+    }
+    if train_fraction is not None:
+        if not 0 < train_fraction < 1:
+            raise ValueError(f"train_fraction: {train_fraction!r} must lie strictly between 0 and 1")
+        n_train = math.floor(n * train_fraction)
+        train, test = df.iloc[:n_train], df.iloc[n_train:]
+        test_keys = set(test["shape_key"])
+        unseen = test_keys - set(train["shape_key"])
+        out["split"] = {
+            "train_fraction": train_fraction,
+            "train_invocations": len(train),
+            "test_invocations": len(test),
+            "test_keys": len(test_keys),
+            "unseen_test_keys": len(unseen),
+            "unseen_test_key_share": len(unseen) / len(test_keys) if test_keys else 0.0,
+            "unseen_test_invocation_share": float(test["shape_key"].isin(unseen).mean())
+            if len(test)
+            else 0.0,
+        }
+    return out
+
+
+def _p50_range(q: dict[str, float]) -> str:
+    return f"{q['p50']:g} [{q['min']:g}..{q['max']:g}]"
+
+
+def describe_text(trace_df: pd.DataFrame, train_fraction: float | None = None) -> str:
+    """describe() as plain text (what `headroom trace describe` prints)."""
+    d = describe(trace_df, train_fraction)
+    span = "" if d["duration_s"] is None else f" over {d['duration_s']:.3f} s"
+    lines = [
+        f"invocations: {d['invocations']}{span}; distinct shape keys: {d['distinct_shape_keys']}",
+        "",
+        f"{'phase':<8} {'count':>6} {'share':>6} {'keys':>5}  {'q_len p50 [min..max]':<22} "
+        f"{'kv_len p50 [min..max]':<24} batch p50 [min..max]",
+    ]
+    for phase, p in d["phases"].items():
+        row = f"{phase:<8} {p['invocations']:>6} {p['share']:>6.1%} {p['distinct_shape_keys']:>5}"
+        if p["invocations"]:
+            row += f"  {_p50_range(p['q_len']):<22} {_p50_range(p['kv_len']):<24} {_p50_range(p['batch'])}"
+        lines.append(row)
+    batches = d["phases"]["decode"]["batch_counts"]
+    if batches:
+        lines += ["", "decode batch sizes: " + ", ".join(f"{b}: {c}" for b, c in batches.items())]
+    split = d["split"]
+    if split:
+        lines += [
+            "",
+            f"chronological split at train_fraction {split['train_fraction']:g}: "
+            f"{split['train_invocations']} train, {split['test_invocations']} test invocations",
+            f"test shape keys unseen in train: {split['unseen_test_keys']} of {split['test_keys']} "
+            f"({split['unseen_test_key_share']:.1%} of keys, "
+            f"{split['unseen_test_invocation_share']:.1%} of test invocations)",
+        ]
+    lines += ["", "most frequent shape keys:"]
+    lines += [f"  {c:>6}  {k}" for k, c in d["top_shape_keys"].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,198 @@
+"""The correctness gate: checks, failure reasons, the fail/exclude policy and admitted()."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+
+from headroom.measure import correctness
+from headroom.measure.candidates import build
+from tests.pipeline import copy_project, snakemake
+
+TILES = [
+    {"block_m": 16, "block_n": 16, "num_warps": 4, "num_stages": 2},
+    {"block_m": 32, "block_n": 16, "num_warps": 4, "num_stages": 3},
+]
+TOL = {"float32": (1e-3, 1e-2), "float16": (5e-3, 2e-2)}
+LOG = logging.getLogger("test.correctness")
+
+
+def candidates() -> pd.DataFrame:
+    return build(TILES, [False, True])
+
+
+def shape_rows() -> pd.DataFrame:
+    trace = pd.DataFrame([
+        dict(invocation=0, phase="prefill", batch=1, q_len=19, kv_len=19, heads_q=4, heads_kv=2,
+             head_dim=32, dtype="float32", shape_key="prefill|b1|q19|kv19|h4/2|d32|float32"),
+        dict(invocation=1, phase="decode", batch=2, q_len=1, kv_len=41, heads_q=4, heads_kv=2,
+             head_dim=32, dtype="float16", shape_key="decode|b2|q1|kv41|h4/2|d32|float16"),
+        dict(invocation=2, phase="decode", batch=2, q_len=1, kv_len=41, heads_q=4, heads_kv=2,
+             head_dim=32, dtype="float16", shape_key="decode|b2|q1|kv41|h4/2|d32|float16"),
+    ])
+    return correctness.shapes(trace)
+
+
+def device() -> str:
+    import kernels
+
+    return "interpret" if kernels.interpreted() else "cuda"
+
+
+def run(make_fn=correctness.default_make_fn, **kw) -> pd.DataFrame:
+    return correctness.check(candidates(), shape_rows(), device=device(), tolerances_by_dtype=TOL,
+                             seed=3, make_fn=make_fn, log=LOG, **kw)
+
+
+@pytest.fixture(scope="module")
+def good() -> pd.DataFrame:
+    return run()
+
+
+def test_every_candidate_on_every_distinct_shape_passes(good):
+    assert len(good) == 4 * 2  # 4 candidates x 2 distinct shape keys (3 invocations)
+    assert set(correctness.COLUMNS) <= set(good.columns)
+    assert good["passed"].all(), good[["candidate", "shape_key", "reason"]]
+    assert (good["nan_count"] == 0).all() and (good["unwritten_count"] == 0).all()
+    assert (good["rel_err"] < 1e-3).all() and (good["rel_err"] > 0).all()
+    assert good["input_seed"].nunique() == len(good)  # fresh inputs for every check
+    assert list(good["rotate_k"]) == [p == "prefill" for p in good["phase"]]
+    assert correctness.admitted(candidates(), good)["candidate"].tolist() == candidates()["candidate"].tolist()
+
+
+def _wrap(transform):
+    def make_fn(cand, cos, sin, rotate_k):
+        fn = correctness.default_make_fn(cand, cos, sin, rotate_k)
+        if cand.candidate != candidates()["candidate"].iloc[1]:
+            return fn
+        return transform(fn)
+
+    return make_fn
+
+
+def test_a_wrong_answer_fails_with_its_error():
+    def off_by_scale(fn):
+        return lambda q, k, v, out=None: fn(q, k, v, out=out).mul_(1.05)
+
+    res = run(_wrap(off_by_scale))
+    bad = res[~res["passed"]]
+    assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
+    assert bad["reason"].str.contains("rel_err").all()
+    assert (bad["status"] == "failed").all()
+
+
+def test_unwritten_elements_are_caught():
+    def half_written(fn):
+        def run_half(q, k, v, out=None):
+            res = fn(q, k, v)  # then only the first half of the heads reaches `out`
+            out[:, : q.shape[1] // 2] = res[:, : q.shape[1] // 2]
+            return out
+
+        return run_half
+
+    res = run(_wrap(half_written))
+    bad = res[~res["passed"]]
+    assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
+    assert (bad["nan_count"] > 0).all() and (bad["unwritten_count"] == bad["nan_count"]).all()
+    assert bad["reason"].str.contains("unwritten").all()
+
+
+def test_compile_or_launch_failure_is_a_failed_check_with_reason():
+    class OutOfResources(RuntimeError):
+        pass
+
+    def explode(fn):
+        def raiser(q, k, v, out=None):
+            raise OutOfResources("out of resource: shared memory, Required: 294912")
+
+        return raiser
+
+    res = run(_wrap(explode))
+    bad = res[~res["passed"]]
+    assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
+    assert (bad["status"] == "error").all()
+    assert bad["reason"].str.startswith("OutOfResources: out of resource").all()
+    assert bad["rel_err"].isna().all()
+
+
+def test_inject_fault_breaks_exactly_that_candidate():
+    target = candidates()["candidate"].iloc[2]
+    res = run(inject_fault=target)
+    assert set(res.loc[~res["passed"], "candidate"]) == {target}
+    with pytest.raises(ValueError, match="inject_fault"):
+        run(inject_fault="no-such-candidate")
+
+
+def test_gate_fail_names_the_candidates_and_exclude_goes_on(good, caplog):
+    broken = good.copy()
+    victim = broken["candidate"].iloc[0]
+    broken.loc[broken["candidate"] == victim, ["passed", "status", "reason"]] = [False, "failed", "rel_err 1 > 0.001"]
+    with pytest.raises(correctness.CorrectnessFailure, match=victim):
+        correctness.gate(broken, "fail", LOG)
+    with caplog.at_level(logging.ERROR):
+        bad = correctness.gate(broken, "exclude", LOG)
+    assert bad["candidate"].tolist() == [victim]
+    assert f"EXCLUDED from every later stage: {victim}" in caplog.text
+    assert correctness.gate(good, "fail", LOG).empty
+    with pytest.raises(ValueError, match="on_correctness_failure"):
+        correctness.gate(good, "ignore", LOG)
+    kept = correctness.admitted(candidates(), broken)
+    assert victim not in set(kept["candidate"]) and len(kept) == len(candidates()) - 1
+
+
+def test_admitted_refuses_a_stale_correctness_artifact(good):
+    more = build(TILES + [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}], [False, True])
+    with pytest.raises(ValueError, match="no correctness rows"):
+        correctness.admitted(more, good)
+
+
+def test_config_and_trace_errors_name_the_key():
+    with pytest.raises(ValueError, match="correctness.tolerances"):
+        correctness.tolerances({})
+    with pytest.raises(ValueError, match=r"correctness.tolerances.float16.rel"):
+        correctness.tolerances({"tolerances": {"float16": {"rel": 0, "abs": 1e-2}}})
+    assert correctness.tolerances({"tolerances": {"float16": {"rel": 5e-3, "abs": 2e-2}}}) == {"float16": (5e-3, 2e-2)}
+    with pytest.raises(ValueError, match="shape_key"):
+        correctness.shapes(pd.DataFrame({"phase": ["decode"]}))
+    with pytest.raises(ValueError, match="no entry for dtype 'float16'"):
+        correctness.check(candidates(), shape_rows(), device=device(),
+                          tolerances_by_dtype={"float32": (1e-3, 1e-2)}, log=LOG)
+
+
+@pytest.mark.slow
+def test_pipeline_gate_end_to_end(tmp_path):
+    """The rule itself: a deliberately broken candidate stops the pipeline under `fail` (no
+    artifact) and is written but excluded under `exclude`."""
+    project = copy_project(tmp_path / "p")
+    fault = "correctness={inject_fault: t0-128x64-w8s3-fused}"
+    proc = snakemake(project, "results/correctness.parquet", "--config", fault, check=False)
+    assert proc.returncode != 0
+    log = (project / "results/logs/correctness.log").read_text()
+    assert "failed correctness: t0-128x64-w8s3-fused" in log
+    assert not (project / "results/correctness.parquet").exists()
+
+    snakemake(project, "results/correctness.parquet", "--config", fault, "on_correctness_failure=exclude")
+    from headroom.core import artifacts
+
+    res = artifacts.read(project / "results/correctness.parquet")
+    cands = artifacts.read(project / "results/candidates.parquet")
+    assert set(res.loc[~res["passed"], "candidate"]) == {"t0-128x64-w8s3-fused"}
+    kept = correctness.admitted(cands, res)["candidate"].tolist()
+    assert "t0-128x64-w8s3-fused" not in kept and len(kept) == len(cands) - 1
+    assert "EXCLUDED from every later stage: t0-128x64-w8s3-fused" in (
+        project / "results/logs/correctness.log").read_text()
+
+
+def test_reference_inputs_are_random_not_zero():
+    """check_one draws N(0, 1) inputs: a kernel returning zeros cannot pass."""
+    shape = next(shape_rows().itertuples(index=False))
+
+    def zeros(q, k, v, out=None):
+        out.zero_()
+        return out
+
+    res = correctness.check_one(zeros, shape, seed=1, device=device(), tol=TOL["float32"],
+                                rope_base=10000.0)
+    assert res["status"] == "failed" and res["rel_err"] == pytest.approx(1.0)

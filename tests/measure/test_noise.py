@@ -1,0 +1,125 @@
+"""Noise statistics on hand-made data whose answers are known."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headroom.measure import noise
+
+
+def _rows(medians: dict[tuple[int, int, str], float], mode: str = "eager") -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"run": r, "mode": mode, "invocation": i, "candidate": c, "median_us": m}
+            for (r, i, c), m in medians.items()
+        ]
+    )
+
+
+def test_rel_std_matches_hand_computation():
+    samples = pd.DataFrame(
+        {
+            "run": 1,
+            "mode": "eager",
+            "invocation": 0,
+            "candidate": ["a"] * 4 + ["b"] * 4,
+            "latency_us": [9.0, 11.0, 9.0, 11.0, 5.0, 5.0, 5.0, 5.0],
+        }
+    )
+    out = noise.rel_std(samples).set_index("candidate")
+    # a: mean 10, sample std sqrt(4/3) -> 11.547 %; b: constant -> 0 %.
+    assert out.loc["a", "n"] == 4
+    assert out.loc["a", "rel_std_pct"] == pytest.approx(100 * np.sqrt(4 / 3) / 10)
+    assert out.loc["b", "rel_std_pct"] == 0.0
+
+
+def test_median_spread_across_runs():
+    rows = _rows(
+        {
+            (1, 0, "a"): 10.0,
+            (2, 0, "a"): 11.0,
+            (3, 0, "a"): 12.0,
+            (1, 0, "b"): 4.0,
+            (2, 0, "b"): 4.0,
+            (3, 0, "b"): 4.0,
+        }
+    )
+    out = noise.median_spread(rows).set_index("candidate")
+    assert out.loc["a", "runs"] == 3
+    assert out.loc["a", "spread_pct"] == pytest.approx(100 * 2 / 11)
+    assert out.loc["b", "spread_pct"] == 0.0
+
+
+def test_winners_and_stability_known_answers():
+    # invocation 0: b wins in every run; invocation 1: a, c, a -> unstable, modal a (2/3).
+    rows = _rows(
+        {
+            (1, 0, "a"): 5.0,
+            (1, 0, "b"): 4.0,
+            (1, 0, "c"): 6.0,
+            (2, 0, "a"): 5.0,
+            (2, 0, "b"): 4.5,
+            (2, 0, "c"): 6.0,
+            (3, 0, "a"): 5.0,
+            (3, 0, "b"): 3.9,
+            (3, 0, "c"): 6.0,
+            (1, 1, "a"): 2.0,
+            (1, 1, "b"): 3.0,
+            (1, 1, "c"): 2.1,
+            (2, 1, "a"): 2.2,
+            (2, 1, "b"): 3.0,
+            (2, 1, "c"): 2.1,
+            (3, 1, "a"): 2.0,
+            (3, 1, "b"): 3.0,
+            (3, 1, "c"): 2.1,
+        }
+    )
+    w = noise.winners(rows).set_index(["run", "invocation"])
+    assert w.loc[(1, 0), "winner"] == "b"
+    assert w.loc[(1, 0), "runner_up"] == "a"
+    assert w.loc[(1, 0), "margin_pct"] == pytest.approx(25.0)
+    assert w.loc[(2, 1), "winner"] == "c"
+
+    s = noise.winner_stability(rows).set_index("invocation")
+    assert bool(s.loc[0, "stable"]) and s.loc[0, "distinct_winners"] == 1
+    assert not bool(s.loc[1, "stable"]) and s.loc[1, "distinct_winners"] == 2
+    assert s.loc[1, "modal_winner"] == "a"
+    assert s.loc[1, "modal_share"] == pytest.approx(2 / 3)
+
+    summary = noise.stability_summary(rows).iloc[0]
+    assert summary["stable_fraction"] == pytest.approx(0.5)
+    # run pairs (1,2) (1,3) (2,3): invocation 1 disagrees in (1,2) and (2,3) -> 2 of 6 comparisons.
+    assert summary["pair_disagreement"] == pytest.approx(2 / 6)
+
+
+def test_winner_tie_goes_to_smaller_candidate_id():
+    rows = _rows({(1, 0, "z"): 3.0, (1, 0, "m"): 3.0})
+    assert noise.winners(rows).iloc[0]["winner"] == "m"
+
+
+def test_floor_flags_and_run_summary():
+    rows = _rows({(1, 0, "a"): 5.0, (1, 0, "b"): 50.0})
+    rows["floor_us"] = 2.0
+    flags = noise.floor_flags(rows, factor=3.0)
+    assert list(flags["candidate"]) == ["a"]
+    assert flags.iloc[0]["floor_ratio"] == pytest.approx(2.5)
+    samples = pd.DataFrame(
+        {
+            "run": 1,
+            "mode": "eager",
+            "invocation": 0,
+            "candidate": ["a", "a", "b", "b"],
+            "latency_us": [4.0, 6.0, 50.0, 50.0],
+        }
+    )
+    summary = noise.run_summary(rows, samples, factor=3.0).iloc[0]
+    assert summary["near_floor"] == 1
+    assert summary["samples"] == 4
+    assert summary["rel_std_max_pct"] == pytest.approx(100 * np.sqrt(2) / 5)
+
+
+def test_missing_columns_raise_naming_them():
+    with pytest.raises(ValueError, match="latency_us"):
+        noise.rel_std(pd.DataFrame({"run": [1], "mode": ["eager"], "invocation": [0], "candidate": ["a"]}))
+    with pytest.raises(ValueError, match="factor"):
+        noise.floor_flags(_rows({(1, 0, "a"): 1.0}), factor=0)

@@ -1,0 +1,128 @@
+"""Request logs -> invocations: reading and checking logs, and the continuous-batching model,
+on hand-made logs whose answers are worked out by hand in the comments."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headroom.trace.requests import DECODE, PREFILL, Requests, read_request_log, simulate
+
+COLUMNS = {"arrival": "TIMESTAMP", "context_tokens": "ContextTokens", "generated_tokens": "GeneratedTokens"}
+
+
+def write_log(path: Path, rows: list[tuple], header: str = "TIMESTAMP,ContextTokens,GeneratedTokens") -> Path:
+    path.write_text(header + "\n" + "".join(",".join(str(v) for v in row) + "\n" for row in rows))
+    return path
+
+
+def requests(arrival_s, context, generated) -> Requests:
+    n = len(arrival_s)
+    return Requests(
+        np.round(np.asarray(arrival_s, dtype=float) * 1e9).astype(np.int64),
+        np.asarray(context, dtype=np.int64),
+        np.asarray(generated, dtype=np.int64),
+        np.arange(1, n + 1, dtype=np.int64),
+    )
+
+
+def test_reads_timestamps_to_integer_nanoseconds_from_the_first_request(tmp_path):
+    log = write_log(
+        tmp_path / "log.csv",
+        [("2023-11-16 18:15:46.6805900", 374, 44), ("2023-11-16 18:15:50.9951690", 396, 109)],
+    )
+    r = read_request_log(log, COLUMNS)
+    assert r.arrival_ns.tolist() == [0, 4_314_579_000]
+    assert r.context.tolist() == [374, 396]
+    assert r.generated.tolist() == [44, 109]
+    assert r.row.tolist() == [1, 2]
+
+
+def test_reads_parquet_with_numeric_seconds_and_a_column_mapping(tmp_path):
+    path = tmp_path / "log.parquet"
+    pd.DataFrame(
+        {"t": [10.0, 10.5, 12.25], "prompt": [5, 6, 7], "out": [1, 2, 3], "extra": ["a", "b", "c"]}
+    ).to_parquet(path)
+    r = read_request_log(path, {"arrival": "t", "context_tokens": "prompt", "generated_tokens": "out"})
+    assert r.arrival_ns.tolist() == [0, 500_000_000, 2_250_000_000]
+    assert r.context.tolist() == [5, 6, 7] and r.generated.tolist() == [1, 2, 3]
+
+
+def test_two_overlapping_requests_share_batched_decode_invocations():
+    # A: arrives 0 ms, context 10, generates 3 -> eligible at tick 1 (20 ms), decodes ticks 1..3.
+    # B: arrives 30 ms, context 20, generates 2 -> eligible at tick 2 (40 ms), decodes ticks 2..3.
+    s = simulate(requests([0.0, 0.030], [10, 20], [3, 2]), max_batch=8, decode_step_ns=20_000_000)
+    assert s.time_ns.tolist() == [0, 20_000_000, 30_000_000, 40_000_000, 60_000_000]
+    assert s.phase.tolist() == [PREFILL, DECODE, PREFILL, DECODE, DECODE]
+    assert s.batch.tolist() == [1, 1, 1, 2, 2]
+    assert s.request.tolist() == [0, -1, 1, -1, -1]
+    # tick 1: A at 11; tick 2: A 12, B 21; tick 3: A 13, B 22.
+    assert s.kv_max.tolist() == [10, 11, 20, 21, 22]
+    assert s.kv_mean.tolist() == [10.0, 11.0, 20.0, 16.5, 17.5]
+
+
+def test_max_batch_makes_later_requests_wait_first_come_first_served():
+    # Three requests at t=0, max_batch 2, 1 s ticks. Tick 1: A and B (kv 6, 6). Tick 2: A 7, B 7;
+    # A is done. Tick 3: B 8 and C, admitted into A's slot, 8. Then both are done.
+    s = simulate(requests([0, 0, 0], [5, 5, 7], [2, 3, 1]), max_batch=2, decode_step_ns=1_000_000_000)
+    decode = s.phase == DECODE
+    assert s.time_ns[decode].tolist() == [1_000_000_000, 2_000_000_000, 3_000_000_000]
+    assert s.batch[decode].tolist() == [2, 2, 2]
+    assert s.kv_max[decode].tolist() == [6, 7, 8]
+    assert s.kv_mean[decode].tolist() == [6.0, 7.0, 8.0]
+    # Equal times: prefills first, in log order.
+    assert s.phase[:3].tolist() == [PREFILL] * 3 and s.request[:3].tolist() == [0, 1, 2]
+
+
+def test_every_generated_token_is_one_decode_step_of_one_sequence():
+    rng = np.random.default_rng(7)
+    n = 40
+    r = requests(np.cumsum(rng.exponential(0.05, n)), rng.integers(1, 100, n), rng.integers(1, 30, n))
+    for max_batch in (1, 3, 64):
+        s = simulate(r, max_batch=max_batch, decode_step_ns=20_000_000)
+        decode = s.phase == DECODE
+        assert s.batch[decode].sum() == r.generated.sum()
+        assert s.batch.max() <= max_batch
+        assert np.all(np.diff(s.time_ns) >= 0)
+        assert (s.phase == PREFILL).sum() == n
+
+
+def test_end_ns_cuts_the_stream_without_changing_what_comes_before():
+    r = requests([0.0, 0.01, 0.05, 0.2], [8, 9, 10, 11], [20, 5, 7, 3])
+    full = simulate(r, max_batch=2, decode_step_ns=20_000_000)
+    cut = simulate(r, max_batch=2, decode_step_ns=20_000_000, end_ns=100_000_000)
+    keep = full.time_ns < 100_000_000
+    assert cut.time_ns.tolist() == full.time_ns[keep].tolist()
+    assert cut.batch.tolist() == full.batch[keep].tolist()
+    assert cut.kv_max.tolist() == full.kv_max[keep].tolist()
+
+
+@pytest.mark.parametrize(
+    ("rows", "header", "match"),
+    [
+        ([("2023-01-01 00:00:00", 5, 1)], "TIMESTAMP,ContextTokens,Output", r"row 0 \(header\).*generated_tokens -> 'GeneratedTokens'"),
+        ([("2023-01-01 00:00:00", 5, 1), ("yesterday", 5, 1)], None, r"row 2 \(line 3\), column 'TIMESTAMP': unparsable timestamp 'yesterday'"),
+        ([("2023-01-01 00:00:02", 5, 1), ("2023-01-01 00:00:01", 5, 1)], None, r"row 2 \(line 3\), column 'TIMESTAMP'.*earlier than row 1"),
+        ([("2023-01-01 00:00:00", 5, 1), ("2023-01-01 00:00:01", 0, 1)], None, r"row 2 \(line 3\), column 'ContextTokens': non-positive token count '0'"),
+        ([("2023-01-01 00:00:00", 5, -3)], None, r"row 1 \(line 2\), column 'GeneratedTokens': non-positive token count '-3'"),
+        ([("2023-01-01 00:00:00", 5, 1), ("2023-01-01 00:00:01", 5, 1), ("2023-01-01 00:00:02", "2.5", 1)], None, r"row 3 \(line 4\), column 'ContextTokens': non-integer token count '2.5'"),
+        ([("2023-01-01 00:00:00", 5, "")], None, r"row 1 \(line 2\), column 'GeneratedTokens': unparsable"),
+        ([(0.5, 5, 1), (1.0, 5, 1), ("x", 5, 1)], None, r"row 3 \(line 4\), column 'TIMESTAMP': unparsable arrival 'x'"),
+        ([(3.0, 5, 1), (2.0, 5, 1)], None, r"row 2 \(line 3\), column 'TIMESTAMP'.*earlier"),
+        ([], None, "no rows"),
+    ],
+)  # fmt: skip
+def test_bad_logs_fail_naming_file_row_and_column(tmp_path, rows, header, match):
+    log = write_log(tmp_path / "bad.csv", rows, header or "TIMESTAMP,ContextTokens,GeneratedTokens")
+    with pytest.raises(ValueError, match=match) as err:
+        read_request_log(log, COLUMNS)
+    assert str(log) in str(err.value)
+
+
+def test_a_missing_or_foreign_file_fails_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        read_request_log(tmp_path / "absent.csv", COLUMNS)
+    (tmp_path / "log.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"log\.json.*\.csv or \.parquet"):
+        read_request_log(tmp_path / "log.json", COLUMNS)

@@ -1,0 +1,107 @@
+"""End to end: the whole DAG in a temporary copy of the project, then the CLI over its results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from headroom.core import artifacts
+from tests.pipeline import headroom, planned_rules, snakemake
+
+pytestmark = pytest.mark.slow
+
+KINDS = [
+    "environment", "trace", "candidates", "correctness", "portfolio", "portfolio_samples", "lifecycle",
+    "graph_sweep", "calibration", "policy_eval", "factorial", "roofline", "decision",
+]
+
+
+def test_full_run_produces_every_artifact_and_verifies(pipeline_run):
+    results = pipeline_run / "results"
+    for name in ["catalog.duckdb", "report/index.html", "report/report.md"]:
+        assert (results / name).exists(), name
+    proc = headroom(pipeline_run, "verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "every lineage edge matches" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_query_returns_rows_for_every_artifact_kind(pipeline_run, kind):
+    proc = headroom(pipeline_run, "query", f"SELECT count(*) AS n FROM {kind}", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0]["n"] > 0
+
+
+def test_catalog_lists_every_artifact_with_its_hash_and_lineage(pipeline_run):
+    proc = headroom(pipeline_run, "query", "SELECT path, blake3 FROM artifacts", "--format", "json")
+    rows = json.loads(proc.stdout)
+    assert {r["path"] for r in rows} >= {"results/trace.parquet", "results/portfolio/run-1.parquet"}
+    for r in rows:
+        assert r["blake3"] == artifacts.hash_file(pipeline_run / r["path"])
+    proc = headroom(pipeline_run, "query", "SELECT count(*) AS bad FROM lineage WHERE NOT matches", "--format", "json")
+    assert json.loads(proc.stdout)[0]["bad"] == 0
+    # every lineage edge's recorded hash is the input's hash now
+    proc = headroom(pipeline_run, "query", "SELECT input_path, input_blake3 FROM lineage", "--format", "json")
+    edges = json.loads(proc.stdout)
+    assert edges
+    for e in edges:
+        assert e["input_blake3"] == artifacts.hash_file(pipeline_run / e["input_path"])
+
+
+def test_query_is_read_only(pipeline_run):
+    for sql in ["CREATE TABLE x AS SELECT 1", "INSERT INTO artifacts (path) VALUES ('x')", "DROP VIEW trace",
+                "COPY (SELECT 1) TO 'leak.csv'", "ATTACH 'other.duckdb'"]:
+        proc = headroom(pipeline_run, "query", sql)
+        assert proc.returncode == 1, sql
+        assert "read-only" in proc.stderr, proc.stderr
+    assert not (pipeline_run / "leak.csv").exists()
+
+
+def test_query_output_formats(pipeline_run):
+    sql = "SELECT phase, count(*) AS n FROM trace GROUP BY phase ORDER BY phase"
+    csv = headroom(pipeline_run, "query", sql, "--format", "csv").stdout.splitlines()
+    assert csv[0] == "phase,n"
+    table = headroom(pipeline_run, "query", sql).stdout
+    assert "phase" in table and "n" in table
+
+
+def test_interpreter_run_is_no_decision_and_says_so(pipeline_run):
+    proc = headroom(pipeline_run, "gate")
+    assert proc.returncode == 4, proc.stdout
+    assert proc.stdout.startswith("no-decision")
+    first = (pipeline_run / "results/report/report.md").read_text().lstrip().splitlines()[0]
+    assert "not GPU measurements" in first
+
+
+def test_lineage_walks_back_to_the_trace(pipeline_run):
+    proc = headroom(pipeline_run, "lineage", "results/decision.parquet")
+    assert proc.returncode == 0, proc.stderr
+    assert "results/trace.parquet" in proc.stdout
+    assert "rule decision" in proc.stdout
+
+
+def test_second_run_has_nothing_to_do(pipeline_run):
+    assert planned_rules(pipeline_run) == {}
+
+
+def test_rerun_after_nothing_changed_leaves_artifacts_byte_identical(pipeline_clone):
+    before = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
+    snakemake(pipeline_clone, "--forcerun", "trace", "candidates", "--until", "candidates", "trace")
+    after = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
+    assert before[pipeline_clone / "results/trace.parquet"] == after[pipeline_clone / "results/trace.parquet"]
+    assert before[pipeline_clone / "results/candidates.parquet"] == after[pipeline_clone / "results/candidates.parquet"]
+
+
+def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
+    from headroom.core import config as hconfig
+
+    study = hconfig.resolve(hconfig.load(pipeline_run / "config/config.yaml"), cuda_available=False)
+    admitted = json.loads(headroom(pipeline_run, "query", "SELECT count(DISTINCT candidate) AS n FROM portfolio",
+                                   "--format", "json").stdout)[0]["n"]
+    expected = study["portfolio"]["runs"] * study["trace"]["invocations"] * admitted * study["portfolio"]["reps"]
+    proc = headroom(pipeline_run, "query", "SELECT count(*) AS n, count(DISTINCT run) AS runs FROM portfolio_samples",
+                    "--format", "json")
+    got = json.loads(proc.stdout)[0]
+    assert got == {"n": expected, "runs": study["portfolio"]["runs"]}
+    assert admitted == len(study["tiles"]) * len(study["fusion"]) + len(study["native_candidates"])

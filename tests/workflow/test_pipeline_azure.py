@@ -1,0 +1,27 @@
+"""The shipped Azure trace drives the pipeline (scaled to the interpreter's smoke shapes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from headroom.core import artifacts
+from tests.pipeline import copy_project, headroom, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def test_azure_trace_smoke_run_verifies(tmp_path):
+    project = copy_project(tmp_path / "headroom")
+    snakemake(
+        project, "results/trace.parquet", "results/correctness.parquet", "results/portfolio/run-1.parquet",
+        "--configfile", "config/config.yaml", "config/studies/azure-conv.yaml",
+    )
+    trace = artifacts.read(project / "results/trace.parquet")
+    prov = artifacts.read_provenance(project / "results/trace.parquet")
+    log = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+    assert prov["inputs"][log] == artifacts.hash_file(project / log)  # the log's BLAKE3 is in the lineage
+    assert set(trace.phase) == {"prefill", "decode"} and trace.kv_len.max() <= 64
+    proc = headroom(project, "verify")
+    assert proc.returncode == 0, proc.stdout
+    described = headroom(project, "trace", "describe")
+    assert described.returncode == 0 and f"invocations: {len(trace)}" in described.stdout, described.stdout
