@@ -23,8 +23,8 @@ include: "rules/bench.smk"
 
 
 rule all:
+    default_target: True
     input:
         "results/catalog.duckdb",
         "results/report/index.html",
         "results/report/report.md",
-    default_target: True

@@ -14,14 +14,14 @@ rule policies:
     output:
         policy_eval=artifact(f"{R}/policy_eval.parquet"),
         factorial=artifact(f"{R}/factorial.parquet"),
-    params:
-        policies=STUDY["policies"],
     log:
         f"{R}/logs/policies.log",
     benchmark:
         f"{R}/benchmarks/policies.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        policies=STUDY["policies"],
     script:
         "../scripts/policies.py"
 
@@ -36,15 +36,15 @@ rule roofline:
         code=src("headroom/analysis/roofline.py", "scripts/roofline.py"),
     output:
         roofline=artifact(f"{R}/roofline.parquet"),
-    params:
-        # cold (L2-flushed) timings change what is resident, so the model must know
-        flush_l2=STUDY["portfolio"].get("flush_l2", False),
     log:
         f"{R}/logs/roofline.log",
     benchmark:
         f"{R}/benchmarks/roofline.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        # cold (L2-flushed) timings change what is resident, so the model must know
+        flush_l2=STUDY["portfolio"].get("flush_l2", False),
     script:
         "../scripts/roofline.py"
 
@@ -57,15 +57,15 @@ rule decision:
         code=src("headroom/analysis/decision.py", "headroom/analysis/policies.py", "scripts/decision.py"),
     output:
         decision=artifact(f"{R}/decision.parquet"),
-    params:
-        decision=STUDY["decision"],
-        confidence=STUDY["policies"].get("confidence", 0.95),
     log:
         f"{R}/logs/decision.log",
     benchmark:
         f"{R}/benchmarks/decision.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        decision=STUDY["decision"],
+        confidence=STUDY["policies"].get("confidence", 0.95),
     script:
         "../scripts/decision.py"
 
@@ -86,8 +86,13 @@ rule report:
         factorial=f"{R}/factorial.parquet",
         roofline=f"{R}/roofline.parquet",
         code=src(
-            "headroom/report/build.py", "headroom/analysis/decision.py", "headroom/analysis/policies.py", "headroom/measure/noise.py",
-            "headroom/report/templates/report.html.j2", "headroom/report/templates/report.md.j2", "scripts/report.py",
+            "headroom/report/build.py",
+            "headroom/analysis/decision.py",
+            "headroom/analysis/policies.py",
+            "headroom/measure/noise.py",
+            "headroom/report/templates/report.html.j2",
+            "headroom/report/templates/report.md.j2",
+            "scripts/report.py",
         ),
     output:
         html=report(f"{R}/report/index.html", caption="captions/report_html.rst", category="Report"),
@@ -98,15 +103,15 @@ rule report:
             caption="captions/figures.rst",
             category="Figures",
         ),
-    params:
-        report=STUDY["report"],
-        # stage wall times of the run that measured: in replay, the recorded run's, not this one's
-        benchmarks=f"{REPLAY}/benchmarks" if REPLAY else f"{R}/benchmarks",
     log:
         f"{R}/logs/report.log",
     benchmark:
         f"{R}/benchmarks/report.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        report=STUDY["report"],
+        # stage wall times of the run that measured: in replay, the recorded run's, not this one's
+        benchmarks=f"{REPLAY}/benchmarks" if REPLAY else f"{R}/benchmarks",
     script:
         "../scripts/report.py"

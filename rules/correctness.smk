@@ -7,22 +7,27 @@ if not REPLAY:
         input:
             trace=f"{R}/trace.parquet",
             candidates=f"{R}/candidates.parquet",
-            code=src("headroom/measure/correctness.py", "headroom/measure/candidates.py", "headroom/measure/runner.py", "scripts/correctness.py",
-                     *KERNEL_CODE),
+            code=src(
+                "headroom/measure/correctness.py",
+                "headroom/measure/candidates.py",
+                "headroom/measure/runner.py",
+                "scripts/correctness.py",
+                *KERNEL_CODE,
+            ),
         output:
             correctness=artifact(f"{R}/correctness.parquet"),
+        log:
+            f"{R}/logs/correctness.log",
+        benchmark:
+            f"{R}/benchmarks/correctness.tsv"
+        conda:
+            "../envs/gpu.yaml"
+        resources:
+            gpu=1,
         params:
             device=DEVICE,
             correctness=STUDY["correctness"],
             on_correctness_failure=STUDY.get("on_correctness_failure", "fail"),
             rope_base=STUDY["partition"].get("rope_base", 10000.0),
-        log:
-            f"{R}/logs/correctness.log",
-        benchmark:
-            f"{R}/benchmarks/correctness.tsv"
-        resources:
-            gpu=1,
-        conda:
-            "../envs/gpu.yaml"
         script:
             "../scripts/correctness.py"

@@ -2,8 +2,13 @@
 # Graph working-set sweep and the machine calibration. On the interpreter they run with the smoke
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
 MEASURE_CODE = [
-    "headroom/measure/timing.py", "headroom/core/settings.py", "headroom/measure/noise.py", "headroom/measure/portfolio.py", "headroom/measure/correctness.py",
-    "headroom/measure/candidates.py", "headroom/measure/runner.py",
+    "headroom/measure/timing.py",
+    "headroom/core/settings.py",
+    "headroom/measure/noise.py",
+    "headroom/measure/portfolio.py",
+    "headroom/measure/correctness.py",
+    "headroom/measure/candidates.py",
+    "headroom/measure/runner.py",
 ]
 
 if not REPLAY:
@@ -17,21 +22,21 @@ if not REPLAY:
         output:
             portfolio=artifact(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS),
             portfolio_samples=artifact(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS),
+        log:
+            f"{R}/logs/portfolio/run-{{run}}.log",
+        benchmark:
+            f"{R}/benchmarks/portfolio/run-{{run}}.tsv"
         wildcard_constraints:
             run=r"\d+",
+        conda:
+            "../envs/gpu.yaml"
+        resources:
+            gpu=1,
         params:
             device=DEVICE,
             # `runs` is left out: adding a run must not rerun the runs already measured.
             portfolio={k: v for k, v in STUDY["portfolio"].items() if k != "runs"},
             rope_base=STUDY["partition"].get("rope_base", 10000.0),
-        log:
-            f"{R}/logs/portfolio/run-{{run}}.log",
-        benchmark:
-            f"{R}/benchmarks/portfolio/run-{{run}}.tsv"
-        resources:
-            gpu=1,
-        conda:
-            "../envs/gpu.yaml"
         script:
             "../scripts/portfolio.py"
 
@@ -43,18 +48,18 @@ if not REPLAY:
             code=src(*MEASURE_CODE, "headroom/measure/lifecycle.py", "scripts/lifecycle.py", *KERNEL_CODE),
         output:
             lifecycle=artifact(f"{R}/lifecycle.parquet"),
-        params:
-            device=DEVICE,
-            lifecycle=STUDY["lifecycle"],
-            rope_base=STUDY["partition"].get("rope_base", 10000.0),
         log:
             f"{R}/logs/lifecycle.log",
         benchmark:
             f"{R}/benchmarks/lifecycle.tsv"
-        resources:
-            gpu=1,
         conda:
             "../envs/gpu.yaml"
+        resources:
+            gpu=1,
+        params:
+            device=DEVICE,
+            lifecycle=STUDY["lifecycle"],
+            rope_base=STUDY["partition"].get("rope_base", 10000.0),
         script:
             "../scripts/lifecycle.py"
 
@@ -62,41 +67,54 @@ if not REPLAY:
         input:
             candidates=f"{R}/candidates.parquet",
             correctness=f"{R}/correctness.parquet",
-            code=src(*MEASURE_CODE, "headroom/measure/graph_sweep.py", "headroom/trace/invocations.py", "scripts/graph_sweep.py",
-                     *KERNEL_CODE),
+            code=src(
+                *MEASURE_CODE,
+                "headroom/measure/graph_sweep.py",
+                "headroom/trace/invocations.py",
+                "scripts/graph_sweep.py",
+                *KERNEL_CODE,
+            ),
         output:
             graph_sweep=artifact(f"{R}/graph_sweep.parquet"),
-        params:
-            device=DEVICE,
-            graph_sweep=STUDY["graph_sweep"],
-            partition=STUDY["partition"],
         log:
             f"{R}/logs/graph_sweep.log",
         benchmark:
             f"{R}/benchmarks/graph_sweep.tsv"
-        resources:
-            gpu=1,
         conda:
             "../envs/gpu.yaml"
+        resources:
+            gpu=1,
+        params:
+            device=DEVICE,
+            graph_sweep=STUDY["graph_sweep"],
+            partition=STUDY["partition"],
         script:
             "../scripts/graph_sweep.py"
 
     rule calibrate:
         input:
-            code=src("headroom/measure/timing.py", "headroom/core/settings.py", "headroom/measure/portfolio.py", "headroom/measure/candidates.py", "headroom/measure/runner.py", "headroom/measure/calibrate.py",
-                     "scripts/calibrate.py", *KERNEL_CODE),
+            code=src(
+                "headroom/measure/timing.py",
+                "headroom/core/settings.py",
+                "headroom/measure/portfolio.py",
+                "headroom/measure/candidates.py",
+                "headroom/measure/runner.py",
+                "headroom/measure/calibrate.py",
+                "scripts/calibrate.py",
+                *KERNEL_CODE,
+            ),
         output:
             calibration=artifact(f"{R}/calibration.parquet"),
-        params:
-            device=DEVICE,
-            calibrate=STUDY["calibrate"],
         log:
             f"{R}/logs/calibrate.log",
         benchmark:
             f"{R}/benchmarks/calibrate.tsv"
-        resources:
-            gpu=1,
         conda:
             "../envs/gpu.yaml"
+        resources:
+            gpu=1,
+        params:
+            device=DEVICE,
+            calibrate=STUDY["calibrate"],
         script:
             "../scripts/calibrate.py"

@@ -1,7 +1,13 @@
 # Replay: take recorded measurement artifacts (hashes verified) instead of measuring, so the
 # analysis stages run on a machine without a GPU.
 MEASURED = [
-    "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
+    "environment",
+    "trace",
+    "candidates",
+    "correctness",
+    "lifecycle",
+    "graph_sweep",
+    "calibration",
 ]
 
 if REPLAY:
@@ -12,10 +18,10 @@ if REPLAY:
             code=src("headroom/core/replay.py", "scripts/replay.py"),
         output:
             artifact=f"{R}/{{artifact}}.parquet",
-        wildcard_constraints:
-            artifact="|".join(MEASURED) + r"|portfolio/run-\d+|portfolio/run-\d+-samples",
         log:
             f"{R}/logs/replay/{{artifact}}.log",
+        wildcard_constraints:
+            artifact="|".join(MEASURED) + r"|portfolio/run-\d+|portfolio/run-\d+-samples",
         conda:
             "../envs/analysis.yaml"
         script:

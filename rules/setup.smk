@@ -2,37 +2,37 @@
 if not REPLAY:
 
     rule environment:
+        input:
+            code=src("headroom/measure/environment.py", "scripts/environment.py"),
         output:
             environment=artifact(f"{R}/environment.parquet"),
-        params:
-            device=DEVICE,
         log:
             f"{R}/logs/environment.log",
         benchmark:
             f"{R}/benchmarks/environment.tsv"
-        resources:
-            gpu=1,
         conda:
             "../envs/gpu.yaml"
-        input:
-            code=src("headroom/measure/environment.py", "scripts/environment.py"),
+        resources:
+            gpu=1,
+        params:
+            device=DEVICE,
         script:
             "../scripts/environment.py"
 
     rule candidates:
+        input:
+            code=src("headroom/measure/candidates.py", "scripts/candidates.py"),
         output:
             candidates=artifact(f"{R}/candidates.parquet"),
-        params:
-            tiles=STUDY["tiles"],
-            fusion=STUDY["fusion"],
-            native=STUDY.get("native_candidates", []),
         log:
             f"{R}/logs/candidates.log",
         benchmark:
             f"{R}/benchmarks/candidates.tsv"
         conda:
             "../envs/analysis.yaml"
-        input:
-            code=src("headroom/measure/candidates.py", "scripts/candidates.py"),
+        params:
+            tiles=STUDY["tiles"],
+            fusion=STUDY["fusion"],
+            native=STUDY.get("native_candidates", []),
         script:
             "../scripts/candidates.py"

@@ -14,14 +14,14 @@ if not REPLAY:
             code=src("headroom/trace/invocations.py", "headroom/trace/requests.py", "scripts/trace.py"),
         output:
             trace=artifact(f"{R}/trace.parquet"),
-        params:
-            trace=STUDY["trace"],
-            partition={k: STUDY["partition"][k] for k in ("heads_q", "heads_kv", "head_dim", "dtype")},
         log:
             f"{R}/logs/trace.log",
         benchmark:
             f"{R}/benchmarks/trace.tsv"
         conda:
             "../envs/analysis.yaml"
+        params:
+            trace=STUDY["trace"],
+            partition={k: STUDY["partition"][k] for k in ("heads_q", "heads_kv", "head_dim", "dtype")},
         script:
             "../scripts/trace.py"

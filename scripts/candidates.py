@@ -1,5 +1,5 @@
-from headroom.measure.candidates import build
 from headroom.core.stage import run_stage
+from headroom.measure.candidates import build
 
 
 def main(stage):

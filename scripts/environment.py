@@ -1,7 +1,7 @@
 import pandas as pd
 
-from headroom.measure.environment import describe
 from headroom.core.stage import run_stage
+from headroom.measure.environment import describe
 
 
 def main(stage):

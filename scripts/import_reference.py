@@ -34,7 +34,9 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
             tar.extractall(tmp, filter="data")
         results = Path(tmp) / "results"
         names = [f"{n}.parquet" for n in MEASURED]
-        names += sorted(p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet"))
+        names += sorted(
+            p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet")
+        )
         if out.exists():
             shutil.rmtree(out)
         rows = []

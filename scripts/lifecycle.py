@@ -2,9 +2,8 @@ from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.measure.correctness import admitted
-
     from headroom.measure import lifecycle
+    from headroom.measure.correctness import admitted
 
     candidates = admitted(stage.read("candidates"), stage.read("correctness"))
     df = lifecycle.run(

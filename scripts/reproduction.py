@@ -21,8 +21,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from headroom.core import artifacts  # noqa: E402
 from headroom.analysis.policies import DEPLOYABLE  # noqa: E402
+from headroom.core import artifacts  # noqa: E402
 
 STUDIES = {"default": "H200 default trace", "azure-conv": "H200 real trace (Azure conv)"}
 GPU_STAGES = ("environment", "correctness", "portfolio", "lifecycle", "graph_sweep", "calibrate")
@@ -54,7 +54,9 @@ class Study:
         return artifacts.read(self.results / rel)
 
     def portfolio(self) -> pd.DataFrame:
-        return pd.concat([artifacts.read(p) for p in sorted((self.results / "portfolio").glob("run-[0-9].parquet"))])
+        return pd.concat(
+            [artifacts.read(p) for p in sorted((self.results / "portfolio").glob("run-[0-9].parquet"))]
+        )
 
     # -- figures --------------------------------------------------------------------------------
     def gap(self) -> dict[str, pd.Series]:
@@ -158,14 +160,28 @@ def build(studies: dict[str, Study]) -> str:
     row("global-to-oracle gap (fusion free)", L40S["gap"], lambda s: per_mode(s.gap()))
     row("best deployable policy gain, unfused arm", "0–0.305%", lambda s: per_mode(s.best_policy("off")))
     row("best deployable policy gain, fused arm", "0%", lambda s: per_mode(s.best_policy("on")))
-    row("best deployable net policy gain after lifecycle costs (decision figure, CI)", "n/a",
-        lambda s: "{} {}".format(*s.decision_figure("policy_gain")))
+    row(
+        "best deployable net policy gain after lifecycle costs (decision figure, CI)",
+        "n/a",
+        lambda s: "{} {}".format(*s.decision_figure("policy_gain")),
+    )
     row("eager same-tile fusion speedup", L40S["eager_fusion"], lambda s: rng(s.fusion_speedup("eager"), "×"))
-    row("graph-replay fusion speedup, all regimes", "1.024–1.059×", lambda s: rng(s.fusion_speedup("graph"), "×"))
+    row(
+        "graph-replay fusion speedup, all regimes",
+        "1.024–1.059×",
+        lambda s: rng(s.fusion_speedup("graph"), "×"),
+    )
     row("graph-replay fusion speedup per regime", L40S["graph_fusion"], lambda s: s.graph_by_regime())
-    row("fusion saving from launch elimination, model (roofline, eager)", L40S["launch_share"],
-        lambda s: rng(s.model_launch_share(), "%", 1))
-    row("fusion saving removed by graph replay, measured (sweep)", "n/a", lambda s: rng(s.measured_launch_share(), "%", 1))
+    row(
+        "fusion saving from launch elimination, model (roofline, eager)",
+        L40S["launch_share"],
+        lambda s: rng(s.model_launch_share(), "%", 1),
+    )
+    row(
+        "fusion saving removed by graph replay, measured (sweep)",
+        "n/a",
+        lambda s: rng(s.measured_launch_share(), "%", 1),
+    )
     row("correctness checks passed", L40S["checks"], lambda s: s.checks())
     row("timed calls (eager / all modes)", L40S["calls"], lambda s: "{:,} / {:,}".format(*s.calls()))
 
@@ -235,12 +251,22 @@ def build(studies: dict[str, Study]) -> str:
             "sizes, most test keys unseen in train: `headroom trace describe`), so exact-key dispatch "
             "falls back to global more often and bucketed or clustered policies carry the gain.",
         ]
-    lines += ["", "## Wall time of the H200 runs", "", "| stage | " + " | ".join(names) + " |", "| --- | " + " | ".join("---" for _ in names) + " |"]
+    lines += [
+        "",
+        "## Wall time of the H200 runs",
+        "",
+        "| stage | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---" for _ in names) + " |",
+    ]
     walls = {n: studies[n].wall_times(ROOT / "data/reference/h200" / n) for n in names}
     stages = sorted({k for n in names for k in walls[n][0]})
     for st in stages:
-        lines.append(f"| {st} | " + " | ".join(f"{walls[n][0].get(st, float('nan')):.1f} s" for n in names) + " |")
-    lines.append("| **GPU stages together** | " + " | ".join(f"**{walls[n][1]:.0f} s**" for n in names) + " |")
+        lines.append(
+            f"| {st} | " + " | ".join(f"{walls[n][0].get(st, float('nan')):.1f} s" for n in names) + " |"
+        )
+    lines.append(
+        "| **GPU stages together** | " + " | ".join(f"**{walls[n][1]:.0f} s**" for n in names) + " |"
+    )
     lines += [
         "",
         "The measurement issue's goal is all GPU stages, compile included, under 10 minutes on one H200: "
@@ -264,16 +290,32 @@ def replay(study: str, workdir: Path) -> Path:
     project = copy_project(workdir / study)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"replay=data/reference/h200/{study}"],
-        cwd=project, env=env, check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--cores",
+            "1",
+            "--config",
+            f"replay=data/reference/h200/{study}",
+        ],
+        cwd=project,
+        env=env,
+        check=True,
+        capture_output=True,
     )
     return project / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", action="append", default=[], metavar="STUDY=DIR",
-                   help="use an existing replayed results folder instead of replaying")
+    p.add_argument(
+        "--results",
+        action="append",
+        default=[],
+        metavar="STUDY=DIR",
+        help="use an existing replayed results folder instead of replaying",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "REPRODUCTION.md")
     args = p.parse_args(argv)
     given = dict(r.split("=", 1) for r in args.results)

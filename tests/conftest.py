@@ -21,7 +21,9 @@ def _cuda() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _cuda():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none (CI never does): GPU results are committed under data/ and BENCHMARKS.md")
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU; this machine has none (CI never does): GPU results are committed under data/ and BENCHMARKS.md"
+    )
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

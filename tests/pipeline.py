@@ -28,20 +28,32 @@ def env() -> dict[str, str]:
     return e
 
 
-def snakemake(project: Path, *args: str, check: bool = True, timeout: int = 1200) -> subprocess.CompletedProcess:
+def snakemake(
+    project: Path, *args: str, check: bool = True, timeout: int = 1200
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         # targets first: `--resources` takes every following word up to the next option
         [*SNAKEMAKE, *args, "--cores", "1", "--resources", "gpu=1"],
-        cwd=project, env=env(), capture_output=True, text=True, timeout=timeout,
+        cwd=project,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 
 def headroom(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "headroom.core.cli", *args], cwd=project, env=env(), capture_output=True, text=True,
+        [sys.executable, "-m", "headroom.core.cli", *args],
+        cwd=project,
+        env=env(),
+        capture_output=True,
+        text=True,
         timeout=300,
     )
 

@@ -67,7 +67,9 @@ def recorded_hash(path: str | os.PathLike) -> str:
     try:
         text = side.read_text().strip()
     except FileNotFoundError:
-        raise ArtifactError(f"{path}: no recorded BLAKE3 ({side} is missing); was it written by headroom.core.artifacts.write?") from None
+        raise ArtifactError(
+            f"{path}: no recorded BLAKE3 ({side} is missing); was it written by headroom.core.artifacts.write?"
+        ) from None
     return text.split()[0]
 
 
@@ -105,7 +107,9 @@ def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:
     raise TypeError(f"an artifact is a pandas DataFrame or a pyarrow Table, not {type(data).__name__}")
 
 
-def write(data: pd.DataFrame | pa.Table, path: str | os.PathLike, *, kind: str, provenance: dict[str, Any]) -> str:
+def write(
+    data: pd.DataFrame | pa.Table, path: str | os.PathLike, *, kind: str, provenance: dict[str, Any]
+) -> str:
     """Write `data` to `path` atomically with provenance; record and return its BLAKE3."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,9 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def discover(results_dir: str | os.PathLike) -> list[Path]:
     """Every artifact (a Parquet file with a recorded BLAKE3) under `results_dir`, sorted."""
     root = Path(results_dir)
-    return sorted(p for p in root.rglob("*.parquet") if artifacts.sidecar(p).exists() and not p.name.startswith("."))
+    return sorted(
+        p for p in root.rglob("*.parquet") if artifacts.sidecar(p).exists() and not p.name.startswith(".")
+    )
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -79,9 +81,15 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
                 env = h[:16]
         rows.append(
             (
-                rel, kind, digest, path.stat().st_size, meta.num_rows, prov.get("rule"),
+                rel,
+                kind,
+                digest,
+                path.stat().st_size,
+                meta.num_rows,
+                prov.get("rule"),
                 dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC).replace(tzinfo=None),
-                prov.get("device"), env,
+                prov.get("device"),
+                env,
                 json.dumps(prov.get("params", {}), sort_keys=True),
                 json.dumps(prov.get("code", {}), sort_keys=True),
                 json.dumps(prov.get("versions", {}), sort_keys=True),

@@ -63,7 +63,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     else:
         import pandas as pd
 
-        with pd.option_context("display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200):
+        with pd.option_context(
+            "display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200
+        ):
             print(df.to_string(index=False) if len(df) else f"(0 rows) columns: {', '.join(df.columns)}")
     return 0
 
@@ -174,7 +176,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     reason = row.get("reason", "")
     print(f"{verdict}: {reason}" if reason else verdict)
     if args.json:
-        print(json.dumps({k: (v if isinstance(v, str | int | float | bool) or v is None else str(v)) for k, v in row.items()}))
+        print(
+            json.dumps(
+                {
+                    k: (v if isinstance(v, str | int | float | bool) or v is None else str(v))
+                    for k, v in row.items()
+                }
+            )
+        )
     return GATE_EXIT.get(verdict, GATE_EXIT["no-decision"])
 
 
@@ -224,8 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = t.add_subparsers(dest="trace_command", required=True)
     td = tsub.add_parser("describe", help="the invocation mix of a trace artifact")
     td.add_argument("path", nargs="?", help="trace artifact (default: RESULTS/trace.parquet)")
-    td.add_argument("--train-fraction", type=float, default=None,
-                    help="chronological train share (default: policies.train_fraction of config/config.yaml)")
+    td.add_argument(
+        "--train-fraction",
+        type=float,
+        default=None,
+        help="chronological train share (default: policies.train_fraction of config/config.yaml)",
+    )
     td.set_defaults(func=cmd_trace_describe)
     return p
 

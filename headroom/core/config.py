@@ -110,7 +110,9 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
             f"partition.heads_kv = {part['heads_kv']} (GQA shares each KV head among heads_q/heads_kv query heads)"
         )
     if part["head_dim"] not in SUPPORTED_HEAD_DIMS:
-        raise ConfigError(f"config key 'partition.head_dim': {part['head_dim']} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+        raise ConfigError(
+            f"config key 'partition.head_dim': {part['head_dim']} is not supported; use one of {SUPPORTED_HEAD_DIMS}"
+        )
     device = study["device"]
     if check_dtype and part["dtype"] not in DEVICE_DTYPES[device]:
         raise ConfigError(
@@ -125,7 +127,9 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
                 raise ConfigError(f"config key 'tiles[{i}].{dim}': {v} must be a power of two >= {MIN_BLOCK}")
         key = (tile["block_m"], tile["block_n"], tile["num_warps"], tile["num_stages"])
         if key in seen:
-            raise ConfigError(f"config key 'tiles[{i}]': {tile} duplicates tiles[{seen[key]}]; tile definitions must be unique")
+            raise ConfigError(
+                f"config key 'tiles[{i}]': {tile} duplicates tiles[{seen[key]}]; tile definitions must be unique"
+            )
         seen[key] = i
     tf = study["policies"]["train_fraction"]
     if not 0 < tf < 1:
@@ -139,7 +143,9 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
         )
     gs_tile = study["graph_sweep"].get("tile", 0)
     if gs_tile >= len(study["tiles"]):
-        raise ConfigError(f"config key 'graph_sweep.tile': {gs_tile} is not an index into tiles (0..{len(study['tiles']) - 1})")
+        raise ConfigError(
+            f"config key 'graph_sweep.tile': {gs_tile} is not an index into tiles (0..{len(study['tiles']) - 1})"
+        )
 
 
 def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> dict[str, Any]:

@@ -10,8 +10,20 @@ from headroom.core import artifacts
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 #: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
-NOT_COPIED = {"results", ".snakemake", ".git", ".whl", ".gl", "__pycache__", ".hypothesis", ".pytest_cache",
-              ".ruff_cache", "build", "tests", "BENCHMARKS.md"}
+NOT_COPIED = {
+    "results",
+    ".snakemake",
+    ".git",
+    ".whl",
+    ".gl",
+    "__pycache__",
+    ".hypothesis",
+    ".pytest_cache",
+    ".ruff_cache",
+    "build",
+    "tests",
+    "BENCHMARKS.md",
+}
 
 
 def copy_project(dest: str | Path, src: str | Path = PROJECT_ROOT) -> Path:

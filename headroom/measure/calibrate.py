@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.measure import portfolio, timing
 from headroom.core import settings as stage_settings
+from headroom.measure import portfolio, timing
 
 DEFAULTS: dict[str, Any] = {
     "reps": 50,
@@ -51,7 +51,9 @@ COLUMNS = ["name", "value", "unit", "working_set_bytes", "regime", "method", "re
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     cfg = stage_settings.merge("calibrate", DEFAULTS, section)
-    stage_settings.require_ints("calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16)))
+    stage_settings.require_ints(
+        "calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16))
+    )
     if not cfg["hbm_copy_l2"] > 1:
         raise ValueError(
             f"calibrate.hbm_copy_l2 must be > 1 (the copy must spill the L2), got {cfg['hbm_copy_l2']!r}"

@@ -28,7 +28,9 @@ def candidate_id(tile: int, t: dict[str, int], fused: bool) -> str:
     )
 
 
-def build(tiles: Sequence[dict[str, Any]], fusion: Sequence[bool], native: Sequence[str] = ()) -> pd.DataFrame:
+def build(
+    tiles: Sequence[dict[str, Any]], fusion: Sequence[bool], native: Sequence[str] = ()
+) -> pd.DataFrame:
     if not tiles:
         raise ValueError("tiles: at least one tile is needed")
     if not fusion:
@@ -52,7 +54,15 @@ def build(tiles: Sequence[dict[str, Any]], fusion: Sequence[bool], native: Seque
         if name not in NATIVE_BACKENDS:
             raise ValueError(f"native_candidates: {name!r} is not one of {', '.join(NATIVE_BACKENDS)}")
         rows.append(
-            {"candidate": f"native-sdpa-{name}", "tile": NATIVE_TILE, "block_m": 0, "block_n": 0,
-             "num_warps": 0, "num_stages": 0, "fused": False, "backend": f"sdpa-{name}"}
+            {
+                "candidate": f"native-sdpa-{name}",
+                "tile": NATIVE_TILE,
+                "block_m": 0,
+                "block_n": 0,
+                "num_warps": 0,
+                "num_stages": 0,
+                "fused": False,
+                "backend": f"sdpa-{name}",
+            }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -27,13 +27,31 @@ from typing import Any
 import pandas as pd
 
 COLUMNS = [
-    "candidate", "shape_key", "rel_err", "max_abs_err", "tolerance", "abs_tolerance",
-    "nan_count", "unwritten_count", "passed", "status", "reason",
-    "tile", "fused", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim",
-    "dtype", "rotate_k", "input_seed",
+    "candidate",
+    "shape_key",
+    "rel_err",
+    "max_abs_err",
+    "tolerance",
+    "abs_tolerance",
+    "nan_count",
+    "unwritten_count",
+    "passed",
+    "status",
+    "reason",
+    "tile",
+    "fused",
+    "phase",
+    "batch",
+    "q_len",
+    "kv_len",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "dtype",
+    "rotate_k",
+    "input_seed",
 ]
-SHAPE_COLUMNS = ["shape_key", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv",
-                 "head_dim", "dtype"]
+SHAPE_COLUMNS = ["shape_key", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype"]
 # |out| <= max |v| for softmax-weighted averages of N(0, 1) values: a few units. An element still
 # holding this after the run was never written.
 SENTINEL = 1024.0
@@ -59,7 +77,9 @@ def tolerances(section: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
         rel, abs_ = tol["rel"], tol["abs"]
         for name, value in (("rel", rel), ("abs", abs_)):
             if not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"config key 'correctness.tolerances.{dtype}.{name}' must be > 0, got {value!r}")
+                raise ValueError(
+                    f"config key 'correctness.tolerances.{dtype}.{name}' must be > 0, got {value!r}"
+                )
         out[str(dtype)] = (float(rel), float(abs_))
     return out
 
@@ -112,8 +132,9 @@ def _torch_device(device: str) -> str:
     return "cuda" if device == "cuda" else "cpu"
 
 
-def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[float, float],
-              rope_base: float) -> dict[str, Any]:
+def check_one(
+    fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[float, float], rope_base: float
+) -> dict[str, Any]:
     """Run one check (see the module docstring); returns the measured columns."""
     import torch
 
@@ -128,12 +149,19 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
     def randn(*size):
         return torch.randn(size, generator=gen, device=tdev, dtype=torch.float32).to(dtype)
 
-    b, hq, hkv, sq, skv, d = (int(shape.batch), int(shape.heads_q), int(shape.heads_kv),
-                              int(shape.q_len), int(shape.kv_len), int(shape.head_dim))
+    b, hq, hkv, sq, skv, d = (
+        int(shape.batch),
+        int(shape.heads_q),
+        int(shape.heads_kv),
+        int(shape.q_len),
+        int(shape.kv_len),
+        int(shape.head_dim),
+    )
     q, k, v = randn(b, hq, sq, d), randn(b, hkv, skv, d), randn(b, hkv, skv, d)
     cos, sin = candidate_tables(skv, d, str(shape.dtype), rope_base, tdev)
-    row = dict(rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1,
-               status="error", reason="")
+    row = dict(
+        rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
+    )
     try:
         out = fn(q, k, v, out=torch.full_like(q, float("nan")))
         if tdev == "cuda":
@@ -146,7 +174,9 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
             torch.cuda.synchronize()
         unwritten = int((second == SENTINEL).sum())
     except Exception as exc:  # compile or launch failure: a failed check with its reason
-        row["reason"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        row["reason"] = (
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        )
         return row
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     diff = out.to(torch.float64) - ref
@@ -161,15 +191,29 @@ def check_one(fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[fl
         problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
     if not max_abs <= tol[1]:
         problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
-    row.update(rel_err=rel, max_abs_err=max_abs, nan_count=nan_count, unwritten_count=unwritten,
-               status="failed" if problems else "passed", reason="; ".join(problems))
+    row.update(
+        rel_err=rel,
+        max_abs_err=max_abs,
+        nan_count=nan_count,
+        unwritten_count=unwritten,
+        status="failed" if problems else "passed",
+        reason="; ".join(problems),
+    )
     return row
 
 
-def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
-          tolerances_by_dtype: Mapping[str, tuple[float, float]], seed: int = 0,
-          rope_base: float = 10000.0, make_fn: Callable = default_make_fn,
-          inject_fault: str | None = None, log: logging.Logger | None = None) -> pd.DataFrame:
+def check(
+    candidates: pd.DataFrame,
+    shape_rows: pd.DataFrame,
+    *,
+    device: str,
+    tolerances_by_dtype: Mapping[str, tuple[float, float]],
+    seed: int = 0,
+    rope_base: float = 10000.0,
+    make_fn: Callable = default_make_fn,
+    inject_fault: str | None = None,
+    log: logging.Logger | None = None,
+) -> pd.DataFrame:
     """Every candidate x every shape (see the module docstring) as a DataFrame with COLUMNS.
 
     make_fn(cand, cos, sin, rotate_k) -> fn(q, k, v, out=None) builds a candidate's callable
@@ -195,8 +239,10 @@ def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
     for shape in shape_rows.itertuples(index=False):
         dtype = str(shape.dtype)
         if dtype not in tolerances_by_dtype:
-            raise ValueError(f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} "
-                             f"(shape {shape.shape_key})")
+            raise ValueError(
+                f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} "
+                f"(shape {shape.shape_key})"
+            )
         tol = tolerances_by_dtype[dtype]
         rotate_k = rotate_k_for(shape.phase)
         cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
@@ -209,24 +255,54 @@ def check(candidates: pd.DataFrame, shape_rows: pd.DataFrame, *, device: str,
             if cand.candidate == inject_fault:
                 fn = corrupting(fn)
             result = check_one(fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base)
-            rows.append({
-                "candidate": cand.candidate, "shape_key": shape.shape_key, **result,
-                "passed": result["status"] == "passed", "tolerance": tol[0], "abs_tolerance": tol[1],
-                "tile": int(cand.tile), "fused": bool(cand.fused), "phase": shape.phase,
-                "batch": int(shape.batch), "q_len": int(shape.q_len), "kv_len": int(shape.kv_len),
-                "heads_q": int(shape.heads_q), "heads_kv": int(shape.heads_kv),
-                "head_dim": int(shape.head_dim), "dtype": dtype, "rotate_k": rotate_k,
-                "input_seed": seed_i,
-            })
+            rows.append(
+                {
+                    "candidate": cand.candidate,
+                    "shape_key": shape.shape_key,
+                    **result,
+                    "passed": result["status"] == "passed",
+                    "tolerance": tol[0],
+                    "abs_tolerance": tol[1],
+                    "tile": int(cand.tile),
+                    "fused": bool(cand.fused),
+                    "phase": shape.phase,
+                    "batch": int(shape.batch),
+                    "q_len": int(shape.q_len),
+                    "kv_len": int(shape.kv_len),
+                    "heads_q": int(shape.heads_q),
+                    "heads_kv": int(shape.heads_kv),
+                    "head_dim": int(shape.head_dim),
+                    "dtype": dtype,
+                    "rotate_k": rotate_k,
+                    "input_seed": seed_i,
+                }
+            )
             level = logging.INFO if result["status"] == "passed" else logging.ERROR
-            log.log(level, "%s %s %s rel_err=%.2e max_abs_err=%.2e %s", result["status"].upper(),
-                    cand.candidate, shape.shape_key, result["rel_err"], result["max_abs_err"], result["reason"])
+            log.log(
+                level,
+                "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
+                result["status"].upper(),
+                cand.candidate,
+                shape.shape_key,
+                result["rel_err"],
+                result["max_abs_err"],
+                result["reason"],
+            )
         if tdev == "cuda":
             torch.cuda.empty_cache()
     df = pd.DataFrame(rows, columns=COLUMNS)
-    return df.astype({"nan_count": "int64", "unwritten_count": "int64", "passed": "bool",
-                      "tile": "int64", "batch": "int64", "q_len": "int64", "kv_len": "int64",
-                      "input_seed": "int64"})
+    return df.astype(
+        {
+            "nan_count": "int64",
+            "unwritten_count": "int64",
+            "passed": "bool",
+            "tile": "int64",
+            "batch": "int64",
+            "q_len": "int64",
+            "kv_len": "int64",
+            "input_seed": "int64",
+        }
+    )
 
 
 def _raiser(exc: Exception) -> Callable:
@@ -243,8 +319,14 @@ def failing(correctness: pd.DataFrame) -> pd.DataFrame:
         bad = group[~group["passed"].astype(bool)]
         if len(bad):
             first = bad.iloc[0]
-            rows.append({"candidate": candidate, "failed_checks": len(bad), "checks": len(group),
-                         "first_reason": f"{first['shape_key']}: {first['reason']}"})
+            rows.append(
+                {
+                    "candidate": candidate,
+                    "failed_checks": len(bad),
+                    "checks": len(group),
+                    "first_reason": f"{first['shape_key']}: {first['reason']}",
+                }
+            )
     return pd.DataFrame(rows, columns=["candidate", "failed_checks", "checks", "first_reason"])
 
 
@@ -257,11 +339,14 @@ def gate(correctness: pd.DataFrame, policy: str, log: logging.Logger) -> pd.Data
     if bad.empty:
         log.info("correctness: all %d checks passed", len(correctness))
         return bad
-    lines = [f"{r.candidate} ({r.failed_checks}/{r.checks} checks failed; {r.first_reason})"
-             for r in bad.itertuples()]
+    lines = [
+        f"{r.candidate} ({r.failed_checks}/{r.checks} checks failed; {r.first_reason})"
+        for r in bad.itertuples()
+    ]
     if policy == "fail":
         raise CorrectnessFailure(
-            f"{len(bad)} candidate(s) failed correctness: " + "; ".join(lines)
+            f"{len(bad)} candidate(s) failed correctness: "
+            + "; ".join(lines)
             + ". Fix them, or set on_correctness_failure: exclude to drop them and go on"
         )
     for line in lines:
@@ -279,7 +364,9 @@ def admitted(candidates: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
     checked = set(correctness["candidate"])
     unchecked = [c for c in candidates["candidate"] if c not in checked]
     if unchecked:
-        raise ValueError(f"candidates {unchecked} have no correctness rows: correctness.parquet "
-                         "is stale for this candidate set; rerun the correctness rule")
+        raise ValueError(
+            f"candidates {unchecked} have no correctness rows: correctness.parquet "
+            "is stale for this candidate set; rerun the correctness rule"
+        )
     failed = set(correctness.loc[~correctness["passed"].astype(bool), "candidate"])
     return candidates[~candidates["candidate"].isin(failed)].reset_index(drop=True)

@@ -17,7 +17,10 @@ def _driver_version() -> str:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         )
         return out.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
@@ -47,7 +50,9 @@ def describe(device: str) -> dict[str, Any]:
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError("device is 'cuda' but torch sees no CUDA device; set device: interpret or auto")
+            raise RuntimeError(
+                "device is 'cuda' but torch sees no CUDA device; set device: interpret or auto"
+            )
         props = torch.cuda.get_device_properties(0)
         row.update(
             gpu_name=props.name,

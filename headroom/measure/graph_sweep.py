@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from headroom.measure import portfolio, timing
 from headroom.core import settings as stage_settings
+from headroom.measure import portfolio, timing
 
 DEFAULTS: dict[str, Any] = {
     "regimes_l2": [0.25, 0.5, 2.0, 8.0],  # working sets as multiples of the device's L2
@@ -51,7 +51,9 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     cfg = stage_settings.merge("graph_sweep", DEFAULTS, section)
     if not cfg["regimes_l2"] or not all(isinstance(m, int | float) and m > 0 for m in cfg["regimes_l2"]):
         raise ValueError(f"graph_sweep.regimes_l2 must be positive numbers, got {cfg['regimes_l2']!r}")
-    stage_settings.require_ints("graph_sweep", cfg, (("tile", 0), ("reps", 1), ("warmup_reps", 0), ("graph_calls", 1)))
+    stage_settings.require_ints(
+        "graph_sweep", cfg, (("tile", 0), ("reps", 1), ("warmup_reps", 0), ("graph_calls", 1))
+    )
     if not cfg["shapes"]:
         raise ValueError("graph_sweep.shapes must list at least one shape")
     for i, s in enumerate(cfg["shapes"]):
@@ -140,8 +142,13 @@ def run(
     from headroom.measure.runner import tables as candidate_tables
 
     for shape in shapes.itertuples(index=False):
-        cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype),
-                                   float(partition.get("rope_base", 10000.0)), "cuda")
+        cos, sin = candidate_tables(
+            int(shape.kv_len),
+            int(shape.head_dim),
+            str(shape.dtype),
+            float(partition.get("rope_base", 10000.0)),
+            "cuda",
+        )
         nbytes = portfolio.set_bytes(shape)
         for multiple in cfg["regimes_l2"]:
             target = multiple * l2

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.measure import portfolio, timing
 from headroom.core import settings as stage_settings
+from headroom.measure import portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS: dict[str, Any] = {
@@ -235,7 +235,9 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     rows = []
     for inv, a, b in plan:
         if inv.head_dim not in tables:
-            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
+            tables[inv.head_dim] = candidate_tables(
+                max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
+            )
         cos, sin = tables[inv.head_dim]
         n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)
         sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
@@ -286,8 +288,13 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     start_bytes = _dir_bytes(cache)
     cand = pd.Series(spec["candidate"])
     shapes = pd.DataFrame(spec["shapes"])
-    cos, sin = candidate_tables(int(shapes["kv_len"].max()), int(shapes["head_dim"].iloc[0]),
-                               str(shapes["dtype"].iloc[0]), spec["rope_base"], tdev)
+    cos, sin = candidate_tables(
+        int(shapes["kv_len"].max()),
+        int(shapes["head_dim"].iloc[0]),
+        str(shapes["dtype"].iloc[0]),
+        spec["rope_base"],
+        tdev,
+    )
     out = []
     for row in shapes.itertuples(index=False):
         (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]

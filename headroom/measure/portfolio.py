@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.measure import noise, timing
 from headroom.core import settings as stage_settings
+from headroom.measure import noise, timing
 
 DEFAULTS: dict[str, Any] = {
     "runs": 3,
@@ -70,8 +70,18 @@ _CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "n
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     """The `portfolio:` config section merged onto DEFAULTS; ValueError names a bad key."""
     cfg = stage_settings.merge("portfolio", DEFAULTS, section)
-    stage_settings.require_ints("portfolio", cfg, (
-        ("runs", 1), ("reps", 1), ("graph_calls", 1), ("max_buffer_sets", 1), ("warmup_reps", 0), ("seed", 0)))
+    stage_settings.require_ints(
+        "portfolio",
+        cfg,
+        (
+            ("runs", 1),
+            ("reps", 1),
+            ("graph_calls", 1),
+            ("max_buffer_sets", 1),
+            ("warmup_reps", 0),
+            ("seed", 0),
+        ),
+    )
     if cfg["mode"] not in ("eager", "graph", "both"):
         raise ValueError(f"portfolio.mode must be eager, graph or both, got {cfg['mode']!r}")
     if type(cfg["flush_l2"]) is not bool:
@@ -314,7 +324,9 @@ def run(
     bar = _progress(len(ordered), progress)
     for index, inv in enumerate(ordered.itertuples(index=False)):
         if inv.head_dim not in tables:
-            tables[inv.head_dim] = candidate_tables(max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev)
+            tables[inv.head_dim] = candidate_tables(
+                max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
+            )
         cos, sin = tables[inv.head_dim]
         nbytes = set_bytes(inv)
         n_sets = timing.buffer_sets(

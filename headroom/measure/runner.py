@@ -50,7 +50,9 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
                 return F.scaled_dot_product_attention(qr, kr, v, is_causal=sq > 1, enable_gqa=True)
             if sq == 1:  # bottom-right causal: the one new query sees every cached key
                 return F.scaled_dot_product_attention(qr, kr, v, enable_gqa=True)
-            return F.scaled_dot_product_attention(qr, kr, v, attn_mask=causal_lower_right(sq, skv), enable_gqa=True)
+            return F.scaled_dot_product_attention(
+                qr, kr, v, attn_mask=causal_lower_right(sq, skv), enable_gqa=True
+            )
 
     return fn
 
@@ -79,4 +81,6 @@ def tables(max_pos: int, head_dim: int, dtype: str, base: float, device: str):
 
     from kernels import rope_tables
 
-    return rope_tables(int(max_pos), int(head_dim), base=float(base), dtype=getattr(torch, str(dtype)), device=device)
+    return rope_tables(
+        int(max_pos), int(head_dim), base=float(base), dtype=getattr(torch, str(dtype)), device=device
+    )

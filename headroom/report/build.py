@@ -25,8 +25,8 @@ import pandas as pd  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape  # noqa: E402
 
 from headroom.analysis import decision as hdecision  # noqa: E402
-from headroom.measure import noise  # noqa: E402
 from headroom.analysis.policies import DEPLOYABLE, FUSION_ARMS, NATIVE_ARM, POLICIES  # noqa: E402
+from headroom.measure import noise  # noqa: E402
 
 TEMPLATES = Path(__file__).parent / "templates"
 INPUTS = (

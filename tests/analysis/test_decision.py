@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests import analysis_sets as S
-
 from headroom.analysis import decision, policies
+from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 300, "random_draws": 20}
 

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests import analysis_sets as S
-
 from headroom.analysis import policies
+from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 200, "random_draws": 20}
 
@@ -319,7 +318,12 @@ def test_native_candidates_enter_only_the_native_arm():
     tm["backend"] = "triton"
     # a native candidate 30% faster than ours on every invocation
     native = tm[tm.candidate == tm.candidate.iloc[0]].copy()
-    native["candidate"], native["tile"], native["fused"], native["backend"] = "native-sdpa-cudnn", -1, False, "sdpa-cudnn"
+    native["candidate"], native["tile"], native["fused"], native["backend"] = (
+        "native-sdpa-cudnn",
+        -1,
+        False,
+        "sdpa-cudnn",
+    )
     native["median_us"] *= 0.7
     pe = policies.evaluate(tr, pd.concat([tm, native], ignore_index=True), **FAST)
     assert set(pe.fusion) == {"off", "on", "free", "native"}

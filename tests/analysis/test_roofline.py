@@ -7,9 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from tests import analysis_sets as S
-
 from headroom.analysis import roofline
+from tests import analysis_sets as S
 
 # Prefill: B=1, Sq=Skv=4, Hq=2, Hkv=1, D=2, float16 (2 bytes)
 PREFILL = {
@@ -245,9 +244,22 @@ def test_native_candidates_are_left_out_of_the_model():
     trace = pd.DataFrame([PREFILL, DECODE])
     cands = pd.DataFrame(
         [
-            {"candidate": "t0-fused", "tile": 0, "block_m": 2, "block_n": 2, "fused": True, "backend": "triton"},
-            {"candidate": "native-sdpa-cudnn", "tile": -1, "block_m": 0, "block_n": 0, "fused": False,
-             "backend": "sdpa-cudnn"},
+            {
+                "candidate": "t0-fused",
+                "tile": 0,
+                "block_m": 2,
+                "block_n": 2,
+                "fused": True,
+                "backend": "triton",
+            },
+            {
+                "candidate": "native-sdpa-cudnn",
+                "tile": -1,
+                "block_m": 0,
+                "block_n": 0,
+                "fused": False,
+                "backend": "sdpa-cudnn",
+            },
         ]
     )
     df = roofline.predict(trace, cands, _calibration(100), l2_bytes=100)

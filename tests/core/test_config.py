@@ -28,7 +28,10 @@ BAD = {
     "partition.head_dim": (lambda c: c["partition"].update(head_dim=96), "partition.head_dim"),
     "trace.invocations": (lambda c: c["trace"].update(invocations=-4), "trace.invocations"),
     "unknown top-level key": (lambda c: c.update(portfolo={"reps": 3}), "portfolo"),
-    "decision threshold": (lambda c: c["decision"].update(max_graph_fusion_speedup=0.9), "decision.max_graph_fusion_speedup"),
+    "decision threshold": (
+        lambda c: c["decision"].update(max_graph_fusion_speedup=0.9),
+        "decision.max_graph_fusion_speedup",
+    ),
     # semantics
     "heads not divisible": (lambda c: c["partition"].update(heads_q=30), "partition.heads_q"),
     "block not power of two": (lambda c: c["tiles"][2].update(block_n=48), "tiles[2].block_n"),
@@ -52,7 +55,9 @@ def test_bad_config_names_the_key(name, cuda):
 
 
 def test_bfloat16_is_refused_on_the_interpreter():
-    cfg = _bad(lambda c: c.update(device="interpret", smoke={**c["smoke"], "partition": {"dtype": "bfloat16"}}))
+    cfg = _bad(
+        lambda c: c.update(device="interpret", smoke={**c["smoke"], "partition": {"dtype": "bfloat16"}})
+    )
     with pytest.raises(hconfig.ConfigError, match="'partition.dtype'"):
         hconfig.resolve(cfg)
 
@@ -69,7 +74,9 @@ def test_auto_with_cuda_keeps_the_default_study():
     study = hconfig.resolve(copy.deepcopy(BASE), cuda_available=True)
     assert study["device"] == "cuda"
     assert study["partition"]["dtype"] == "bfloat16" and study["portfolio"]["reps"] == 280
-    assert len(study["tiles"]) == 5 and study["trace"]["invocations"] == 48 and study["portfolio"]["runs"] == 3
+    assert (
+        len(study["tiles"]) == 5 and study["trace"]["invocations"] == 48 and study["portfolio"]["runs"] == 3
+    )
 
 
 def test_smoke_overlay_is_validated_too():

@@ -17,8 +17,12 @@ def _flip_byte(path):
 
 
 ARTIFACT_PATHS = [
-    "results/trace.parquet", "results/candidates.parquet", "results/correctness.parquet",
-    "results/portfolio/run-2.parquet", "results/policy_eval.parquet", "results/decision.parquet",
+    "results/trace.parquet",
+    "results/candidates.parquet",
+    "results/correctness.parquet",
+    "results/portfolio/run-2.parquet",
+    "results/policy_eval.parquet",
+    "results/decision.parquet",
 ]
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from headroom.measure import calibrate, graph_sweep, lifecycle, portfolio
 from headroom.core import settings as stage_settings
+from headroom.measure import calibrate, graph_sweep, lifecycle, portfolio
 
 
 def test_merge_keeps_defaults_and_names_unknown_keys():
@@ -19,8 +19,10 @@ def test_require_ints_names_the_key_and_refuses_non_ints(value):
         stage_settings.require_ints("s", {"reps": value}, [("reps", 1)])
 
 
-@pytest.mark.parametrize("module, key", [(portfolio, "reps"), (lifecycle, "switch_reps"),
-                                         (graph_sweep, "reps"), (calibrate, "reps")])
+@pytest.mark.parametrize(
+    "module, key",
+    [(portfolio, "reps"), (lifecycle, "switch_reps"), (graph_sweep, "reps"), (calibrate, "reps")],
+)
 def test_every_stage_refuses_a_bad_int_and_an_unknown_key(module, key):
     name = module.__name__.split(".")[-1]
     with pytest.raises(ValueError, match=rf"{name}\.{key} must be an int >= 1"):

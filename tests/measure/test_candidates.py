@@ -8,8 +8,10 @@ import torch
 from headroom.measure.candidates import COLUMNS, build
 from headroom.measure.runner import runner
 
-TILES = [{"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 1},
-         {"block_m": 16, "block_n": 64, "num_warps": 2, "num_stages": 2}]
+TILES = [
+    {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 1},
+    {"block_m": 16, "block_n": 64, "num_warps": 2, "num_stages": 2},
+]
 
 
 def test_tiles_cross_fusion_with_unique_readable_ids():

@@ -24,14 +24,46 @@ def candidates() -> pd.DataFrame:
 
 
 def shape_rows() -> pd.DataFrame:
-    trace = pd.DataFrame([
-        dict(invocation=0, phase="prefill", batch=1, q_len=19, kv_len=19, heads_q=4, heads_kv=2,
-             head_dim=32, dtype="float32", shape_key="prefill|b1|q19|kv19|h4/2|d32|float32"),
-        dict(invocation=1, phase="decode", batch=2, q_len=1, kv_len=41, heads_q=4, heads_kv=2,
-             head_dim=32, dtype="float16", shape_key="decode|b2|q1|kv41|h4/2|d32|float16"),
-        dict(invocation=2, phase="decode", batch=2, q_len=1, kv_len=41, heads_q=4, heads_kv=2,
-             head_dim=32, dtype="float16", shape_key="decode|b2|q1|kv41|h4/2|d32|float16"),
-    ])
+    trace = pd.DataFrame(
+        [
+            dict(
+                invocation=0,
+                phase="prefill",
+                batch=1,
+                q_len=19,
+                kv_len=19,
+                heads_q=4,
+                heads_kv=2,
+                head_dim=32,
+                dtype="float32",
+                shape_key="prefill|b1|q19|kv19|h4/2|d32|float32",
+            ),
+            dict(
+                invocation=1,
+                phase="decode",
+                batch=2,
+                q_len=1,
+                kv_len=41,
+                heads_q=4,
+                heads_kv=2,
+                head_dim=32,
+                dtype="float16",
+                shape_key="decode|b2|q1|kv41|h4/2|d32|float16",
+            ),
+            dict(
+                invocation=2,
+                phase="decode",
+                batch=2,
+                q_len=1,
+                kv_len=41,
+                heads_q=4,
+                heads_kv=2,
+                head_dim=32,
+                dtype="float16",
+                shape_key="decode|b2|q1|kv41|h4/2|d32|float16",
+            ),
+        ]
+    )
     return correctness.shapes(trace)
 
 
@@ -42,8 +74,16 @@ def device() -> str:
 
 
 def run(make_fn=correctness.default_make_fn, **kw) -> pd.DataFrame:
-    return correctness.check(candidates(), shape_rows(), device=device(), tolerances_by_dtype=TOL,
-                             seed=3, make_fn=make_fn, log=LOG, **kw)
+    return correctness.check(
+        candidates(),
+        shape_rows(),
+        device=device(),
+        tolerances_by_dtype=TOL,
+        seed=3,
+        make_fn=make_fn,
+        log=LOG,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +99,9 @@ def test_every_candidate_on_every_distinct_shape_passes(good):
     assert (good["rel_err"] < 1e-3).all() and (good["rel_err"] > 0).all()
     assert good["input_seed"].nunique() == len(good)  # fresh inputs for every check
     assert list(good["rotate_k"]) == [p == "prefill" for p in good["phase"]]
-    assert correctness.admitted(candidates(), good)["candidate"].tolist() == candidates()["candidate"].tolist()
+    assert (
+        correctness.admitted(candidates(), good)["candidate"].tolist() == candidates()["candidate"].tolist()
+    )
 
 
 def _wrap(transform):
@@ -128,7 +170,11 @@ def test_inject_fault_breaks_exactly_that_candidate():
 def test_gate_fail_names_the_candidates_and_exclude_goes_on(good, caplog):
     broken = good.copy()
     victim = broken["candidate"].iloc[0]
-    broken.loc[broken["candidate"] == victim, ["passed", "status", "reason"]] = [False, "failed", "rel_err 1 > 0.001"]
+    broken.loc[broken["candidate"] == victim, ["passed", "status", "reason"]] = [
+        False,
+        "failed",
+        "rel_err 1 > 0.001",
+    ]
     with pytest.raises(correctness.CorrectnessFailure, match=victim):
         correctness.gate(broken, "fail", LOG)
     with caplog.at_level(logging.ERROR):
@@ -153,12 +199,19 @@ def test_config_and_trace_errors_name_the_key():
         correctness.tolerances({})
     with pytest.raises(ValueError, match=r"correctness.tolerances.float16.rel"):
         correctness.tolerances({"tolerances": {"float16": {"rel": 0, "abs": 1e-2}}})
-    assert correctness.tolerances({"tolerances": {"float16": {"rel": 5e-3, "abs": 2e-2}}}) == {"float16": (5e-3, 2e-2)}
+    assert correctness.tolerances({"tolerances": {"float16": {"rel": 5e-3, "abs": 2e-2}}}) == {
+        "float16": (5e-3, 2e-2)
+    }
     with pytest.raises(ValueError, match="shape_key"):
         correctness.shapes(pd.DataFrame({"phase": ["decode"]}))
     with pytest.raises(ValueError, match="no entry for dtype 'float16'"):
-        correctness.check(candidates(), shape_rows(), device=device(),
-                          tolerances_by_dtype={"float32": (1e-3, 1e-2)}, log=LOG)
+        correctness.check(
+            candidates(),
+            shape_rows(),
+            device=device(),
+            tolerances_by_dtype={"float32": (1e-3, 1e-2)},
+            log=LOG,
+        )
 
 
 @pytest.mark.slow
@@ -181,8 +234,10 @@ def test_pipeline_gate_end_to_end(tmp_path):
     assert set(res.loc[~res["passed"], "candidate"]) == {"t0-128x64-w8s3-fused"}
     kept = correctness.admitted(cands, res)["candidate"].tolist()
     assert "t0-128x64-w8s3-fused" not in kept and len(kept) == len(cands) - 1
-    assert "EXCLUDED from every later stage: t0-128x64-w8s3-fused" in (
-        project / "results/logs/correctness.log").read_text()
+    assert (
+        "EXCLUDED from every later stage: t0-128x64-w8s3-fused"
+        in (project / "results/logs/correctness.log").read_text()
+    )
 
 
 def test_reference_inputs_are_random_not_zero():
@@ -193,6 +248,5 @@ def test_reference_inputs_are_random_not_zero():
         out.zero_()
         return out
 
-    res = correctness.check_one(zeros, shape, seed=1, device=device(), tol=TOL["float32"],
-                                rope_base=10000.0)
+    res = correctness.check_one(zeros, shape, seed=1, device=device(), tol=TOL["float32"], rope_base=10000.0)
     assert res["status"] == "failed" and res["rel_err"] == pytest.approx(1.0)

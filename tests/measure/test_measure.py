@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headroom.analysis import policies
 from headroom.core import artifacts
 from headroom.measure import calibrate, graph_sweep, lifecycle, noise, portfolio
-from headroom.analysis import policies
 from headroom.measure.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available as portfolio_cuda
 

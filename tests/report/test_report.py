@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests import analysis_sets as S
-
 from headroom.analysis import decision, policies, roofline
 from headroom.report import build as report
+from tests import analysis_sets as S
 
 SEQ = "ABCA" * 4
 
@@ -176,9 +175,15 @@ def test_html_opens_in_headless_chromium_and_its_figures_render(gpu_report, tmp_
 def test_correctness_section_reads_passed_failed_and_error_statuses():
     c = pd.DataFrame(
         {
-            "candidate": ["a", "a", "b"], "shape_key": ["s1", "s2", "s1"], "rel_err": [1e-3, 2e-3, float("nan")],
-            "max_abs_err": [1e-2, 1e-2, float("nan")], "nan_count": [0, 0, -1], "unwritten_count": [0, 0, -1],
-            "passed": [True, True, False], "status": ["passed", "passed", "error"], "reason": ["", "", "no kernel"],
+            "candidate": ["a", "a", "b"],
+            "shape_key": ["s1", "s2", "s1"],
+            "rel_err": [1e-3, 2e-3, float("nan")],
+            "max_abs_err": [1e-2, 1e-2, float("nan")],
+            "nan_count": [0, 0, -1],
+            "unwritten_count": [0, 0, -1],
+            "passed": [True, True, False],
+            "status": ["passed", "passed", "error"],
+            "reason": ["", "", "no kernel"],
         }
     )
     section = report._correctness_section(c, "")

@@ -11,7 +11,15 @@ import yaml
 
 from headroom.core import artifacts, config
 from headroom.trace import invocations as trace
-from headroom.trace.invocations import COLUMNS, build, build_trace, describe, describe_text, scale_tokens, shape_key
+from headroom.trace.invocations import (
+    COLUMNS,
+    build,
+    build_trace,
+    describe,
+    describe_text,
+    scale_tokens,
+    shape_key,
+)
 from headroom.trace.requests import Requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +135,8 @@ def test_the_azure_overlay_resolves_and_builds(cuda):
     # config/studies/azure-conv.yaml` merges it: the interpreter gets tiny shapes, a GPU full-size ones.
     base = config.load(ROOT / "config" / "config.yaml")
     study = config.resolve(
-        config.deep_merge(base, config.load(ROOT / "config" / "studies" / "azure-conv.yaml")), cuda_available=cuda
+        config.deep_merge(base, config.load(ROOT / "config" / "studies" / "azure-conv.yaml")),
+        cuda_available=cuda,
     )
     df, prov = build(study["trace"], study["partition"], base_dir=ROOT)
     assert prov["source"] == AZURE and prov["source_blake3"] == artifacts.hash_file(ROOT / AZURE)
@@ -289,7 +298,10 @@ class _Named(list):
 
 class _Snakemake:
     def __init__(self, out: Path, trace_cfg: dict, source: list[str]):
-        code = [str(ROOT / p) for p in ("headroom/trace/invocations.py", "headroom/trace/requests.py", "scripts/trace.py")]
+        code = [
+            str(ROOT / p)
+            for p in ("headroom/trace/invocations.py", "headroom/trace/requests.py", "scripts/trace.py")
+        ]
         self.rule = "trace"
         self.input = _Named(source=source, code=code)
         self.output = _Named(trace=str(out))

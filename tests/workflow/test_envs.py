@@ -13,8 +13,13 @@ from tests.pipeline import ROOT
 
 # import name -> conda-forge package name
 CONDA_NAME = {
-    "torch": "pytorch-gpu", "yaml": "pyyaml", "sklearn": "scikit-learn", "duckdb": "python-duckdb",
-    "pynvml": "nvidia-ml-py", "matplotlib": "matplotlib-base", "PIL": "pillow",
+    "torch": "pytorch-gpu",
+    "yaml": "pyyaml",
+    "sklearn": "scikit-learn",
+    "duckdb": "python-duckdb",
+    "pynvml": "nvidia-ml-py",
+    "matplotlib": "matplotlib-base",
+    "PIL": "pillow",
 }
 # pytorch-gpu brings triton's runtime only with its own pin; we name triton explicitly anyway.
 LOCAL = {"headroom", "kernels", "snakemake"}  # snakemake runs the rules; it is not a rule dependency
@@ -116,7 +121,15 @@ def test_checker_sees_lazy_imports():
 
 
 def test_gpu_rules_use_gpu_env():
-    gpu_rules = {"environment", "correctness", "portfolio", "lifecycle", "graph_sweep", "calibrate", "kernel_bench"}
+    gpu_rules = {
+        "environment",
+        "correctness",
+        "portfolio",
+        "lifecycle",
+        "graph_sweep",
+        "calibrate",
+        "kernel_bench",
+    }
     found = {name: e for name, e, _ in _rules() if name in gpu_rules}
     assert set(found) == gpu_rules, sorted(found)
     assert set(found.values()) == {"gpu.yaml"}, found

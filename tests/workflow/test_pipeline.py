@@ -12,8 +12,19 @@ from tests.pipeline import headroom, planned_rules, snakemake
 pytestmark = pytest.mark.slow
 
 KINDS = [
-    "environment", "trace", "candidates", "correctness", "portfolio", "portfolio_samples", "lifecycle",
-    "graph_sweep", "calibration", "policy_eval", "factorial", "roofline", "decision",
+    "environment",
+    "trace",
+    "candidates",
+    "correctness",
+    "portfolio",
+    "portfolio_samples",
+    "lifecycle",
+    "graph_sweep",
+    "calibration",
+    "policy_eval",
+    "factorial",
+    "roofline",
+    "decision",
 ]
 
 
@@ -39,7 +50,9 @@ def test_catalog_lists_every_artifact_with_its_hash_and_lineage(pipeline_run):
     assert {r["path"] for r in rows} >= {"results/trace.parquet", "results/portfolio/run-1.parquet"}
     for r in rows:
         assert r["blake3"] == artifacts.hash_file(pipeline_run / r["path"])
-    proc = headroom(pipeline_run, "query", "SELECT count(*) AS bad FROM lineage WHERE NOT matches", "--format", "json")
+    proc = headroom(
+        pipeline_run, "query", "SELECT count(*) AS bad FROM lineage WHERE NOT matches", "--format", "json"
+    )
     assert json.loads(proc.stdout)[0]["bad"] == 0
     # every lineage edge's recorded hash is the input's hash now
     proc = headroom(pipeline_run, "query", "SELECT input_path, input_blake3 FROM lineage", "--format", "json")
@@ -50,8 +63,13 @@ def test_catalog_lists_every_artifact_with_its_hash_and_lineage(pipeline_run):
 
 
 def test_query_is_read_only(pipeline_run):
-    for sql in ["CREATE TABLE x AS SELECT 1", "INSERT INTO artifacts (path) VALUES ('x')", "DROP VIEW trace",
-                "COPY (SELECT 1) TO 'leak.csv'", "ATTACH 'other.duckdb'"]:
+    for sql in [
+        "CREATE TABLE x AS SELECT 1",
+        "INSERT INTO artifacts (path) VALUES ('x')",
+        "DROP VIEW trace",
+        "COPY (SELECT 1) TO 'leak.csv'",
+        "ATTACH 'other.duckdb'",
+    ]:
         proc = headroom(pipeline_run, "query", sql)
         assert proc.returncode == 1, sql
         assert "read-only" in proc.stderr, proc.stderr
@@ -90,18 +108,31 @@ def test_rerun_after_nothing_changed_leaves_artifacts_byte_identical(pipeline_cl
     snakemake(pipeline_clone, "--forcerun", "trace", "candidates", "--until", "candidates", "trace")
     after = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
     assert before[pipeline_clone / "results/trace.parquet"] == after[pipeline_clone / "results/trace.parquet"]
-    assert before[pipeline_clone / "results/candidates.parquet"] == after[pipeline_clone / "results/candidates.parquet"]
+    assert (
+        before[pipeline_clone / "results/candidates.parquet"]
+        == after[pipeline_clone / "results/candidates.parquet"]
+    )
 
 
 def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
     from headroom.core import config as hconfig
 
     study = hconfig.resolve(hconfig.load(pipeline_run / "config/config.yaml"), cuda_available=False)
-    admitted = json.loads(headroom(pipeline_run, "query", "SELECT count(DISTINCT candidate) AS n FROM portfolio",
-                                   "--format", "json").stdout)[0]["n"]
-    expected = study["portfolio"]["runs"] * study["trace"]["invocations"] * admitted * study["portfolio"]["reps"]
-    proc = headroom(pipeline_run, "query", "SELECT count(*) AS n, count(DISTINCT run) AS runs FROM portfolio_samples",
-                    "--format", "json")
+    admitted = json.loads(
+        headroom(
+            pipeline_run, "query", "SELECT count(DISTINCT candidate) AS n FROM portfolio", "--format", "json"
+        ).stdout
+    )[0]["n"]
+    expected = (
+        study["portfolio"]["runs"] * study["trace"]["invocations"] * admitted * study["portfolio"]["reps"]
+    )
+    proc = headroom(
+        pipeline_run,
+        "query",
+        "SELECT count(*) AS n, count(DISTINCT run) AS runs FROM portfolio_samples",
+        "--format",
+        "json",
+    )
     got = json.loads(proc.stdout)[0]
     assert got == {"n": expected, "runs": study["portfolio"]["runs"]}
     assert admitted == len(study["tiles"]) * len(study["fusion"]) + len(study["native_candidates"])

@@ -13,8 +13,13 @@ pytestmark = pytest.mark.slow
 def test_azure_trace_smoke_run_verifies(tmp_path):
     project = copy_project(tmp_path / "headroom")
     snakemake(
-        project, "results/trace.parquet", "results/correctness.parquet", "results/portfolio/run-1.parquet",
-        "--configfile", "config/config.yaml", "config/studies/azure-conv.yaml",
+        project,
+        "results/trace.parquet",
+        "results/correctness.parquet",
+        "results/portfolio/run-1.parquet",
+        "--configfile",
+        "config/config.yaml",
+        "config/studies/azure-conv.yaml",
     )
     trace = artifacts.read(project / "results/trace.parquet")
     prov = artifacts.read_provenance(project / "results/trace.parquet")
