@@ -2,7 +2,8 @@
 
 A candidate id names what it is: 't0-128x64-w8s3-fused' is tile 0 with RoPE fused into the
 attention kernel; 'native-sdpa-cudnn' is PyTorch's cuDNN SDPA backend after our standalone RoPE
-kernel. headroom/measure/runner.py turns a candidate row into the callable every stage checks and times.
+kernel, 'native-flex' PyTorch's FlexAttention after the same kernel. headroom/measure/runner.py
+turns a candidate row into the callable every stage checks and times.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from typing import Any
 import pandas as pd
 
 COLUMNS = ["candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused", "backend"]
-#: native backends: PyTorch SDPA with one backend forced (enable_gqa=True), RoPE applied by the
-#: same standalone Triton kernel the unfused candidates use. `math` is PyTorch's reference
-#: implementation: slow, but it runs anywhere (tests use it on the CPU).
-NATIVE_BACKENDS = ("cudnn", "flash", "efficient", "math")
+#: native backends, RoPE applied by the same standalone Triton kernel the unfused candidates use:
+#: PyTorch SDPA with one backend forced (enable_gqa=True), and `flex`, PyTorch's FlexAttention
+#: (torch.compile'd once per process, causal block mask). `math` is PyTorch's reference SDPA:
+#: slow, but it runs anywhere (tests use it on the CPU).
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
+NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
 NATIVE_TILE = -1  # native candidates have no tile of ours
 
 
@@ -53,16 +56,17 @@ def build(
     for name in native:
         if name not in NATIVE_BACKENDS:
             raise ValueError(f"native_candidates: {name!r} is not one of {', '.join(NATIVE_BACKENDS)}")
+        backend = "flex" if name == "flex" else f"sdpa-{name}"
         rows.append(
             {
-                "candidate": f"native-sdpa-{name}",
+                "candidate": f"native-{backend}",
                 "tile": NATIVE_TILE,
                 "block_m": 0,
                 "block_n": 0,
                 "num_warps": 0,
                 "num_stages": 0,
                 "fused": False,
-                "backend": f"sdpa-{name}",
+                "backend": backend,
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

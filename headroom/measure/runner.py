@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from headroom.measure.candidates import NATIVE_BACKENDS
+from headroom.measure.candidates import SDPA_BACKENDS
 
 
 def is_native(cand: Any) -> bool:
@@ -24,35 +24,88 @@ def _sdpa_backend(name: str):
     }[name]
 
 
-def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
-    """RoPE by our standalone kernel (q at positions Skv-Sq+i, k at j when rotate_k), then SDPA
-    with one backend forced and the causal mask aligned bottom-right like our kernels."""
+def _causal_sdpa(backend: str) -> Callable:
+    """attend(q, k, v) by PyTorch SDPA with one backend forced, causal mask aligned bottom-right."""
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
+    which = _sdpa_backend(backend)
+
+    def attend(q, k, v):
+        sq, skv = q.shape[2], k.shape[2]
+        with sdpa_kernel(which):
+            if sq == skv:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=sq > 1, enable_gqa=True)
+            if sq == 1:  # bottom-right causal: the one new query sees every cached key
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=causal_lower_right(sq, skv), enable_gqa=True
+            )
+
+    return attend
+
+
+# FlexAttention is compiled once per process with dynamic shapes (a trace holds tens of shapes:
+# one graph per shape would pass dynamo's recompile limit of 8 and fall back to eager, silently
+# timing the unfused path); its block masks depend on the shape only, so one per (Sq, Skv, device)
+# is built at first use and reused, as a serving engine builds it once per batch.
+_FLEX: dict[str, Any] = {}
+
+
+def _causal_flex() -> Callable:
+    """attend(q, k, v) by FlexAttention with a bottom-right causal block mask. On CUDA it runs the
+    compiled kernel; elsewhere (the interpreter's CPU runs) eager FlexAttention, which is correct
+    but materializes the scores: there it is a correctness check, not a timing."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def attend(q, k, v):
+        sq, skv = q.shape[2], k.shape[2]
+        key = (sq, skv, str(q.device))
+        if key not in _FLEX:
+            offset = skv - sq
+
+            def causal(b, h, q_idx, kv_idx):
+                return kv_idx <= q_idx + offset
+
+            _FLEX[key] = create_block_mask(causal, None, None, sq, skv, device=q.device)
+        if "fn" not in _FLEX:
+            _FLEX["fn"] = _compiled_flex(flex_attention) if q.is_cuda else flex_attention
+        return _FLEX["fn"](q, k, v, block_mask=_FLEX[key], enable_gqa=True)
+
+    return attend
+
+
+def _compiled_flex(flex_attention) -> Callable:
+    import torch
+    import torch._dynamo
+
+    # Decode (Sq = 1) and prefill specialize apart; raise the limits so no shape falls back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    torch._dynamo.config.accumulated_recompile_limit = max(
+        torch._dynamo.config.accumulated_recompile_limit, 4096
+    )
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
+    """RoPE by our standalone kernel (q at positions Skv-Sq+i, k at j when rotate_k), then the native
+    attention (an SDPA backend or FlexAttention) with the causal mask aligned bottom-right."""
     from kernels import rope
 
-    if not backend.startswith("sdpa-") or backend[5:] not in NATIVE_BACKENDS:
+    if backend == "flex":
+        attend = _causal_flex()
+    elif backend.startswith("sdpa-") and backend[5:] in SDPA_BACKENDS:
+        attend = _causal_sdpa(backend[5:])
+    else:
         raise ValueError(f"backend {backend!r} is not a native candidate backend")
-    which = _sdpa_backend(backend[5:])
 
     def fn(q, k, v, out=None):
-        res = _sdpa(q, k, v)
-        return res if out is None else out.copy_(res)
-
-    def _sdpa(q, k, v):
         sq, skv = q.shape[2], k.shape[2]
         qr = rope(q, cos, sin, skv - sq)
         kr = rope(k, cos, sin, 0) if rotate_k else k
-        with sdpa_kernel(which):
-            if sq == skv:
-                return F.scaled_dot_product_attention(qr, kr, v, is_causal=sq > 1, enable_gqa=True)
-            if sq == 1:  # bottom-right causal: the one new query sees every cached key
-                return F.scaled_dot_product_attention(qr, kr, v, enable_gqa=True)
-            return F.scaled_dot_product_attention(
-                qr, kr, v, attn_mask=causal_lower_right(sq, skv), enable_gqa=True
-            )
+        res = attend(qr, kr, v)
+        return res if out is None else out.copy_(res)
 
     return fn
 

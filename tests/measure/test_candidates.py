@@ -24,9 +24,10 @@ def test_tiles_cross_fusion_with_unique_readable_ids():
 
 
 def test_native_candidates_are_marked_and_have_no_tile():
-    c = build(TILES, [True], ["cudnn", "math"])
+    c = build(TILES, [True], ["cudnn", "math", "flex"])
     native = c[c["backend"] != "triton"]
-    assert list(native["candidate"]) == ["native-sdpa-cudnn", "native-sdpa-math"]
+    assert list(native["candidate"]) == ["native-sdpa-cudnn", "native-sdpa-math", "native-flex"]
+    assert list(native["backend"]) == ["sdpa-cudnn", "sdpa-math", "flex"]
     assert (native["tile"] == -1).all() and not native["fused"].any()
 
 
@@ -44,7 +45,7 @@ def test_every_runner_matches_the_float64_reference(sq, skv, rotate_k):
     cos, sin = rope_tables(128, 32, dtype=torch.float32, device="cpu")
     q, k, v = torch.randn(2, 4, sq, 32), torch.randn(2, 2, skv, 32), torch.randn(2, 2, skv, 32)
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
-    for cand in build(TILES[:1], [False, True], ["math"]).itertuples():
+    for cand in build(TILES[:1], [False, True], ["math", "flex"]).itertuples():
         out = runner(cand, cos, sin, rotate_k)(q, k, v)
         rel = float((out.double() - ref).norm() / ref.norm())
         assert rel < 1e-5, (cand.candidate, rel)
