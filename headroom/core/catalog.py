@@ -43,6 +43,16 @@ CATALOG_NAME = "catalog.duckdb"
 DEFAULT_STUDY = "default"
 # A temporary catalog modified this recently belongs to a build in progress, not a killed one.
 REBUILD_FRESH_S = 120.0
+# How every reader opens the catalog: read-only, no file reachable (no allowed path, no temp
+# directory), no extension installed or loaded, configuration locked. DuckDB allows the database's
+# own files; writing to those is refused as files of an attached database.
+QUERY_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "temp_directory": "",
+    "lock_configuration": True,
+}
 # Reserved table names: a kind may not shadow them.
 _RESERVED = {"artifacts", "lineage"}
 
@@ -103,6 +113,12 @@ def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
         if name != DEFAULT_STUDY or len(path.relative_to(root).parts) > 1:
             out.setdefault(name, root / name)
     return dict(sorted(out.items()))
+
+
+def open_readonly(catalog_path: str | os.PathLike):
+    """A safe connection (QUERY_CONFIG) to the catalog, after checking its recorded BLAKE3."""
+    artifacts.verify(catalog_path)
+    return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
 
 
 def _rel(path: Path, base: Path) -> str:

@@ -25,16 +25,7 @@ EXIT_ERROR, EXIT_USAGE = 1, 2
 GATE_EXIT = {"stop": 0, "continue": 3, "no-decision": 4}
 EXIT_NOT_RUN = 5
 EXIT_SEVERAL_STUDIES = 6
-# The query connection: read-only, no file reachable, no extension, settings locked. DuckDB adds
-# the database's own files (and its temp directory) to the allowed paths; writes to those are
-# refused as files of an attached database, and temp_directory='' leaves no directory allowed.
-QUERY_CONFIG = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "temp_directory": "",
-    "lock_configuration": True,
-}
+QUERY_CONFIG = hcatalog.QUERY_CONFIG
 REBUILD_WAIT_S = 10.0
 
 
