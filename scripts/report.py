@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headroom.core import artifacts
 from headroom.core.stage import run_stage
 
 # The report's inputs by name; portfolio and samples list one artifact per run.
@@ -33,6 +34,11 @@ def main(stage):
         title=stage.params["report"].get("title", "headroom report"),
         benchmarks=_benchmarks(stage.params["benchmarks"]),
     )
+    for path in paths.values():  # `headroom verify` covers the report too
+        artifacts.record_hash(path)
+    for side in out_dir.rglob("*" + artifacts.SIDECAR_SUFFIX):  # figures this report no longer has
+        if not Path(str(side)[: -len(artifacts.SIDECAR_SUFFIX)]).exists():
+            side.unlink()
     stage.log.info("report: %s", ", ".join(sorted(map(str, paths.values()))))
 
 

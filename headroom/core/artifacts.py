@@ -11,6 +11,11 @@ renamed into place *before* the Parquet file, so whenever the final name exists 
 
 Bytes are deterministic for identical data (no timestamps inside the file), so a regenerated
 artifact with the same content does not look changed to Snakemake's checksum trigger.
+
+Files are created with the permissions the process's umask gives any new file (0644 under umask
+022, 0664 under 002), like the catalog and the report, so a team can share a results folder.
+Other files a reviewer reads (the report, the catalog) get a sidecar too (`record_hash`,
+`write_file`), so `headroom verify` covers them.
 """
 
 from __future__ import annotations
@@ -86,8 +91,22 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
+def _umask_mode() -> int:
+    """The mode open(2) gives a new file under the current umask (mkstemp's 0600 ignores it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _mkstemp(path: Path) -> tuple[int, str]:
+    """A temporary file beside `path`, with the umask's permissions rather than mkstemp's 0600."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, _umask_mode())
+    return fd, tmp
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = _mkstemp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -120,7 +139,7 @@ def write(
     meta[META_PROVENANCE] = json.dumps(provenance, sort_keys=True, default=str).encode()
     table = table.replace_schema_metadata(meta)
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _mkstemp(path)
     os.close(fd)
     try:
         # Fixed writer settings: identical data gives identical bytes.
@@ -137,6 +156,30 @@ def write(
     return digest
 
 
+def write_sidecar(path: str | os.PathLike, digest: str) -> None:
+    """Record `digest` as the BLAKE3 of `path` (atomically)."""
+    path = Path(path)
+    _atomic_bytes(sidecar(path), f"{digest}  {path.name}\n".encode())
+
+
+def record_hash(path: str | os.PathLike) -> str:
+    """Record the BLAKE3 of a file written elsewhere (a report page, a figure) in its sidecar."""
+    digest = hash_file(path)
+    write_sidecar(path, digest)
+    return digest
+
+
+def write_file(path: str | os.PathLike, data: bytes) -> str:
+    """Write bytes atomically with their BLAKE3 in a sidecar (renamed into place first)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = blake3.blake3(data).hexdigest()
+    write_sidecar(path, digest)
+    _atomic_bytes(path, data)
+    _fsync_dir(path.parent)
+    return digest
+
+
 def verify(path: str | os.PathLike) -> str:
     """Return the artifact's BLAKE3 after checking it against the recorded one."""
     if not Path(path).exists():
@@ -148,10 +191,26 @@ def verify(path: str | os.PathLike) -> str:
     return actual
 
 
+def read_verified_bytes(path: str | os.PathLike) -> tuple[bytes, str]:
+    """The file's bytes and their BLAKE3, read once and checked against the recorded hash, so what
+    the caller parses is exactly what was verified (no window for the file to change in between)."""
+    if not Path(path).exists():
+        raise ArtifactError(f"{path}: artifact does not exist")
+    recorded = recorded_hash(path)
+    data = Path(path).read_bytes()
+    actual = blake3.blake3(data).hexdigest()
+    if actual != recorded:
+        raise ArtifactHashError(path, recorded, actual)
+    return data, actual
+
+
 def read_table(path: str | os.PathLike) -> pa.Table:
-    """Verified read as a pyarrow Table."""
-    verify(path)
-    return pq.read_table(path)
+    """Verified read as a pyarrow Table (parsed from the very bytes that were hashed)."""
+    data, _ = read_verified_bytes(path)
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
 
 
 def read(path: str | os.PathLike) -> pd.DataFrame:

@@ -1,12 +1,21 @@
-"""The SQL entry point: results/catalog.duckdb.
+"""The SQL entry point: results/catalog.duckdb, one catalog for every study.
 
 Tables
-- `artifacts`: one row per Parquet artifact (path, kind, blake3, bytes, rows, rule, created_at,
-  device, environment, params/code/versions as JSON);
+- `artifacts`: one row per Parquet artifact (study, path, kind, blake3, bytes, mtime_ns, rows, rule,
+  created_at, device, environment, params/code/versions as JSON);
 - `lineage`: one row per (artifact, input) edge with the input's BLAKE3 recorded at write time
-  and its BLAKE3 now, so a broken chain is one `WHERE NOT matches` away.
-Views: one per artifact kind (`trace`, `portfolio`, `portfolio_samples`, `policy_eval`, ...) over
-all Parquet files of that kind, so `SELECT` works without knowing paths.
+  and its BLAKE3 now, so a broken chain is one `WHERE NOT matches` away;
+- one table per artifact kind (`trace`, `portfolio`, `portfolio_samples`, `policy_eval`, ...) with
+  the rows of every artifact of that kind, a `study` column first.
+
+The kind tables hold the artifacts' *data*, parsed from the very bytes whose BLAKE3 was checked at
+build time: a query answers from verified bytes only and never reads a file (`headroom query`
+opens the catalog with file access off). The catalog's own BLAKE3 is recorded beside it
+(`catalog.duckdb.blake3`), so `headroom verify` covers it and `query` refuses a changed one.
+
+The study of an artifact is the first folder below the results root (results/<study>/...). The
+flat layout of before the study matrix (results/trace.parquet, results/portfolio/run-1.parquet)
+is one study, `default`.
 
 The pipeline hands the catalog every artifact its rules declare (rules/common.smk's registry), so
 a stage added later appears without touching this code; `discover` finds them on disk for
@@ -20,22 +29,96 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headroom.core import artifacts
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CATALOG_NAME = "catalog.duckdb"
+DEFAULT_STUDY = "default"
+# A temporary catalog modified this recently belongs to a build in progress, not a killed one.
+REBUILD_FRESH_S = 120.0
+# How every reader opens the catalog: read-only, no file reachable (no allowed path, no temp
+# directory), no extension installed or loaded, configuration locked. DuckDB allows the database's
+# own files; writing to those is refused as files of an attached database.
+QUERY_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "temp_directory": "",
+    "lock_configuration": True,
+}
+# Reserved table names: a kind may not shadow them.
+_RESERVED = {"artifacts", "lineage"}
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def discover(results_dir: str | os.PathLike) -> list[Path]:
-    """Every artifact (a Parquet file with a recorded BLAKE3) under `results_dir`, sorted."""
+    """Every Parquet artifact under `results_dir` (with or without its recorded hash), sorted."""
     root = Path(results_dir)
-    return sorted(
-        p for p in root.rglob("*.parquet") if artifacts.sidecar(p).exists() and not p.name.startswith(".")
-    )
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*.parquet") if p.is_file() and not _hidden(p, root))
+
+
+def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
+    """Every file that must carry a recorded BLAKE3: artifacts, report files, the catalog."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        return []
+    found = set(discover(root))
+    for page in root.rglob("*"):
+        if page.is_file() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
+            if not page.name.endswith(artifacts.SIDECAR_SUFFIX):
+                found.add(page)
+    if (root / CATALOG_NAME).is_file():
+        found.add(root / CATALOG_NAME)
+    return sorted(found)
+
+
+def is_flat(results_dir: str | os.PathLike) -> bool:
+    """True for the layout of before the study matrix: artifacts directly in the results folder."""
+    root = Path(results_dir)
+    return root.is_dir() and any(p.is_file() for p in root.glob("*.parquet"))
+
+
+def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: bool) -> str:
+    """The study an artifact belongs to: the first folder below the results root."""
+    root = Path(results_dir).resolve()
+    try:
+        rel = Path(path).resolve().relative_to(root)
+    except ValueError:
+        raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
+    if flat or len(rel.parts) < 2:
+        return DEFAULT_STUDY
+    return rel.parts[0]
+
+
+def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
+    """{study: its folder} for every study with an artifact on disk, sorted by name."""
+    root = Path(results_dir)
+    if is_flat(root):
+        return {DEFAULT_STUDY: root}
+    out = {}
+    for path in discover(root):
+        name = study_of(path, root, flat=False)
+        if name != DEFAULT_STUDY or len(path.relative_to(root).parts) > 1:
+            out.setdefault(name, root / name)
+    return dict(sorted(out.items()))
+
+
+def open_readonly(catalog_path: str | os.PathLike):
+    """A safe connection (QUERY_CONFIG) to the catalog, after checking its recorded BLAKE3."""
+    artifacts.verify(catalog_path)
+    return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -45,17 +128,57 @@ def _rel(path: Path, base: Path) -> str:
         return path.resolve().as_posix()
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
+def temp_files(catalog_path: str | os.PathLike) -> list[Path]:
+    """Temporary catalogs beside `catalog_path` (a build in progress, or one that was killed)."""
+    catalog_path = Path(catalog_path)
+    return sorted(catalog_path.parent.glob(f".{catalog_path.name}.*.tmp*"))
+
+
+def rebuild_in_progress(catalog_path: str | os.PathLike) -> bool:
+    now = time.time()
+    for tmp in temp_files(catalog_path):
+        try:
+            if now - tmp.stat().st_mtime < REBUILD_FRESH_S:
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+def clean_stale_temps(catalog_path: str | os.PathLike) -> list[Path]:
+    """Remove temporary catalogs left by killed builds (Snakemake runs one catalog job at a time)."""
+    removed = []
+    for tmp in temp_files(catalog_path):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _with_study(table: pa.Table, study: str, path: Path) -> pa.Table:
+    """`table` with a `study` column first; an artifact's own `study` column must agree."""
+    if "study" in table.column_names:
+        own = set(table.column("study").to_pylist())
+        if own - {study}:
+            raise ValueError(
+                f"{path}: its 'study' column holds {sorted(map(str, own))} but the artifact lies in "
+                f"study {study!r}'s folder"
+            )
+        table = table.drop_columns(["study"])
+    return table.add_column(0, "study", pa.array([study] * table.num_rows, pa.string()))
 
 
 def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.PathLike) -> dict[str, int]:
     """(Re)build the catalog over the artifacts `paths` (the pipeline passes every artifact its
-    rules declare); paths in it are relative to `project_root`, and `headroom query` runs from
-    there. Each artifact is verified first. Written atomically."""
+    rules declare); paths in it are relative to `project_root`. Each artifact's bytes are read
+    once, checked against their recorded BLAKE3, and loaded into the catalog's tables. Written
+    atomically, its own BLAKE3 beside it; temporary catalogs of killed builds are removed first."""
     root = Path(project_root)
+    catalog_path = Path(catalog_path)
+    results_root = catalog_path.parent
+    paths = sorted(Path(p) for p in paths)
+    flat = any(len(Path(_rel(p, results_root)).parts) == 1 for p in paths)
     rows, edges = [], []
-    by_kind: dict[str, list[str]] = {}
+    by_kind: dict[str, list[pa.Table]] = {}
     digests: dict[Path, str] = {}  # every file hashed once, however many artifacts read it
 
     def current(path: Path) -> str | None:
@@ -64,30 +187,39 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
             digests[key] = artifacts.hash_file(path)
         return digests.get(key)
 
-    for path in sorted(Path(p) for p in paths):
-        digest = artifacts.verify(path)
+    for path in paths:
+        data, digest = artifacts.read_verified_bytes(path)
         digests[path.resolve()] = digest
+        stat = path.stat()
         rel = _rel(path, root)
-        kind = artifacts.read_kind(path) or path.stem
-        if not _IDENT.match(kind):
-            raise ValueError(f"{path}: artifact kind {kind!r} is not a valid SQL view name")
-        prov = artifacts.read_provenance(path)
-        meta = pq.read_metadata(path)
+        study = study_of(path, results_root, flat=flat)
+        try:
+            table = pq.read_table(pa.BufferReader(data))
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise artifacts.ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
+        meta = table.schema.metadata or {}
+        kind = (meta.get(artifacts.META_KIND) or path.stem.encode()).decode()
+        if not _IDENT.match(kind) or kind.lower() in _RESERVED:
+            raise ValueError(f"{path}: artifact kind {kind!r} is not a valid SQL table name")
+        raw = meta.get(artifacts.META_PROVENANCE)
+        prov = json.loads(raw) if raw else {}
         env = None
         for inp, h in sorted(prov.get("inputs", {}).items()):
             now = current(root / inp)
-            edges.append((rel, inp, h, now, now == h))
+            edges.append((study, rel, inp, h, now, now == h))
             if Path(inp).name == "environment.parquet":
                 env = h[:16]
         rows.append(
             (
+                study,
                 rel,
                 kind,
                 digest,
-                path.stat().st_size,
-                meta.num_rows,
+                len(data),
+                stat.st_mtime_ns,
+                table.num_rows,
                 prov.get("rule"),
-                dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC).replace(tzinfo=None),
+                dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC).replace(tzinfo=None),
                 prov.get("device"),
                 env,
                 json.dumps(prov.get("params", {}), sort_keys=True),
@@ -95,35 +227,44 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
                 json.dumps(prov.get("versions", {}), sort_keys=True),
             )
         )
-        by_kind.setdefault(kind, []).append(rel)
+        by_kind.setdefault(kind, []).append(_with_study(table.replace_schema_metadata(None), study, path))
 
-    catalog_path = Path(catalog_path)
     catalog_path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(catalog_path)
     fd, tmp = tempfile.mkstemp(dir=catalog_path.parent, prefix=f".{catalog_path.name}.", suffix=".tmp")
     os.close(fd)
-    os.unlink(tmp)  # duckdb creates the file itself
+    os.unlink(tmp)  # duckdb creates the file itself (with the umask's permissions)
     try:
         con = duckdb.connect(tmp)
         con.execute(
-            """CREATE TABLE artifacts (path VARCHAR PRIMARY KEY, kind VARCHAR, blake3 VARCHAR, bytes BIGINT,
-               rows BIGINT, rule VARCHAR, created_at TIMESTAMP, device VARCHAR, environment VARCHAR,
-               params JSON, code JSON, versions JSON)"""
+            """CREATE TABLE artifacts (study VARCHAR, path VARCHAR PRIMARY KEY, kind VARCHAR,
+               blake3 VARCHAR, bytes BIGINT, mtime_ns BIGINT, rows BIGINT, rule VARCHAR,
+               created_at TIMESTAMP, device VARCHAR, environment VARCHAR, params JSON, code JSON,
+               versions JSON)"""
         )
         con.execute(
-            """CREATE TABLE lineage (artifact VARCHAR, input_path VARCHAR, input_blake3 VARCHAR,
-               current_blake3 VARCHAR, matches BOOLEAN)"""
+            """CREATE TABLE lineage (study VARCHAR, artifact VARCHAR, input_path VARCHAR,
+               input_blake3 VARCHAR, current_blake3 VARCHAR, matches BOOLEAN)"""
         )
         if rows:
-            con.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            con.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         if edges:
-            con.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?)", edges)
-        for kind, paths in sorted(by_kind.items()):
-            files = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
-            con.execute(f"CREATE VIEW {kind} AS SELECT * FROM read_parquet({files}, union_by_name = true)")
+            con.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?)", edges)
+        for kind, tables in sorted(by_kind.items()):
+            names = []
+            for i, table in enumerate(tables):
+                names.append(f"_load_{i}")
+                con.register(names[-1], table)
+            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {n}" for n in names)
+            con.execute(f"CREATE TABLE {kind} AS {union}")
+            for n in names:
+                con.unregister(n)
         con.close()
+        # The sidecar first, as for every artifact: whenever the catalog exists its hash does too.
+        artifacts.write_sidecar(catalog_path, artifacts.hash_file(tmp))
         os.replace(tmp, catalog_path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        Path(tmp + ".wal").unlink(missing_ok=True)
+        for leftover in (Path(tmp), Path(tmp + ".wal")):
+            leftover.unlink(missing_ok=True)
         raise
-    return {"artifacts": len(rows), "lineage": len(edges), "views": len(by_kind)}
+    return {"artifacts": len(rows), "lineage": len(edges), "tables": len(by_kind)}

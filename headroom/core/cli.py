@@ -1,22 +1,38 @@
-"""`headroom query | verify | lineage | gate | trace describe` -- the study from the command line.
+"""`headroom query | verify | lineage | gate | trace describe` -- the studies from the command line.
 
-Exit codes: 0 ok; 1 verification failed or an error; 2 bad usage; `gate`: 0 stop, 3 continue,
-4 no-decision.
+Exit codes: 0 ok; 1 verification failed or an error; 2 bad usage (an unknown study, no SQL);
+`gate`: 0 stop, 3 continue, 4 no-decision, 5 not run (no decision artifact: the pipeline has not
+run, or --results names the wrong folder), 6 several studies and no --study.
+
+Security model of `query`: SQL runs on a read-only connection to the catalog with every file
+access off (no path allowed, no temp directory, no extension installed or loaded, configuration
+locked), so a query can read only the tables the catalog loaded from verified artifacts and can
+write nothing; the catalog's own BLAKE3 is checked before it is opened.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+import time
 from pathlib import Path
 
 from headroom.core import artifacts
+from headroom.core import catalog as hcatalog
 
+EXIT_ERROR, EXIT_USAGE = 1, 2
 GATE_EXIT = {"stop": 0, "continue": 3, "no-decision": 4}
-# Statement types `query` runs; anything else (INSERT, CREATE, COPY, ATTACH, SET, ...) is refused.
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
+EXIT_NOT_RUN = 5
+EXIT_SEVERAL_STUDIES = 6
+QUERY_CONFIG = hcatalog.QUERY_CONFIG
+REBUILD_WAIT_S = 10.0
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.code = code
 
 
 def _err(msg: str) -> None:
@@ -27,33 +43,146 @@ def _project_root(results: Path) -> Path:
     return results.resolve().parent
 
 
+def _rebuild_hint(results: Path) -> str:
+    return (
+        f"delete {results / hcatalog.CATALOG_NAME} and rerun the pipeline "
+        "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
+    )
+
+
+def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
+    """The study a verb works on and its folder: `study` if given, else the only study there is."""
+    found = hcatalog.studies(results)
+    if study is not None:
+        if study in found:
+            return study, found[study]
+        if not found:
+            raise CliError(f"no study has run under {results} (no artifacts there)", EXIT_NOT_RUN)
+        raise CliError(f"unknown study {study!r}; studies under {results}: {', '.join(found)}", EXIT_USAGE)
+    if len(found) > 1:
+        raise CliError(
+            f"{results} holds {len(found)} studies ({', '.join(found)}); name one with --study",
+            EXIT_SEVERAL_STUDIES,
+        )
+    if not found:
+        raise CliError(f"no study has run under {results} (no artifacts there)", EXIT_NOT_RUN)
+    return next(iter(found.items()))
+
+
 # -- query ----------------------------------------------------------------------------------------
+def _verified_catalog(results: Path) -> Path:
+    """The catalog path once its bytes match their recorded BLAKE3; waits out a rebuild briefly."""
+    path = results / hcatalog.CATALOG_NAME
+    deadline = time.monotonic() + REBUILD_WAIT_S
+    while True:
+        rebuilding = hcatalog.rebuild_in_progress(path)
+        try:
+            artifacts.verify(path)
+            return path
+        except artifacts.ArtifactHashError as exc:
+            if not rebuilding:
+                raise CliError(
+                    f"the catalog {path} is corrupt or changed since it was built (recorded BLAKE3 "
+                    f"{exc.recorded}, file has {exc.actual}); {_rebuild_hint(results)}"
+                ) from None
+        except artifacts.ArtifactError:
+            if path.exists():
+                if not rebuilding:
+                    raise CliError(
+                        f"the catalog {path} has no recorded BLAKE3 ({artifacts.sidecar(path).name} is "
+                        f"missing); {_rebuild_hint(results)}"
+                    ) from None
+            elif not rebuilding:
+                raise CliError(
+                    f"no catalog at {path}; run the pipeline first (snakemake --cores 1 --resources gpu=1)"
+                ) from None
+        if time.monotonic() > deadline:
+            raise CliError(f"the catalog {path} is being rebuilt; try again in a moment")
+        time.sleep(0.2)
+
+
+def _connect(results: Path):
+    import duckdb
+
+    for attempt in range(3):
+        path = _verified_catalog(results)
+        try:
+            return duckdb.connect(str(path), read_only=True, config=QUERY_CONFIG)
+        except duckdb.Error as exc:
+            if attempt < 2 and (not path.exists() or hcatalog.rebuild_in_progress(path)):
+                time.sleep(0.2)  # replaced while we opened it: take the new one
+                continue
+            raise CliError(
+                f"the catalog {path} cannot be opened, it is corrupt ({str(exc).splitlines()[0]}); "
+                f"{_rebuild_hint(results)}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def stale_artifacts(con, root: Path, study: str | None = None) -> list[str]:
+    """Artifacts on disk that no longer match what the catalog loaded: a stat per artifact, and a
+    hash only where size or mtime differ from what was recorded."""
+    sql = "SELECT path, blake3, bytes, mtime_ns FROM artifacts"
+    rows = con.execute(sql + " WHERE study = ?", [study]).fetchall() if study else con.execute(sql).fetchall()
+    out = []
+    for rel, recorded, size, mtime_ns in rows:
+        path = root / rel
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            out.append(f"{rel} is gone from disk (the catalog loaded BLAKE3 {recorded[:16]})")
+            continue
+        if st.st_size == size and st.st_mtime_ns == mtime_ns:
+            continue
+        now = artifacts.hash_file(path)
+        if now != recorded:
+            out.append(
+                f"{rel} changed on disk: the catalog loaded BLAKE3 {recorded[:16]}, file has {now[:16]}"
+            )
+    return out
+
+
+def _restrict_to_study(con, study: str) -> None:
+    """Temporary views that shadow every table with a study column by its rows of `study`."""
+    db = con.execute("SELECT current_database()").fetchone()[0]
+    known = [r[0] for r in con.execute("SELECT DISTINCT study FROM artifacts ORDER BY 1").fetchall()]
+    if study not in known:
+        raise CliError(
+            f"unknown study {study!r}; the catalog holds: {', '.join(known) or 'none'}", EXIT_USAGE
+        )
+    tables = con.execute(
+        "SELECT DISTINCT table_name FROM information_schema.columns "
+        "WHERE table_catalog = ? AND table_schema = 'main' AND column_name = 'study'",
+        [db],
+    ).fetchall()
+    literal = "'" + study.replace("'", "''") + "'"
+    for (name,) in tables:
+        con.execute(
+            f'CREATE TEMP VIEW "{name}" AS SELECT * FROM "{db}".main."{name}" WHERE study = {literal}'
+        )
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    catalog = Path(args.results) / "catalog.duckdb"
-    if not catalog.exists():
-        _err(f"no catalog at {catalog}; run the pipeline first (snakemake --cores 1 --resources gpu=1)")
-        return 1
-    catalog_abs = catalog.resolve()
-    os.chdir(_project_root(Path(args.results)))  # views name artifacts relative to the project root
-    con = duckdb.connect(str(catalog_abs), read_only=True)
+    results = Path(args.results)
+    con = _connect(results)
     try:
+        if args.study:
+            _restrict_to_study(con, args.study)
+        for line in stale_artifacts(con, _project_root(results), args.study):
+            _err(f"warning: {line}; answers come from the catalog's verified copy: {_rebuild_hint(results)}")
         statements = con.extract_statements(args.sql)
         if not statements:
-            _err("no SQL statement given")
-            return 2
-        for st in statements:
-            kind = st.type.name
-            if kind not in READ_ONLY_STATEMENTS:
-                _err(f"query is read-only: a {kind} statement is not allowed ({st.query.strip()[:60]!r})")
-                return 1
+            raise CliError("no SQL statement given", EXIT_USAGE)
         df = None
         for st in statements:
             df = con.execute(st.query).df()
     except duckdb.Error as exc:
-        _err(f"query failed: {exc}")
-        return 1
+        raise CliError(
+            f"query failed: {exc}\n(headroom query is read-only and reaches no file: it reads the "
+            "catalog's tables, loaded from verified artifacts, and nothing else)"
+        ) from None
     finally:
         con.close()
     if args.format == "csv":
@@ -71,25 +200,64 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def verify_results(results: Path) -> list[str]:
-    """Every problem found: artifacts whose bytes changed, and lineage edges whose input changed."""
-    from headroom.core.catalog import discover
+def _catalog_problems(results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
+    """Artifacts whose bytes differ from what the catalog loaded."""
+    import duckdb
 
+    path = results / hcatalog.CATALOG_NAME
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=QUERY_CONFIG)
+    except duckdb.Error as exc:
+        return [f"{path}: cannot be opened ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
+    try:
+        rows = con.execute("SELECT study, path, blake3 FROM artifacts").fetchall()
+    except duckdb.Error as exc:
+        return [f"{path}: no artifacts table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
+    finally:
+        con.close()
+    problems = []
+    for row_study, rel, recorded in rows:
+        if study and row_study != study:
+            continue
+        now = current.get(str((root / rel).resolve()))
+        if now is None and (root / rel).exists():
+            now = artifacts.hash_file(root / rel)
+        if now != recorded:
+            what = "is missing" if now is None else f"has BLAKE3 {now}"
+            problems.append(
+                f"{path}: stale, it loaded {rel} with BLAKE3 {recorded} but the file {what}; "
+                f"{_rebuild_hint(results)}"
+            )
+    return problems
+
+
+def verify_results(results: Path, study: str | None = None) -> tuple[list[str], int]:
+    """(every problem found, number of files checked): files whose bytes changed or whose recorded
+    hash is missing, recorded hashes whose file is gone, lineage edges whose input changed, and a
+    catalog that no longer matches the artifacts."""
     root = _project_root(results)
     problems: list[str] = []
-    found = discover(results)
+    files = hcatalog.hashed_files(results)
+    if study is not None:
+        folder = study_folder(results, study)[1].resolve()
+        catalog_file = (results / hcatalog.CATALOG_NAME).resolve()
+        files = [f for f in files if f.resolve().is_relative_to(folder) or f.resolve() == catalog_file]
     current: dict[str, str] = {}
-    for path in found:
+    for path in files:
         try:
             current[str(path.resolve())] = artifacts.verify(path)
         except artifacts.ArtifactError as exc:
             problems.append(str(exc))
-    for path in found:
-        try:
-            prov = artifacts.read_provenance(path)
-        except artifacts.ArtifactError as exc:
-            problems.append(str(exc))
+    scope = study_folder(results, study)[1] if study else results
+    if scope.is_dir():
+        for side in sorted(scope.rglob("*" + artifacts.SIDECAR_SUFFIX)):
+            target = Path(str(side)[: -len(artifacts.SIDECAR_SUFFIX)])
+            if not target.exists() and not hcatalog._hidden(side, results):
+                problems.append(f"{target}: missing; its recorded BLAKE3 ({side.name}) remains (deleted?)")
+    for path in files:
+        if path.suffix != ".parquet" or str(path.resolve()) not in current:
             continue
+        prov = artifacts.read_provenance(path)
         for inp, recorded in sorted(prov.get("inputs", {}).items()):
             inp_path = (root / inp).resolve()
             if not inp_path.exists():
@@ -98,23 +266,22 @@ def verify_results(results: Path) -> list[str]:
             now = current.get(str(inp_path)) or artifacts.hash_file(inp_path)
             if now != recorded:
                 problems.append(f"{path}: lineage input {inp} changed: recorded {recorded}, now {now}")
-    if not found:
+    catalog_file = results / hcatalog.CATALOG_NAME
+    if str(catalog_file.resolve()) in current:
+        problems.extend(_catalog_problems(results, root, current, study))
+    if not files:
         problems.append(f"no artifacts under {results}")
-    return problems
+    return problems, len(files)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    results = Path(args.results)
-    problems = verify_results(results)
-    from headroom.core.catalog import discover
-
-    n = len(discover(results)) if results.exists() else 0
+    problems, n = verify_results(Path(args.results), args.study)
     if problems:
         for p in problems:
             print(f"FAIL {p}")
-        print(f"{len(problems)} problem(s) in {n} artifact(s)")
+        print(f"{len(problems)} problem(s) in {n} file(s)")
         return 1
-    print(f"ok: {n} artifacts verified, every lineage edge matches")
+    print(f"ok: {n} files verified (artifacts, report, catalog), every lineage edge matches")
     return 0
 
 
@@ -151,31 +318,34 @@ def lineage_tree(path: Path, root: Path, depth: int = 0, seen: set[str] | None =
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
+    results = Path(args.results)
     path = Path(args.path)
+    if not path.exists() and args.study:  # a path relative to the study's folder
+        path = study_folder(results, args.study)[1] / args.path
     if not path.exists():
-        _err(f"{path}: no such artifact")
-        return 1
-    root = _project_root(Path(args.results))
-    for line in lineage_tree(path, root):
+        raise CliError(f"{args.path}: no such artifact")
+    for line in lineage_tree(path, _project_root(results)):
         print(line)
     return 0
 
 
 # -- gate -----------------------------------------------------------------------------------------
 def cmd_gate(args: argparse.Namespace) -> int:
-    path = Path(args.results) / "decision.parquet"
+    results = Path(args.results)
+    study, folder = study_folder(results, args.study)
+    path = folder / "decision.parquet"
     if not path.exists():
-        print(f"no-decision: {path} does not exist yet (run the pipeline)")
-        return GATE_EXIT["no-decision"]
+        print(f"not run: {path} does not exist (run the pipeline, or check --results/--study)")
+        return EXIT_NOT_RUN
     try:
         row = artifacts.read(path).iloc[0].to_dict()
     except artifacts.ArtifactError as exc:
-        _err(str(exc))
-        return 1
+        raise CliError(str(exc)) from None
     verdict = str(row.get("verdict", "no-decision"))
     reason = row.get("reason", "")
     print(f"{verdict}: {reason}" if reason else verdict)
     if args.json:
+        row = {"study": study, **row}
         print(
             json.dumps(
                 {
@@ -191,7 +361,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_trace_describe(args: argparse.Namespace) -> int:
     from headroom.trace import invocations as htrace
 
-    path = Path(args.path or Path(args.results) / "trace.parquet")
+    if args.path:
+        path = Path(args.path)
+    else:
+        path = study_folder(Path(args.results), args.study)[1] / "trace.parquet"
     fraction = args.train_fraction
     if fraction is None:  # the study's own split, as the policies stage uses it
         from headroom.core import config as hconfig
@@ -202,37 +375,46 @@ def cmd_trace_describe(args: argparse.Namespace) -> int:
         df = artifacts.read(path)
         print(htrace.describe_text(df, fraction))
     except ValueError as exc:  # ArtifactError is a ValueError too
-        _err(str(exc))
-        return 1
+        raise CliError(str(exc)) from None
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="headroom", description=__doc__.splitlines()[0])
     p.add_argument("--results", default="results", help="the pipeline's results folder (default: results)")
+    p.add_argument("--study", default=None, help="the study to work on (default: the only one there is)")
+    # Also accepted after the verb (`headroom gate --study x`); SUPPRESS keeps the global value otherwise.
+    study = argparse.ArgumentParser(add_help=False)
+    study.add_argument("--study", default=argparse.SUPPRESS, help="the study to work on")
     sub = p.add_subparsers(dest="command", required=True)
 
-    q = sub.add_parser("query", help="read-only SQL on results/catalog.duckdb")
+    q = sub.add_parser("query", parents=[study], help="read-only SQL on results/catalog.duckdb")
     q.add_argument("sql")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--max-rows", type=int, default=200)
     q.set_defaults(func=cmd_query)
 
-    v = sub.add_parser("verify", help="re-hash every artifact and check every lineage edge")
+    v = sub.add_parser("verify", parents=[study], help="re-hash every artifact and check every lineage edge")
     v.set_defaults(func=cmd_verify)
 
-    ln = sub.add_parser("lineage", help="the chain of artifacts and rules behind one artifact")
+    ln = sub.add_parser(
+        "lineage", parents=[study], help="the chain of artifacts and rules behind one artifact"
+    )
     ln.add_argument("path")
     ln.set_defaults(func=cmd_lineage)
 
-    g = sub.add_parser("gate", help="print the decision; exit 0 stop, 3 continue, 4 no-decision")
+    g = sub.add_parser(
+        "gate",
+        parents=[study],
+        help="print the decision; exit 0 stop, 3 continue, 4 no-decision, 5 not run, 6 several studies",
+    )
     g.add_argument("--json", action="store_true", help="also print the decision row as JSON")
     g.set_defaults(func=cmd_gate)
 
     t = sub.add_parser("trace", help="trace tools")
     tsub = t.add_subparsers(dest="trace_command", required=True)
-    td = tsub.add_parser("describe", help="the invocation mix of a trace artifact")
-    td.add_argument("path", nargs="?", help="trace artifact (default: RESULTS/trace.parquet)")
+    td = tsub.add_parser("describe", parents=[study], help="the invocation mix of a trace artifact")
+    td.add_argument("path", nargs="?", help="trace artifact (default: the study's trace.parquet)")
     td.add_argument(
         "--train-fraction",
         type=float,
@@ -245,7 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        _err(str(exc))
+        return exc.code
 
 
 if __name__ == "__main__":

@@ -7,10 +7,16 @@ output can hold -- and compared with `kernels.reference_attention`:
     nan_count = NaN elements after the NaN-poisoned run
     unwritten_count = elements still equal to the sentinel after the second run
 A check passes when it ran, nothing is NaN or unwritten, rel_err <= tolerance and
-max_abs_err <= abs_tolerance (per dtype, config `correctness.tolerances`). A candidate that
-cannot compile or launch (e.g. Triton's OutOfResources) fails with that reason.
+max_abs_err <= abs_tolerance (per dtype, config `correctness.tolerances`).
 
-`admitted()` is how later stages drop failing candidates.
+A backend or tile that cannot run a shape is not a wrong answer: a native SDPA backend with no
+kernel for it ("No available kernel", "No viable backend") or a tile that needs more resources
+than the GPU has (Triton's OutOfResources) is recorded with status 'unsupported' and its reason,
+is excluded from timing, and the study goes on whatever `on_correctness_failure` says. Status
+'failed' (a wrong answer, NaNs, unwritten elements) and 'error' (any other compile or launch
+failure of a candidate) are failures.
+
+`admitted()` is how later stages drop failing and unsupported candidates.
 
 `kernels` is imported inside the functions, never at module import: scripts import this module
 before `run_stage` has set TRITON_INTERPRET, and Triton fixes the mode when kernels import.
@@ -59,6 +65,22 @@ FAULT_INJECTION_NOTE = (
     "correctness.inject_fault names a candidate whose output this stage corrupts on purpose "
     "(tests prove the gate with it); it must be null in a real study"
 )
+
+
+# Messages of torch SDPA when the forced backend has no kernel for the inputs (torch < 2.5 said
+# "No available kernel", later versions "No viable backend").
+NATIVE_UNSUPPORTED = ("no available kernel", "no viable backend")
+
+
+def unsupported_reason(exc: BaseException, *, native: bool) -> str | None:
+    """Why `exc` means the candidate cannot run this shape (not a wrong answer), or None."""
+    text = str(exc).strip()
+    first = text.splitlines()[0][:300] if text else ""
+    if native and any(m in text.lower() for m in NATIVE_UNSUPPORTED):
+        return f"backend has no kernel for this shape ({type(exc).__name__}: {first})"
+    if type(exc).__name__ == "OutOfResources":
+        return f"tile needs more resources than the device has ({type(exc).__name__}: {first})"
+    return None
 
 
 class CorrectnessFailure(RuntimeError):
@@ -133,9 +155,17 @@ def _torch_device(device: str) -> str:
 
 
 def check_one(
-    fn: Callable, shape: Any, *, seed: int, device: str, tol: tuple[float, float], rope_base: float
+    fn: Callable,
+    shape: Any,
+    *,
+    seed: int,
+    device: str,
+    tol: tuple[float, float],
+    rope_base: float,
+    native: bool = False,
 ) -> dict[str, Any]:
-    """Run one check (see the module docstring); returns the measured columns."""
+    """Run one check (see the module docstring); returns the measured columns. `native`: fn is a
+    native backend, whose "no kernel for this shape" error makes the check 'unsupported'."""
     import torch
 
     from headroom.measure.runner import tables as candidate_tables
@@ -173,7 +203,11 @@ def check_one(
         if tdev == "cuda":
             torch.cuda.synchronize()
         unwritten = int((second == SENTINEL).sum())
-    except Exception as exc:  # compile or launch failure: a failed check with its reason
+    except Exception as exc:  # cannot run this shape: unsupported; any other failure: an error
+        why = unsupported_reason(exc, native=native)
+        if why is not None:
+            row.update(status="unsupported", reason=why)
+            return row
         row["reason"] = (
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
         )
@@ -222,6 +256,7 @@ def check(
     """
     import torch
 
+    from headroom.measure.runner import is_native
     from headroom.measure.runner import tables as candidate_tables
 
     log = log or logging.getLogger("headroom.measure.correctness")
@@ -254,7 +289,9 @@ def check(
                 fn = _raiser(exc)
             if cand.candidate == inject_fault:
                 fn = corrupting(fn)
-            result = check_one(fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base)
+            result = check_one(
+                fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=is_native(cand)
+            )
             rows.append(
                 {
                     "candidate": cand.candidate,
@@ -277,7 +314,9 @@ def check(
                     "input_seed": seed_i,
                 }
             )
-            level = logging.INFO if result["status"] == "passed" else logging.ERROR
+            level = {"passed": logging.INFO, "unsupported": logging.WARNING}.get(
+                result["status"], logging.ERROR
+            )
             log.log(
                 level,
                 "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
@@ -312,11 +351,27 @@ def _raiser(exc: Exception) -> Callable:
     return fn
 
 
+def _unsupported_mask(correctness: pd.DataFrame) -> pd.Series:
+    if "status" not in correctness.columns:
+        return pd.Series(False, index=correctness.index)
+    return correctness["status"].astype(str) == "unsupported"
+
+
 def failing(correctness: pd.DataFrame) -> pd.DataFrame:
-    """One row per candidate with a failed check: candidate, failed_checks, checks, first_reason."""
+    """One row per candidate with a failed check (a wrong answer, NaNs, unwritten elements, a
+    launch error; not 'unsupported'): candidate, failed_checks, checks, first_reason."""
+    return _summary(correctness, ~correctness["passed"].astype(bool) & ~_unsupported_mask(correctness))
+
+
+def unsupported(correctness: pd.DataFrame) -> pd.DataFrame:
+    """One row per candidate that cannot run some shape: candidate, failed_checks, checks, first_reason."""
+    return _summary(correctness, _unsupported_mask(correctness))
+
+
+def _summary(correctness: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
     rows = []
     for candidate, group in correctness.groupby("candidate", sort=False):
-        bad = group[~group["passed"].astype(bool)]
+        bad = group[mask.loc[group.index]]
         if len(bad):
             first = bad.iloc[0]
             rows.append(
@@ -332,12 +387,25 @@ def failing(correctness: pd.DataFrame) -> pd.DataFrame:
 
 def gate(correctness: pd.DataFrame, policy: str, log: logging.Logger) -> pd.DataFrame:
     """Apply `on_correctness_failure`: 'fail' raises CorrectnessFailure naming every failing
-    candidate; 'exclude' logs each one loudly and lets the stage go on. Returns failing()."""
+    candidate; 'exclude' logs each one loudly and lets the stage go on. Returns failing().
+    Unsupported candidates are excluded under either policy, with a warning naming the reason."""
     if policy not in ("fail", "exclude"):
         raise ValueError(f"config key 'on_correctness_failure' must be 'fail' or 'exclude', got {policy!r}")
+    for r in unsupported(correctness).itertuples():
+        log.warning(
+            "EXCLUDED from timing, unsupported on %d/%d shapes: %s (%s)",
+            r.failed_checks,
+            r.checks,
+            r.candidate,
+            r.first_reason,
+        )
     bad = failing(correctness)
     if bad.empty:
-        log.info("correctness: all %d checks passed", len(correctness))
+        log.info(
+            "correctness: no check failed (%d checks, %d unsupported)",
+            len(correctness),
+            int(_unsupported_mask(correctness).sum()),
+        )
         return bad
     lines = [
         f"{r.candidate} ({r.failed_checks}/{r.checks} checks failed; {r.first_reason})"
@@ -355,7 +423,8 @@ def gate(correctness: pd.DataFrame, policy: str, log: logging.Logger) -> pd.Data
 
 
 def admitted(candidates: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
-    """The candidates whose every correctness check passed, in their original order.
+    """The candidates whose every correctness check passed, in their original order (failed and
+    unsupported ones are dropped).
 
     A candidate with no correctness rows was never checked: that is a stale correctness
     artifact, and it raises ValueError rather than being admitted or silently dropped."""

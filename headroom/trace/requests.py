@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 NS_PER_S = 1_000_000_000
@@ -70,6 +71,141 @@ def _where(path: Path, row: int, is_csv: bool) -> str:
     return f"{path}: row {row}{line}"
 
 
+# Bounded memory: a CSV is parsed a block at a time, and a row longer than a block (binary data,
+# a file padded with zero bytes) fails at once instead of being buffered whole.
+CSV_BLOCK_BYTES = 1 << 20
+PARQUET_BATCH_ROWS = 65_536
+INT64_MAX = 2**63 - 1
+
+
+def _invalid_utf8_line(path: Path) -> tuple[int, int] | None:
+    """(1-based line, byte offset) of the first byte that is not UTF-8, scanning in blocks."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, offset = 1, 0
+    with open(path, "rb") as fh:
+        while block := fh.read(CSV_BLOCK_BYTES):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                return line + block[: exc.start].count(b"\n"), offset + exc.start
+            line += block.count(b"\n")
+            offset += len(block)
+    return None
+
+
+def _csv_header(path: Path) -> list[str]:
+    import csv
+    import io
+
+    with open(path, "rb") as fh:
+        first = fh.readline(CSV_BLOCK_BYTES)
+    try:
+        text = first.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: line 1 (header), byte {exc.start}: not UTF-8 ({first[exc.start : exc.start + 1]!r}); "
+            "save the request log as UTF-8"
+        ) from None
+    return next(csv.reader(io.StringIO(text)), [])
+
+
+def _read_csv(path: Path, names: list[str]) -> pa.Table:
+    """The named columns as text, a block at a time."""
+    import pyarrow.csv as pacsv
+
+    bad_rows: list[int] = []
+
+    def on_invalid(row) -> str:
+        bad_rows.append(row.number if row.number is not None else -1)
+        return "error"
+
+    batches, rows = [], 0
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=names, column_types={n: pa.string() for n in names}, strings_can_be_null=False
+            ),
+        )
+        for batch in reader:
+            batches.append(batch)
+            rows += batch.num_rows
+    except pa.ArrowInvalid as exc:
+        msg = str(exc).splitlines()[0][:200]
+        if "UTF8" in msg or "utf8" in msg.lower():
+            where = _invalid_utf8_line(path)
+            at = (
+                f"line {where[0]} (data row {where[0] - 1}), byte {where[1]}"
+                if where
+                else f"after row {rows}"
+            )
+            raise ValueError(f"{path}: {at}: not UTF-8 text; save the request log as UTF-8") from None
+        if bad_rows and bad_rows[0] > 0:
+            at = f"line {bad_rows[0]} (data row {bad_rows[0] - 1})"
+        else:
+            at = f"after data row {rows} (line {rows + 1})"
+        raise ValueError(
+            f"{path}: {at}: not a CSV row of the request log ({msg}); the file is not the CSV it claims to be"
+        ) from None
+    return pa.Table.from_batches(batches, schema=pa.schema([(n, pa.string()) for n in names]))
+
+
+# Parquet column types a role accepts; anything else (a boolean token count, a timestamp of
+# tokens) is refused naming the column and its type.
+def _token_type_ok(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+    )
+
+
+def _arrival_type_ok(t: pa.DataType) -> bool:
+    return _token_type_ok(t) or pa.types.is_timestamp(t)
+
+
+def _read_parquet(path: Path, columns: dict[str, str]) -> pa.Table:
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ValueError(
+            f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:200]}); truncated or not Parquet?"
+        ) from None
+    schema = pf.schema_arrow
+    present = schema.names
+    missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
+    if missing:
+        raise ValueError(
+            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+            "Map the log's columns with trace.columns."
+        )
+    for role, name in columns.items():
+        t = schema.field(name).type
+        ok = _arrival_type_ok(t) if role == "arrival" else _token_type_ok(t)
+        if not ok:
+            want = "a timestamp, seconds or text" if role == "arrival" else "integers (or text holding them)"
+            raise ValueError(f"{path}: column '{name}' ({role}) has type {t}; expected {want}")
+    names = list(dict.fromkeys(columns.values()))
+    batches, rows = [], 0
+    try:
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names):
+            batches.append(batch)
+            rows += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise ValueError(
+            f"{path}: unreadable after row {rows} ({str(exc).splitlines()[0][:200]}); "
+            "the file is not the Parquet it claims to be"
+        ) from None
+    if rows != pf.metadata.num_rows:
+        raise ValueError(f"{path}: its metadata claims {pf.metadata.num_rows} rows but {rows} could be read")
+    return pa.Table.from_batches(batches, schema=pa.schema([schema.field(n) for n in names]))
+
+
 def _read_table(path: Path, columns: dict[str, str]) -> tuple[pd.DataFrame, bool]:
     """The three mapped columns as a DataFrame, named by their role; fails on missing columns."""
     suffix = path.suffix.lower()
@@ -77,22 +213,27 @@ def _read_table(path: Path, columns: dict[str, str]) -> tuple[pd.DataFrame, bool
         raise ValueError(f"{path}: trace.source must be a .csv or .parquet request log (or 'synthetic')")
     if not path.is_file():
         raise ValueError(f"{path}: trace.source names no such file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path}: the request log is empty (0 bytes); expected a header row and requests")
     is_csv = suffix == ".csv"
     if is_csv:
-        # Everything as text: parsing and its errors stay ours, with row numbers.
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-        present = list(table.columns)
+        present = _csv_header(path)
+        missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
+        if missing:
+            raise ValueError(
+                f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+                "Map the log's columns with trace.columns."
+            )
+        table = _read_csv(path, list(dict.fromkeys(columns.values())))
     else:
-        present = pq.read_schema(path).names
-    missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
-    if missing:
-        raise ValueError(
-            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
-            "Map the log's columns with trace.columns."
+        table = _read_parquet(path, columns)
+    frame = {}
+    for role, name in columns.items():
+        col = table.column(name)
+        frame[role] = (
+            col.to_pandas() if pa.types.is_timestamp(col.type) else col.to_numpy(zero_copy_only=False)
         )
-    if not is_csv:
-        table = pq.read_table(path, columns=list(dict.fromkeys(columns.values()))).to_pandas()
-    return pd.DataFrame({role: table[name].to_numpy() for role, name in columns.items()}), is_csv
+    return pd.DataFrame(frame), is_csv
 
 
 def _parse_arrival(values: pd.Series, path: Path, column: str, is_csv: bool, fmt: str | None) -> np.ndarray:
@@ -123,13 +264,16 @@ def _parse_arrival(values: pd.Series, path: Path, column: str, is_csv: bool, fmt
 
 def _parse_tokens(values: pd.Series, path: Path, column: str, is_csv: bool) -> np.ndarray:
     number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(number) | (number != np.floor(number)) | (number < 1))
+    too_big = number >= 2.0**63  # an int64 cast would wrap around silently
+    bad = np.flatnonzero(~np.isfinite(number) | (number != np.floor(number)) | (number < 1) | too_big)
     if bad.size:
         i = int(bad[0])
         if not np.isfinite(number[i]):
             what = "unparsable"
         elif number[i] != np.floor(number[i]):
             what = "non-integer"
+        elif too_big[i]:
+            what = "out-of-range (beyond int64)"
         else:
             what = "non-positive"
         raise ValueError(

@@ -141,22 +141,73 @@ def test_unwritten_elements_are_caught():
     assert bad["reason"].str.contains("unwritten").all()
 
 
-def test_compile_or_launch_failure_is_a_failed_check_with_reason():
-    class OutOfResources(RuntimeError):
-        pass
-
+def _raising(exc):
     def explode(fn):
         def raiser(q, k, v, out=None):
-            raise OutOfResources("out of resource: shared memory, Required: 294912")
+            raise exc
 
         return raiser
 
-    res = run(_wrap(explode))
+    return explode
+
+
+def test_a_launch_failure_of_our_kernel_is_an_error_with_reason():
+    res = run(_wrap(_raising(RuntimeError("triton: PassManager::run failed"))))
     bad = res[~res["passed"]]
     assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
     assert (bad["status"] == "error").all()
-    assert bad["reason"].str.startswith("OutOfResources: out of resource").all()
+    assert bad["reason"].str.startswith("RuntimeError: triton: PassManager::run failed").all()
     assert bad["rel_err"].isna().all()
+    assert correctness.failing(res)["candidate"].tolist() == [candidates()["candidate"].iloc[1]]
+
+
+def test_a_tile_out_of_resources_is_unsupported_not_a_failure(caplog):
+    class OutOfResources(RuntimeError):  # Triton's exception, by name
+        pass
+
+    res = run(_wrap(_raising(OutOfResources("out of resource: shared memory, Required: 294912"))))
+    victim = candidates()["candidate"].iloc[1]
+    bad = res[~res["passed"]]
+    assert set(bad["candidate"]) == {victim}
+    assert (bad["status"] == "unsupported").all()
+    assert bad["reason"].str.contains("out of resource: shared memory").all()
+    assert correctness.failing(res).empty
+    with caplog.at_level(logging.WARNING):
+        assert correctness.gate(res, "fail", LOG).empty  # the study goes on
+    assert f"unsupported on 2/2 shapes: {victim}" in caplog.text
+    assert victim not in set(correctness.admitted(candidates(), res)["candidate"])
+
+
+def test_a_native_backend_with_no_kernel_is_unsupported_and_the_study_goes_on(caplog):
+    # On the CPU, torch has no memory-efficient SDPA kernel: the real backend raises "No viable
+    # backend" (torch >= 2.5; the H200's message, "No available kernel", is checked below).
+    cands = build(TILES[:1], [False], native=["efficient"])
+    res = correctness.check(cands, shape_rows(), device=device(), tolerances_by_dtype=TOL, seed=3, log=LOG)
+    native = res[res["candidate"] == "native-sdpa-efficient"]
+    assert len(native) == 2 and (native["status"] == "unsupported").all(), native[["status", "reason"]]
+    assert native["reason"].str.contains("no kernel for this shape").all()
+    assert not native["passed"].any()
+    assert correctness.gate(res, "fail", LOG).empty
+    kept = correctness.admitted(cands, res)["candidate"].tolist()
+    assert kept == [c for c in cands["candidate"] if c != "native-sdpa-efficient"]
+
+
+def test_no_available_kernel_is_unsupported_only_for_a_native_backend():
+    exc = RuntimeError("No available kernel. Aborting execution.")
+    assert "no kernel for this shape" in correctness.unsupported_reason(exc, native=True)
+    assert correctness.unsupported_reason(exc, native=False) is None  # our own kernel: a failure
+    assert correctness.unsupported_reason(ValueError("bad"), native=True) is None
+
+
+def test_a_wrong_answer_still_fails_next_to_an_unsupported_candidate():
+    class OutOfResources(RuntimeError):
+        pass
+
+    res = run(_wrap(_raising(OutOfResources("out of resource: shared memory"))))
+    assert set(res.loc[res["status"] == "unsupported", "candidate"]) == {candidates()["candidate"].iloc[1]}
+    res.loc[res["candidate"] == candidates()["candidate"].iloc[2], ["passed", "status"]] = [False, "failed"]
+    with pytest.raises(correctness.CorrectnessFailure, match=candidates()["candidate"].iloc[2]):
+        correctness.gate(res, "fail", LOG)
 
 
 def test_inject_fault_breaks_exactly_that_candidate():

@@ -126,3 +126,95 @@ def test_a_missing_or_foreign_file_fails_naming_it(tmp_path):
     (tmp_path / "log.json").write_text("{}")
     with pytest.raises(ValueError, match=r"log\.json.*\.csv or \.parquet"):
         read_request_log(tmp_path / "log.json", COLUMNS)
+
+
+# -- bad request logs: each error names the file (and the row/line and column where there is one) --
+def test_a_zero_byte_csv_is_named(tmp_path):
+    log = tmp_path / "empty.csv"
+    log.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.csv: the request log is empty \(0 bytes\)"):
+        read_request_log(log, COLUMNS)
+
+
+def test_a_parquet_cut_in_half_is_named(tmp_path):
+    full = tmp_path / "full.parquet"
+    pd.DataFrame({"TIMESTAMP": [0.0, 1.0], "ContextTokens": [3, 4], "GeneratedTokens": [5, 6]}).to_parquet(
+        full
+    )
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"cut\.parquet: not a readable Parquet file"):
+        read_request_log(cut, COLUMNS)
+
+
+def test_a_latin1_byte_names_the_file_and_line(tmp_path):
+    log = tmp_path / "latin1.csv"
+    good = "2023-11-16 18:15:46,374,44\n"
+    log.write_bytes(
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + good * 3).encode() + b"2023-11-16 18:15:47,37\xe9,44\n"
+    )
+    with pytest.raises(ValueError, match=r"latin1\.csv: line 5 \(data row 4\), byte \d+: not UTF-8"):
+        read_request_log(log, COLUMNS)
+
+
+def test_a_latin1_byte_in_the_header_names_the_file(tmp_path):
+    log = tmp_path / "h.csv"
+    log.write_bytes(b"TIMESTAMP,Context\xe9,GeneratedTokens\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"h\.csv: line 1 \(header\), byte 17: not UTF-8"):
+        read_request_log(log, COLUMNS)
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "9223372036854775808"])
+def test_token_counts_beyond_int64_name_row_and_column(tmp_path, value):
+    log = write_log(tmp_path / "big.csv", [(0, 3, 4), (1, value, 4)])
+    with pytest.raises(ValueError, match=r"big\.csv: row 2 \(line 3\), column 'ContextTokens': out-of-range"):
+        read_request_log(log, COLUMNS)
+
+
+@pytest.mark.parametrize(
+    "column, values, expected",
+    [
+        ("ContextTokens", [True, False], "bool"),
+        ("GeneratedTokens", pd.to_datetime(["2024-01-01", "2024-01-02"]), "timestamp"),
+        ("TIMESTAMP", [True, True], "bool"),
+    ],
+)
+def test_a_parquet_with_boolean_or_timestamp_token_columns_is_refused(tmp_path, column, values, expected):
+    frame = pd.DataFrame({"TIMESTAMP": [0.0, 1.0], "ContextTokens": [3, 4], "GeneratedTokens": [5, 6]})
+    frame[column] = values
+    log = tmp_path / "typed.parquet"
+    frame.to_parquet(log)
+    with pytest.raises(ValueError, match=rf"typed\.parquet: column '{column}' \(\w+\) has type {expected}"):
+        read_request_log(log, COLUMNS)
+
+
+def test_a_csv_padded_with_zero_bytes_fails_fast_in_bounded_memory(tmp_path):
+    # The 2 GB case in small: 200 valid rows, then 50 MB of zero bytes. Reading it whole took the
+    # job down (23.7 GB for 2 GB); a block-wise reader stops at the first block it cannot parse.
+    import resource
+    import time
+
+    log = tmp_path / "padded.csv"
+    rows = "".join(f"{i},{i + 1},{i + 2}\n" for i in range(200))
+    with open(log, "wb") as fh:
+        fh.write(("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows).encode())
+        zeros = b"\0" * (1 << 20)
+        for _ in range(50):
+            fh.write(zeros)
+    before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"padded\.csv: after data row 200 \(line 201\): not a CSV row"):
+        read_request_log(log, COLUMNS)
+    assert time.perf_counter() - start < 5
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024
+    assert grown_mb < 40, f"peak memory grew {grown_mb:.0f} MB reading a 50 MB file"
+
+
+def test_a_csv_reads_only_the_mapped_columns(tmp_path):
+    log = write_log(
+        tmp_path / "wide.csv",
+        [(0, 3, 4, "caf\u00e9 ok"), (1, 5, 6, "x")],
+        header="TIMESTAMP,ContextTokens,GeneratedTokens,Note",
+    )
+    r = read_request_log(log, COLUMNS)
+    assert r.context.tolist() == [3, 5] and r.generated.tolist() == [4, 6]
