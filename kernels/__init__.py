@@ -24,9 +24,9 @@ Generations (GENERATION, the tag recorded with the candidates):
          "fused"    attention rotates q, and k when rotate_k, as tiles load (one launch);
          "q_fused"  k rotated once by the standalone kernel (as a KV-cache write does), q in
                     the attention kernel -- no per-query-block re-rotation of K.
-       Prefill runs the generation-2 kernel (_prefill.py) with PrefillVariant switches (TMA,
-       warp specialisation, GQA packing; DEFAULT_PREFILL_VARIANT unless named); decode is the
-       generation-1 split-KV kernel. With rotate_k=False (decode over a rotated cache),
+       Prefill runs the generation-2 kernel (_prefill.py) and decode the split-KV kernel with
+       its splits merged in-kernel (one launch), under Variant switches (TMA, warp
+       specialisation, GQA packing, in-kernel decode reduction; DEFAULT_VARIANT unless named). With rotate_k=False (decode over a rotated cache),
        "q_fused" and "fused" are the same launch.
     A candidate is (tile, rope) plus its generation; exactly one of fused= or rope= is given.
 
@@ -57,9 +57,9 @@ split.py (the torch-free decode split plan), reference.py (float64 torch referen
 from . import _mode
 from ._rope import noop_kernel
 from .attention import (
-    DEFAULT_PREFILL_VARIANT,
+    DEFAULT_VARIANT,
     ROPE_MODES,
-    PrefillVariant,
+    Variant,
     attention,
     attention_unrotated,
     decode_block_m,
@@ -93,11 +93,11 @@ def empty_kernel_launch(anchor) -> None:
 
 
 __all__ = [
-    "DEFAULT_PREFILL_VARIANT",
+    "DEFAULT_VARIANT",
     "GENERATION",
     "ROPE_MODES",
     "Plan",
-    "PrefillVariant",
+    "Variant",
     "SUPPORTED_DTYPES",
     "SUPPORTED_HEAD_DIMS",
     "Tile",

@@ -277,6 +277,7 @@ def decode_kernel(
     part_lse_ptr,
     cos_ptr,
     sin_ptr,
+    counter_ptr,
     stride_qb,
     stride_qh,
     stride_qs,
@@ -306,6 +307,7 @@ def decode_kernel(
     ROTATE_Q: tl.constexpr,
     ROTATE_K: tl.constexpr,
     SPLIT: tl.constexpr,
+    REDUCE_IN_KERNEL: tl.constexpr,
 ):
     """Grid (cdiv(group * Sq, BLOCK_M), B * Hkv, num_splits).
 
@@ -313,7 +315,10 @@ def decode_kernel(
     hkv * group + r // Sq, query position r % Sq), so each K/V tile is read once for all of
     them. Split s covers keys [s * split_len, (s + 1) * split_len). SPLIT=False (one split):
     write the output. SPLIT=True: write the normalised partial output and its base-2
-    log-sum-exp for reduce_kernel.
+    log-sum-exp for reduce_kernel, or, with REDUCE_IN_KERNEL (generation 2), merge them in the
+    last split program of each (batch, KV head, row block) to finish: one launch instead of two.
+    counter_ptr: B * Hkv * row-block int32 arrival counters, zero before the launch and left
+    zero after it (only read with REDUCE_IN_KERNEL).
     """
     tl.static_assert(HEAD_DIM % 32 == 0, "head_dim halves must be multiples of 16 for tl.dot")
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -392,6 +397,47 @@ def decode_kernel(
         part_row = (pid_bh * num_splits + split) * rows + offs_r
         tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + offs_d[None, :], part, mask=row_ok[:, None])
         tl.store(part_lse_ptr + part_row, lse, mask=row_ok)
+        if REDUCE_IN_KERNEL:
+            # bar.sync orders every thread's partial stores before the atomic; its acq_rel
+            # semantics publish them to, and acquire the other splits' for, the last arrival
+            tl.debug_barrier()
+            counter = counter_ptr + pid_bh * tl.num_programs(0) + pid_m
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                tl.store(counter, 0)  # ready for the next launch (and CUDA Graph replays)
+                m_all = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                for s in range(0, num_splits):
+                    row_s = (pid_bh * num_splits + s) * rows + offs_r
+                    # .cg: read the other programs' partials from L2, never a stale L1 line
+                    lse_s = tl.load(
+                        part_lse_ptr + row_s, mask=row_ok, other=float("-inf"), cache_modifier=".cg"
+                    )
+                    m_all = tl.maximum(m_all, lse_s)
+                # split 0 holds key 0, which every row sees: m_all is finite on valid rows
+                m_all = tl.where(row_ok, m_all, 0.0)
+                merged = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                weight_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+                for s in range(0, num_splits):
+                    row_s = (pid_bh * num_splits + s) * rows + offs_r
+                    lse_s = tl.load(
+                        part_lse_ptr + row_s, mask=row_ok, other=float("-inf"), cache_modifier=".cg"
+                    )
+                    weight = tl.math.exp2(lse_s - m_all)
+                    part_s = tl.load(
+                        part_o_ptr + row_s[:, None] * HEAD_DIM + offs_d[None, :],
+                        mask=row_ok[:, None],
+                        other=0.0,
+                        cache_modifier=".cg",
+                    )
+                    merged += weight[:, None] * part_s
+                    weight_sum += weight
+                out = merged / tl.where(row_ok, weight_sum, 1.0)[:, None]
+                o_ptrs = out_ptr + b * stride_ob + hq[:, None] * stride_oh + qi[:, None] * stride_os
+                tl.store(
+                    o_ptrs + offs_d[None, :] * stride_od,
+                    out.to(out_ptr.dtype.element_ty),
+                    mask=row_ok[:, None],
+                )
     else:
         out = acc / l_i[:, None]
         o_ptrs = out_ptr + b * stride_ob + hq[:, None] * stride_oh + qi[:, None] * stride_os

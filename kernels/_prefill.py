@@ -3,9 +3,9 @@
 Generation 1 (prefill_kernel in _attention.py) stays as it was recorded; this kernel adds, as
 constexpr switches measured one by one in BENCHMARKS.md:
 - ROTATE_Q without ROTATE_K ("q_fused" RoPE: keys were rotated once, as a KV-cache write does):
-  q is rotated as two halves at load, then joined into one (M, D) tile, so the key loop is the
-  same single full-width dot as attention alone -- the rotation costs once per program, not
-  once per key block;
+  q is rotated at load as one full-width (M, D) tile (_load_rotated_full), so the key loop is
+  the same single full-width dot as attention alone -- the rotation costs once per program,
+  not once per key block;
 - GROUP_ROWS > 1 (GQA packing): one program holds BLOCK_M // GROUP_ROWS query positions of each
   of the group's query heads (rows head-major), so each K/V tile it loads serves every head of
   the group;
@@ -110,6 +110,23 @@ def _key_loop(
 
 
 @triton.jit
+def _load_rotated_full(rows, offs_d, stride_d, pos, mask, cos_ptr, sin_ptr, stride_tab, HALF: tl.constexpr):
+    """(M, D) rows rotated at `pos` as one full-width tile: x and its half-swapped partner are
+    two plain loads, so the rotated tile keeps a loaded tile's layout on its way into the dot.
+    (The first H200 run joined two rotated halves with tl.join/permute/reshape instead: correct,
+    but 1.14-1.21x attention alone, against 1.03-1.08x for the unfused placement.)
+    Same float32 arithmetic as load_halves: [x1 c - x2 s, x2 c + x1 s], rounded once."""
+    first = offs_d < HALF
+    partner = tl.where(first, offs_d + HALF, offs_d - HALF)
+    freq = tl.where(first, offs_d, offs_d - HALF)
+    x = tl.load(rows + offs_d[None, :] * stride_d, mask=mask, other=0.0)
+    xp = tl.load(rows + partner[None, :] * stride_d, mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(cos_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
+    return (x.to(tl.float32) * c + tl.where(first[None, :], -xp, xp) * s).to(x.dtype)
+
+
+@triton.jit
 def prefill2_kernel(
     q_ptr,
     k_ptr,
@@ -180,7 +197,7 @@ def prefill2_kernel(
     q_rows = (q_ptr + b * stride_qb + hq * stride_qh + offs_m * stride_qs)[:, None]
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
-    if ROTATE_Q or ROTATE_K:
+    if ROTATE_K:
         q1, q2 = load_halves(
             q_rows,
             offs_half,
@@ -195,10 +212,11 @@ def prefill2_kernel(
             False,
             True,
         )
-        if not ROTATE_K:
-            # one (M, D) tile [r1, r2]: the key loop then needs a single full-width dot
-            q1 = tl.reshape(tl.permute(tl.join(q1, q2), (0, 2, 1)), (BLOCK_M, HEAD_DIM))
-            q2 = q1
+    elif ROTATE_Q:
+        q1 = _load_rotated_full(
+            q_rows, offs_d, stride_qd, q_pos, row_ok[:, None], cos_ptr, sin_ptr, stride_tab, HALF
+        )
+        q2 = q1
     else:
         q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
         q2 = q1

@@ -38,29 +38,32 @@ ROPE_MODES = ("unfused", "fused", "q_fused")
 
 
 @dataclass(frozen=True)
-class PrefillVariant:
-    """Switches of the generation-2 prefill kernel (_prefill.py); measured in BENCHMARKS.md.
+class Variant:
+    """Switches of the generation-2 kernels; each measured in BENCHMARKS.md.
 
     tma: K/V tiles through TMA tensor descriptors (needs unit last stride, 16-byte aligned
         base and strides; otherwise the plan falls back to pointer loads and says so)
     warp_specialize: ask Triton for producer/consumer warp specialisation of the key loops
     pack_gqa: one program serves every query head of a KV group (K/V tile loaded once per group)
+    (those three switch the prefill kernel, _prefill.py)
+    decode_reduce_in_kernel: split-KV decode merges its splits in the last split program of
+        each row block (one launch) instead of a second, reduction launch (_attention.py)
     """
 
     tma: bool = False
     warp_specialize: bool = False
     pack_gqa: bool = False
+    decode_reduce_in_kernel: bool = True
 
     @property
     def name(self) -> str:
-        parts = [
-            n for n, on in (("tma", self.tma), ("ws", self.warp_specialize), ("pack", self.pack_gqa)) if on
-        ]
+        switches = (("tma", self.tma), ("ws", self.warp_specialize), ("pack", self.pack_gqa))
+        parts = [n for n, on in switches if on] + ([] if self.decode_reduce_in_kernel else ["2launch"])
         return "+".join(parts) or "ptr"
 
 
 #: the variant generation-2 candidates use unless a caller names another
-DEFAULT_PREFILL_VARIANT = PrefillVariant()
+DEFAULT_VARIANT = Variant()
 
 
 def decode_split_plan(programs: int, kv_len: int, sm_count: int) -> tuple[int, int]:
@@ -132,7 +135,7 @@ def attention(
     rotate_k: bool,
     fused: bool | None = None,
     rope: str | None = None,
-    variant: PrefillVariant | None = None,
+    variant: Variant | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention with rotate-half RoPE: softmax(rope(q) rope(k)^T / sqrt(D)) v.
@@ -149,7 +152,7 @@ def attention(
          tiles load (one launch); False runs the standalone RoPE kernel into new buffers first
     rope: generation-2 kernels, a RoPE placement of ROPE_MODES ('unfused', 'fused', 'q_fused';
          see the comment there), run through a cached kernels.plan (variant: its prefill
-         switches, DEFAULT_PREFILL_VARIANT when None)
+         switches, DEFAULT_VARIANT when None)
     out: optional (B, Hq, Sq, D) output buffer (any strides); a new contiguous one otherwise
     dtypes: float16/bfloat16 on CUDA, float16/float32 under TRITON_INTERPRET=1; q, k, v alike.
     Sq == 1 takes the decode path (packed query heads, split-KV), Sq > 1 the prefill path.
@@ -229,7 +232,7 @@ def attention_specs(
     rotate_q: bool,
     rotate_k: bool,
     path: str | None = None,
-    variant: PrefillVariant | None = None,
+    variant: Variant | None = None,
     q: str = "q",
     k: str = "k",
     v: str = "v",
@@ -240,9 +243,10 @@ def attention_specs(
     """The attention launches for the example tensors, as data.
 
     tensors: name -> tensor; q, k, v, out, cos, sin name the slots the launches read (cos None:
-    nothing rotates, the tables are never read). variant None: generation 1's prefill kernel;
-    a PrefillVariant: generation 2's (_prefill.py). Decode (path 'decode', or Sq == 1) is the
-    same split-KV kernel in both generations. Returns (specs, scratch): scratch maps the names
+    nothing rotates, the tables are never read). variant None: generation 1's launches; a
+    Variant: generation 2's (the _prefill.py kernel; decode merges its splits in-kernel when
+    variant.decode_reduce_in_kernel). Decode (path 'decode', or Sq == 1) runs the split-KV
+    kernel of _attention.py in both generations. Returns (specs, scratch): scratch maps the names
     of new buffers the specs read (decode partials) to the buffers.
     """
     qt, kt, vt, ot = tensors[q], tensors[k], tensors[v], tensors[out]
@@ -321,10 +325,15 @@ def attention_specs(
     num_splits, split_len = decode_split_plan(
         batch * heads_kv * row_blocks, kv_len, _mode.sm_count(qt.device)
     )
+    reduce_in_kernel = num_splits > 1 and variant is not None and variant.decode_reduce_in_kernel
     scratch = {}
+    if reduce_in_kernel:
+        scratch["counters"] = torch.zeros(
+            (batch * heads_kv * row_blocks,), dtype=torch.int32, device=qt.device
+        )
     if num_splits > 1:
         partial_rows = batch * heads_kv * num_splits * rows
-        scratch = {
+        scratch |= {
             "part_o": torch.empty((partial_rows, head_dim), dtype=torch.float32, device=qt.device),
             "part_lse": torch.empty((partial_rows,), dtype=torch.float32, device=qt.device),
         }
@@ -335,6 +344,7 @@ def attention_specs(
         common,
         part_o_ptr=part_o,
         part_lse_ptr=part_lse,
+        counter_ptr=Slot("counters") if reduce_in_kernel else None,
         Hkv=heads_kv,
         group=group,
         Sq=q_len,
@@ -347,9 +357,10 @@ def attention_specs(
         ROTATE_Q=rotate_q,
         ROTATE_K=rotate_k,
         SPLIT=num_splits > 1,
+        REDUCE_IN_KERNEL=reduce_in_kernel,
     )
     specs = [LaunchSpec(decode_kernel, (row_blocks, batch * heads_kv, num_splits), args, options)]
-    if num_splits > 1:
+    if num_splits > 1 and not reduce_in_kernel:
         args = dict(
             part_o_ptr=part_o,
             part_lse_ptr=part_lse,

@@ -15,14 +15,16 @@ cannot shadow the function kernels.plan.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import _mode
 from ._launch import CompiledLaunch
 from .attention import (
-    DEFAULT_PREFILL_VARIANT,
+    DEFAULT_VARIANT,
     ROPE_MODES,
-    PrefillVariant,
+    Variant,
     _check_inputs,
     attention_specs,
 )
@@ -59,7 +61,7 @@ class Plan:
     """Launches of one candidate for tensors specialised like the plan's examples (see plan()).
 
     Attributes: tile, rope ('unfused'|'fused'|'q_fused'), rotate_k, generation (1 or 2),
-    variant (generation-2 prefill switches actually used, or None), phase ('prefill'|'decode'),
+    variant (generation-2 switches that took effect, or None), phase ('prefill'|'decode'),
     num_splits (decode split-KV splits, 1 for prefill), launches (kernel launches per run),
     direct (True when run calls compiled launchers directly; False under the interpreter).
 
@@ -186,7 +188,7 @@ def plan(
     rope: str | None = None,
     fused: bool | None = None,
     out: torch.Tensor | None = None,
-    variant: PrefillVariant | None = None,
+    variant: Variant | None = None,
 ) -> Plan:
     """Check and prepare one candidate's launches for tensors like these (examples; nothing is
     launched on them). Arguments as in kernels.attention:
@@ -196,7 +198,7 @@ def plan(
     rope: 'unfused' | 'fused' | 'q_fused' (generation-2 kernels), or
     fused: True | False (generation-1 kernels, as recorded) -- exactly one of the two
     out: an example output buffer whose layout the runs will use (contiguous when None)
-    variant: generation-2 prefill switches (DEFAULT_PREFILL_VARIANT when None; rope= only)
+    variant: generation-2 kernel switches (DEFAULT_VARIANT when None; rope= only)
     Raises ValueError for invalid inputs; compile errors (e.g. OutOfResources) surface here.
     """
     mode, generation = rope_mode(rope, fused)
@@ -207,9 +209,9 @@ def plan(
     if generation == 1 and variant is not None:
         raise ValueError("variant= applies to generation-2 kernels (rope=), not fused=")
     if generation == 2:
-        variant = DEFAULT_PREFILL_VARIANT if variant is None else variant
-        if not isinstance(variant, PrefillVariant):
-            raise ValueError(f"variant must be a kernels.PrefillVariant, got {type(variant).__name__}")
+        variant = DEFAULT_VARIANT if variant is None else variant
+        if not isinstance(variant, Variant):
+            raise ValueError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     examples = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": out}
@@ -243,12 +245,15 @@ def plan(
     )
     specs += attn_specs
     scratch.update(attn_scratch)
-    used_variant = None
-    if generation == 2 and phase == "prefill":
+    used_variant = None  # the switches that took effect (TMA needs aligned layouts, packing a group > 1)
+    if generation == 2:
         launched = attn_specs[0].args
-        used_variant = PrefillVariant(
-            tma=launched["TMA"], warp_specialize=variant.warp_specialize, pack_gqa=launched["GROUP_ROWS"] > 1
-        )
+        if phase == "prefill":
+            used_variant = dataclasses.replace(
+                variant, tma=launched["TMA"], pack_gqa=launched["GROUP_ROWS"] > 1
+            )
+        else:
+            used_variant = dataclasses.replace(variant, decode_reduce_in_kernel=launched["REDUCE_IN_KERNEL"])
     num_splits = attn_specs[0].grid[2] if phase == "decode" else 1
     _mode.check_mode()
     return Plan(

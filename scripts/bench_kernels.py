@@ -504,7 +504,7 @@ GEN2_DECODE = [(1, 2048), (1, 8192), (16, 2048), (16, 8192), (64, 8192)]  # (bat
 GEN1_PREFILL_TILES = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]  # gen-1 best at prefill
 GEN2_TILES = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
 GEN2_WIDE_TILES = [(256, 64, 8, 2), (256, 64, 16, 2)]  # BLOCK_M 256: half the K re-rotations
-VARIANTS = {  # name -> PrefillVariant(tma, warp_specialize, pack_gqa)
+VARIANTS = {  # name -> Variant(tma, warp_specialize, pack_gqa)
     "ptr": (False, False, False),
     "tma": (True, False, False),
     "tma+ws": (True, True, False),
@@ -547,7 +547,7 @@ def build_prefill(cfg, t: dict, device):
 
     tile_t, vname, what = cfg
     tile = Tile(*tile_t)
-    variant = kernels.PrefillVariant(*VARIANTS[vname]) if vname else None
+    variant = kernels.Variant(*VARIANTS[vname]) if vname else None
     q, k, v, cos, sin, out = (t[n] for n in ("q", "k", "v", "cos", "sin", "out"))
     if what == "attn":
         tensors = {"q": t["qr"], "k": t["kr"], "v": v, "out": out}
@@ -784,7 +784,7 @@ def gen2_main(args) -> None:
                     tile=tile,
                     rope=mode,
                     rotate_k=False,
-                    variant=kernels.PrefillVariant(*VARIANTS[vname]),
+                    variant=kernels.Variant(*VARIANTS[vname]),
                 )
                 sync()
                 check(f"{tile.name}-{vname}-{mode} chunk Sq{sq} Skv{skv}", out, ref_chunk)
@@ -810,6 +810,11 @@ def gen2_main(args) -> None:
                     out,
                     refs[rk],
                 )
+            two = kernels.Variant(decode_reduce_in_kernel=False)
+            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=rk, variant=two)
+            out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
+            sync()
+            check(f"{tile.name}-fused-2launch decode B{bd} Skv{skv} rotate_k={rk}", out, refs[rk])
             for fused in (True, False):
                 p = kernels.plan(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
                 a = p.run(q, k, v, cos, sin)
@@ -895,6 +900,23 @@ def gen2_main(args) -> None:
         (
             f"Plan.run decode gen-2 rope='fused', B1 Skv{host_kv}, out= given ({p2.launches} launches)",
             host_us(lambda: p2.run(q, k, v, cos, sin, out), host_calls),
+        )
+    )
+    p3 = kernels.plan(
+        q,
+        k,
+        v,
+        cos,
+        sin,
+        tile=tile,
+        rope="fused",
+        rotate_k=False,
+        variant=kernels.Variant(decode_reduce_in_kernel=False),
+    )
+    host.append(
+        (
+            f"Plan.run decode gen-2 rope='fused', two-launch reduction, out= given ({p3.launches} launches)",
+            host_us(lambda: p3.run(q, k, v, cos, sin, out), host_calls),
         )
     )
     host.append(
@@ -1007,6 +1029,11 @@ def gen2_main(args) -> None:
             p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
             a = (q, k, v, cos, sin)
             fns.append((f"{tile.name}-plan-fused", "plan", lambda p=p, a=a, o=out: p.run(*a, o)))
+            two = kernels.Variant(decode_reduce_in_kernel=False)
+            p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, variant=two)
+            fns.append(
+                (f"{tile.name}-plan-fused-2launch", "plan-2launch", lambda p=p2, a=a, o=out: p.run(*a, o))
+            )
             fns.append(
                 (
                     f"{tile.name}-g1-fused",
@@ -1116,7 +1143,7 @@ def gen2_summary(rows) -> dict:
             return min(sel, key=lambda r: r[key]) if sel else None
 
         entry = dict(batch=batch, kv_len=kv)
-        for what in ("plan", "g1", "sdpa"):
+        for what in ("plan", "plan-2launch", "g1", "sdpa"):
             e, g = best(what, "median_us"), best(what, "graph_us")
             entry[what] = dict(
                 eager=e and e["impl"],
@@ -1187,8 +1214,8 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
         "",
         "Decode (µs; eager = do_bench with L2 flush, host cost inside; graph = CUDA Graph replay):",
         "",
-        "| B | Skv | cuDNN eager | plan.run eager (best) | ratio | gen-1 attention() eager | ratio | cuDNN graph | plan.run graph (best) | ratio | host µs plan / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| B | Skv | best SDPA eager | plan.run eager (best tile) | ratio | gen-1 attention() eager | ratio | best SDPA graph | plan.run graph (best tile) | ratio | plan.run 2-launch graph | ratio | host µs plan / SDPA |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in summary["decode"]:
         c, p, g = s["sdpa"], s["plan"], s["g1"]
@@ -1196,6 +1223,7 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
             f"| {s['batch']} | {s['kv_len']} | {_f(c['eager_us'], '.1f')} | {p['eager']} {_f(p['eager_us'], '.1f')} | "
             f"{ratio(c['eager_us'], p['eager_us'])} | {_f(g['eager_us'], '.1f')} | {ratio(c['eager_us'], g['eager_us'])} | "
             f"{_f(c['graph_us'], '.1f')} | {p['graph']} {_f(p['graph_us'], '.1f')} | {ratio(c['graph_us'], p['graph_us'])} | "
+            f"{_f(s['plan-2launch']['graph_us'], '.1f')} | {ratio(c['graph_us'], s['plan-2launch']['graph_us'])} | "
             f"{_f(p['host_us'], '.1f')} / {_f(c['host_us'], '.1f')} |"
         )
     shapes = sorted(

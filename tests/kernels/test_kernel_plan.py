@@ -10,15 +10,17 @@ from hypothesis import strategies as st
 from kernel_helpers import DEVICE, DTYPES, TOLERANCES, assert_close, errors, poisoned, random_qkv
 
 import kernels
-from kernels import PrefillVariant, Tile, attention, plan, reference_attention, rope_tables
+from kernels import Tile, Variant, attention, plan, reference_attention, rope_tables
 from kernels import split as split_module
+from kernels.attention import attention_specs
 
 TILES = [Tile(16, 16, 4, 2), Tile(32, 16, 4, 2), Tile(32, 32, 4, 2)]
 VARIANTS = [
-    PrefillVariant(),
-    PrefillVariant(tma=True),
-    PrefillVariant(pack_gqa=True),
-    PrefillVariant(tma=True, warp_specialize=True, pack_gqa=True),
+    Variant(),
+    Variant(tma=True),
+    Variant(pack_gqa=True),
+    Variant(tma=True, warp_specialize=True, pack_gqa=True),
+    Variant(decode_reduce_in_kernel=False),
 ]
 
 
@@ -123,6 +125,35 @@ def test_plan_reuse_is_bit_identical_to_attention(fused, q_len, kv_len, rotate_k
         q, k, v = random_qkv(2, 4, 2, q_len, kv_len, 32, dtype, gen)
 
 
+@pytest.mark.parametrize("reduce_in_kernel", [True, False])
+def test_decode_split_merge_of_a_chunk(reduce_in_kernel):
+    """The split-KV decode kernel on a 30-query chunk over 96 keys (early rows see no key of the
+    later splits), merging in-kernel or by the reduction launch; run twice, since the in-kernel
+    merge must leave its arrival counters at zero for the next launch."""
+    gen = torch.Generator().manual_seed(7)
+    dtype = DTYPES[-1]
+    q, k, v = random_qkv(1, 4, 1, 30, 96, 64, dtype, gen)
+    cos, sin = rope_tables(96, 64, device=DEVICE)
+    tensors = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": poisoned(q.shape, dtype)}
+    specs, scratch = attention_specs(
+        tensors,
+        Tile(16, 16, 4, 2),
+        rotate_q=True,
+        rotate_k=False,
+        path="decode",
+        variant=Variant(decode_reduce_in_kernel=reduce_in_kernel),
+    )
+    assert specs[0].grid[2] > 1 and len(specs) == (1 if reduce_in_kernel else 2)
+    tensors.update(scratch)
+    for _ in range(2):
+        tensors["out"].fill_(float("nan"))
+        for spec in specs:
+            spec.launch(tensors)
+        assert_close(tensors["out"], reference_attention(q, k, v, cos, sin, rotate_k=False), dtype, "chunk")
+    if reduce_in_kernel:
+        assert int(scratch["counters"].abs().sum()) == 0
+
+
 def test_attention_rope_is_its_cached_plan():
     gen = torch.Generator().manual_seed(10)
     q, k, v = random_qkv(1, 4, 1, 20, 20, 32, DTYPES[0], gen)
@@ -169,7 +200,7 @@ def test_plan_refuses_bad_arguments():
     with pytest.raises(ValueError, match="rope must be one of"):
         plan(q, k, v, cos, sin, tile=TILES[0], rotate_k=True, rope="both")
     with pytest.raises(ValueError, match="variant= applies to generation-2"):
-        plan(q, k, v, cos, sin, tile=TILES[0], rotate_k=True, fused=True, variant=PrefillVariant())
+        plan(q, k, v, cos, sin, tile=TILES[0], rotate_k=True, fused=True, variant=Variant())
     with pytest.raises(ValueError, match="cos covers 20 positions but 21"):
         k2, v2 = torch.cat((k, k[:, :, :4]), 2), torch.cat((v, v[:, :, :4]), 2)
         plan(q, k2, v2, cos, sin, tile=TILES[0], rotate_k=True, rope="q_fused")
