@@ -24,10 +24,10 @@ Generations (GENERATION, the tag recorded with the candidates):
          "fused"    attention rotates q, and k when rotate_k, as tiles load (one launch);
          "q_fused"  k rotated once by the standalone kernel (as a KV-cache write does), q in
                     the attention kernel -- no per-query-block re-rotation of K.
-       Prefill runs the generation-2 kernel (_prefill.py) and decode the split-KV kernel with
-       its splits merged in-kernel (one launch), under Variant switches (TMA, warp
-       specialisation, GQA packing, in-kernel decode reduction; DEFAULT_VARIANT unless named). With rotate_k=False (decode over a rotated cache),
-       "q_fused" and "fused" are the same launch.
+       Prefill runs the generation-2 kernel (_prefill.py) and decode the split-KV kernel of
+       generation 1, under Variant switches (TMA, warp specialisation, GQA packing; in-kernel
+       merge of the decode splits) -- DEFAULT_VARIANT unless a caller names one. With
+       rotate_k=False (decode over a rotated cache), "q_fused" and "fused" are one launch.
     A candidate is (tile, rope) plus its generation; exactly one of fused= or rope= is given.
 
 Plan/run (the host path a runner should time; see plans.py):

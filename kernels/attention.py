@@ -62,8 +62,11 @@ class Variant:
         return "+".join(parts) or "ptr"
 
 
-#: the variant generation-2 candidates use unless a caller names another
-DEFAULT_VARIANT = Variant()
+#: the variant generation-2 candidates use unless a caller names another, chosen from the H200
+#: run in BENCHMARKS.md: TMA loads were fastest or within 2% for the best q_fused candidate on
+#: 3 of the 4 prefill shapes; the in-kernel decode merge saves one launch of host time (15 vs
+#: 22 us) but its serial merge made graph-replayed decode slower (B1 Skv8192: 18.8 vs 11.4 us)
+DEFAULT_VARIANT = Variant(tma=True, decode_reduce_in_kernel=False)
 
 
 def decode_split_plan(programs: int, kv_len: int, sm_count: int) -> tuple[int, int]:

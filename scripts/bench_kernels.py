@@ -1,6 +1,14 @@
 """Kernel benchmark: every candidate (tile x fused/unfused) against torch SDPA on one GPU.
 
     PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --out DIR [--tiles config|explore]
+    PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --gen2 --out DIR [--rep-ms 40 --warmup-ms 10]
+
+--gen2 is the generation-2 benchmark (gen2_main below): compiles every prefill config in parallel
+subprocesses, checks them and the decode plans on the GPU against float64, measures Plan.run host
+cost (CPU wall of HOST_CALLS back-to-back calls), then times the RoPE placements, prefill kernel
+variants and decode (eager and CUDA Graph) beside generation 1 and SDPA; writes
+DIR/bench_gen2.{json,csv,md}. Add --smoke under TRITON_INTERPRET=1 for a CPU dry run of either mode.
+The rest of this docstring describes the generation-1 benchmark.
 
 One process, one GPU, bfloat16, Hq=32, Hkv=8, D=128 (the study's partition). First checks every
 candidate against the float64 reference on the GPU (NaN-poisoned output, odd lengths, the split
@@ -627,6 +635,7 @@ def compile_one(cfg_json: str) -> None:
 
 def gen2_main(args) -> None:
     import concurrent.futures
+    import dataclasses
     import os
     import subprocess
 
@@ -705,6 +714,11 @@ def gen2_main(args) -> None:
     def err(exc) -> str:
         text = str(exc).splitlines()[0][:160] if str(exc) else ""
         return f"{type(exc).__name__}: {text}"
+
+    # decode's split merge other than the default's, timed beside it (Variant.decode_reduce_in_kernel)
+    other_merge = dataclasses.replace(
+        kernels.DEFAULT_VARIANT, decode_reduce_in_kernel=not kernels.DEFAULT_VARIANT.decode_reduce_in_kernel
+    )
 
     # -- 1. compile every prefill config in parallel subprocesses (Triton's disk cache) --------------
     configs = gen2_prefill_configs(smoke)
@@ -810,11 +824,10 @@ def gen2_main(args) -> None:
                     out,
                     refs[rk],
                 )
-            two = kernels.Variant(decode_reduce_in_kernel=False)
-            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=rk, variant=two)
+            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=rk, variant=other_merge)
             out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
             sync()
-            check(f"{tile.name}-fused-2launch decode B{bd} Skv{skv} rotate_k={rk}", out, refs[rk])
+            check(f"{tile.name}-fused-{other_merge.name} decode B{bd} Skv{skv} rotate_k={rk}", out, refs[rk])
             for fused in (True, False):
                 p = kernels.plan(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
                 a = p.run(q, k, v, cos, sin)
@@ -911,11 +924,11 @@ def gen2_main(args) -> None:
         tile=tile,
         rope="fused",
         rotate_k=False,
-        variant=kernels.Variant(decode_reduce_in_kernel=False),
+        variant=other_merge,
     )
     host.append(
         (
-            f"Plan.run decode gen-2 rope='fused', two-launch reduction, out= given ({p3.launches} launches)",
+            f"Plan.run decode gen-2 rope='fused', other merge ({other_merge.name}), out= given ({p3.launches} launches)",
             host_us(lambda: p3.run(q, k, v, cos, sin, out), host_calls),
         )
     )
@@ -1029,10 +1042,13 @@ def gen2_main(args) -> None:
             p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
             a = (q, k, v, cos, sin)
             fns.append((f"{tile.name}-plan-fused", "plan", lambda p=p, a=a, o=out: p.run(*a, o)))
-            two = kernels.Variant(decode_reduce_in_kernel=False)
-            p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, variant=two)
+            p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, variant=other_merge)
             fns.append(
-                (f"{tile.name}-plan-fused-2launch", "plan-2launch", lambda p=p2, a=a, o=out: p.run(*a, o))
+                (
+                    f"{tile.name}-plan-fused-{other_merge.name}",
+                    "plan-alt",
+                    lambda p=p2, a=a, o=out: p.run(*a, o),
+                )
             )
             fns.append(
                 (
@@ -1143,7 +1159,7 @@ def gen2_summary(rows) -> dict:
             return min(sel, key=lambda r: r[key]) if sel else None
 
         entry = dict(batch=batch, kv_len=kv)
-        for what in ("plan", "plan-2launch", "g1", "sdpa"):
+        for what in ("plan", "plan-alt", "g1", "sdpa"):
             e, g = best(what, "median_us"), best(what, "graph_us")
             entry[what] = dict(
                 eager=e and e["impl"],
@@ -1214,7 +1230,7 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
         "",
         "Decode (µs; eager = do_bench with L2 flush, host cost inside; graph = CUDA Graph replay):",
         "",
-        "| B | Skv | best SDPA eager | plan.run eager (best tile) | ratio | gen-1 attention() eager | ratio | best SDPA graph | plan.run graph (best tile) | ratio | plan.run 2-launch graph | ratio | host µs plan / SDPA |",
+        "| B | Skv | best SDPA eager | plan.run eager (best tile) | ratio | gen-1 attention() eager | ratio | best SDPA graph | plan.run graph (best tile) | ratio | plan.run other decode merge, graph | ratio | host µs plan / SDPA |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in summary["decode"]:
@@ -1223,7 +1239,7 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
             f"| {s['batch']} | {s['kv_len']} | {_f(c['eager_us'], '.1f')} | {p['eager']} {_f(p['eager_us'], '.1f')} | "
             f"{ratio(c['eager_us'], p['eager_us'])} | {_f(g['eager_us'], '.1f')} | {ratio(c['eager_us'], g['eager_us'])} | "
             f"{_f(c['graph_us'], '.1f')} | {p['graph']} {_f(p['graph_us'], '.1f')} | {ratio(c['graph_us'], p['graph_us'])} | "
-            f"{_f(s['plan-2launch']['graph_us'], '.1f')} | {ratio(c['graph_us'], s['plan-2launch']['graph_us'])} | "
+            f"{_f(s['plan-alt']['graph_us'], '.1f')} | {ratio(c['graph_us'], s['plan-alt']['graph_us'])} | "
             f"{_f(p['host_us'], '.1f')} / {_f(c['host_us'], '.1f')} |"
         )
     shapes = sorted(
