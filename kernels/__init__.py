@@ -16,6 +16,28 @@ Interpreter vs GPU -- what callers must do:
     a launch after the variable changed raises RuntimeError rather than running in the
     wrong mode.
 
+Generations (GENERATION, the tag recorded with the candidates):
+    1: the kernels the first studies recorded; selected with fused=True/False and kept
+       bit-for-bit (the same kernels, tiles and launches): pass fused= to reproduce them.
+    2: this package's current kernels; selected with rope= (a RoPE placement):
+         "unfused"  standalone RoPE kernel on q (and k when rotate_k), then attention;
+         "fused"    attention rotates q, and k when rotate_k, as tiles load (one launch);
+         "q_fused"  k rotated once by the standalone kernel (as a KV-cache write does), q in
+                    the attention kernel -- no per-query-block re-rotation of K.
+       Prefill runs the generation-2 kernel (_prefill.py) and decode the split-KV kernel of
+       generation 1, under Variant switches (TMA, warp specialisation, GQA packing; in-kernel
+       merge of the decode splits) -- DEFAULT_VARIANT unless a caller names one. With
+       rotate_k=False (decode over a rotated cache), "q_fused" and "fused" are one launch.
+    A candidate is (tile, rope) plus its generation; exactly one of fused= or rope= is given.
+
+Plan/run (the host path a runner should time; see plans.py):
+    p = plan(q, k, v, cos, sin, tile=tile, rope="q_fused", rotate_k=True)   # checks, compiles
+    out = p.run(q, k, v, cos, sin, out=out)   # checks layouts only, launches compiled kernels
+    plan() accepts fused= too (generation-1 kernels through the fast host path). Plan.run raises
+    ValueError for tensors whose shape, strides, dtype, device or 16-byte alignment differ from
+    the plan's examples. attention(..., rope=...) runs a cached plan; attention(..., fused=...)
+    keeps generation 1's per-call checks and Triton JIT launches.
+
 Notes for callers:
     - cos/sin tables are (max_pos, head_dim // 2), float32 by default. Their dtype is a speed
       choice for the fused prefill kernel, which reads a cos/sin tile per key block: on the H200,
@@ -27,21 +49,30 @@ Notes for callers:
     - attention(..., out=buf) writes into a caller's buffer (the correctness gate poisons it).
 
 Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
-(host / Triton attention), reference.py (float64 torch references).
+(host / Triton attention; generation-1 prefill and both generations' decode), _prefill.py
+(generation-2 prefill), plans.py (plan/run), _launch.py (launches as data, compiled replay),
+split.py (the torch-free decode split plan), reference.py (float64 torch references).
 """
 
 from . import _mode
 from ._rope import noop_kernel
 from .attention import (
+    DEFAULT_VARIANT,
+    ROPE_MODES,
+    Variant,
     attention,
     attention_unrotated,
     decode_block_m,
     decode_split_plan,
 )
+from .plans import Plan, plan
 from .reference import reference_attention, reference_rope
 from .rope import rope, rope_tables
 from .tile import Tile
 
+#: generation of the kernels that rope= selects (fused= selects generation 1); recorded with
+#: the candidates so studies of different generations stay apart
+GENERATION = 2
 SUPPORTED_HEAD_DIMS = _mode.SUPPORTED_HEAD_DIMS
 SUPPORTED_DTYPES = _mode.SUPPORTED_DTYPES
 
@@ -62,6 +93,11 @@ def empty_kernel_launch(anchor) -> None:
 
 
 __all__ = [
+    "DEFAULT_VARIANT",
+    "GENERATION",
+    "ROPE_MODES",
+    "Plan",
+    "Variant",
     "SUPPORTED_DTYPES",
     "SUPPORTED_HEAD_DIMS",
     "Tile",
@@ -71,6 +107,7 @@ __all__ = [
     "decode_split_plan",
     "empty_kernel_launch",
     "interpreted",
+    "plan",
     "reference_attention",
     "reference_rope",
     "rope",

@@ -6,6 +6,7 @@ import torch
 import triton
 
 from . import _mode
+from ._launch import LaunchSpec, Slot
 from ._rope import rope_kernel
 
 # Rows of x per RoPE program: 64 rows x head_dim/2 x 2 halves keeps a program's loads at
@@ -50,9 +51,7 @@ def check_tables(cos, sin, head_dim: int, positions: int, device: torch.device) 
                 f"got {tuple(t.shape)}; build it with kernels.rope_tables"
             )
         if t.shape[0] < positions:
-            raise ValueError(
-                f"{name} covers {t.shape[0]} positions but {positions} are needed"
-            )
+            raise ValueError(f"{name} covers {t.shape[0]} positions but {positions} are needed")
         if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
             raise ValueError(f"{name} dtype must be float16, bfloat16 or float32, got {t.dtype}")
         if t.device != device:
@@ -94,15 +93,47 @@ def rope(
         _mode.check_out(out, x.shape, x.dtype, x.device)
     if x.numel() == 0:
         return out
-    grid = (triton.cdiv(seq, _ROPE_BLOCK_S), batch * heads)
-    rope_kernel[grid](
-        x, out, cos, sin,
-        *x.stride(), *out.stride(), cos.stride(0),
-        heads, seq, positions_offset,
+    rope_spec({"x": x, "out": out, "cos": cos}, positions_offset).launch(
+        {"x": x, "out": out, "cos": cos, "sin": sin}
+    )
+    return out
+
+
+def rope_spec(
+    tensors: dict,
+    positions_offset: int,
+    *,
+    x: str = "x",
+    out: str = "out",
+    cos: str = "cos",
+    sin: str = "sin",
+) -> LaunchSpec:
+    """The standalone RoPE launch as data: rotate tensors[x] into tensors[out] at positions
+    positions_offset + s. tensors maps names to example tensors (their shapes and strides are
+    baked in); x, out, cos, sin name the slots the launch reads at run time."""
+    xt, ot = tensors[x], tensors[out]
+    batch, heads, seq, head_dim = xt.shape
+    grid = (triton.cdiv(seq, _ROPE_BLOCK_S), batch * heads, 1)
+    args = dict(
+        x_ptr=Slot(x),
+        out_ptr=Slot(out),
+        cos_ptr=Slot(cos),
+        sin_ptr=Slot(sin),
+        **named_strides("x", xt),
+        **named_strides("o", ot),
+        stride_tab=tensors[cos].stride(0),
+        H=heads,
+        S=seq,
+        positions_offset=positions_offset,
         HALF=head_dim // 2,
         BLOCK_S=_ROPE_BLOCK_S,
     )
-    return out
+    return LaunchSpec(rope_kernel, grid, args, {})
+
+
+def named_strides(prefix: str, t: torch.Tensor) -> dict:
+    """{'stride_<prefix>b': .., 'stride_<prefix>h': .., 'stride_<prefix>s': .., 'stride_<prefix>d': ..}"""
+    return {f"stride_{prefix}{axis}": s for axis, s in zip("bhsd", t.stride(), strict=True)}
 
 
 def _describe(value) -> str:

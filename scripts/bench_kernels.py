@@ -1,6 +1,14 @@
 """Kernel benchmark: every candidate (tile x fused/unfused) against torch SDPA on one GPU.
 
     PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --out DIR [--tiles config|explore]
+    PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --gen2 --out DIR [--rep-ms 40 --warmup-ms 10]
+
+--gen2 is the generation-2 benchmark (gen2_main below): compiles every prefill config in parallel
+subprocesses, checks them and the decode plans on the GPU against float64, measures Plan.run host
+cost (CPU wall of HOST_CALLS back-to-back calls), then times the RoPE placements, prefill kernel
+variants and decode (eager and CUDA Graph) beside generation 1 and SDPA; writes
+DIR/bench_gen2.{json,csv,md}. Add --smoke under TRITON_INTERPRET=1 for a CPU dry run of either mode.
+The rest of this docstring describes the generation-1 benchmark.
 
 One process, one GPU, bfloat16, Hq=32, Hkv=8, D=128 (the study's partition). First checks every
 candidate against the float64 reference on the GPU (NaN-poisoned output, odd lengths, the split
@@ -55,22 +63,48 @@ def pairs_visible(q_len: int, kv_len: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--tiles", default="config", choices=["config", "explore", "both"])
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--warmup-ms", type=float, default=15.0)
-    ap.add_argument("--table-dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                    help="dtype of the cos/sin tables (bfloat16: the activation dtype, as HF casts them)")
-    ap.add_argument("--decode-waves", type=int, nargs="*", default=[],
-                    help="also time the first tile's decode with these DECODE_WAVES values")
+    ap.add_argument(
+        "--table-dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32"],
+        help="dtype of the cos/sin tables (bfloat16: the activation dtype, as HF casts them)",
+    )
+    ap.add_argument(
+        "--decode-waves",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time the first tile's decode with these DECODE_WAVES values",
+    )
     ap.add_argument("--skip-sdpa", action="store_true")
-    ap.add_argument("--table-variant", action="store_true",
-                    help="also time fused prefill with float32 tables")
-    ap.add_argument("--smoke", action="store_true",
-                    help="CPU dry run of the script under TRITON_INTERPRET=1: tiny shapes, float16, "
-                         "wall-clock timing; checks the script, measures nothing")
+    ap.add_argument(
+        "--table-variant", action="store_true", help="also time fused prefill with float32 tables"
+    )
+    ap.add_argument(
+        "--gen2",
+        action="store_true",
+        help="the generation-2 benchmark instead (plan/run host cost, RoPE placements, "
+        "prefill variants; see gen2_main)",
+    )
+    ap.add_argument("--compile-one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CPU dry run of the script under TRITON_INTERPRET=1: tiny shapes, float16, "
+        "wall-clock timing; checks the script, measures nothing",
+    )
     args = ap.parse_args()
+    if args.compile_one:
+        compile_one(args.compile_one)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.gen2:
+        gen2_main(args)
+        return
 
     import triton
     import triton.testing
@@ -95,16 +129,24 @@ def main() -> None:
         sm_count, name = props.multi_processor_count, props.name
     attn_mod = sys.modules["kernels.attention"]
     env = {
-        "device": name, "sm_count": sm_count,
-        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if not args.smoke else None, "python": platform.python_version(),
+        "device": name,
+        "sm_count": sm_count,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if not args.smoke else None,
+        "python": platform.python_version(),
         "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(sys.argv), "table_dtype": args.table_dtype,
+        "command": " ".join(sys.argv),
+        "table_dtype": args.table_dtype,
         "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep",
     }
     print(json.dumps(env), flush=True)
-    tiles_raw = {"config": study_tiles() if not args.smoke else EXPLORE_TILES, "explore": EXPLORE_TILES,
-                 "both": list(dict.fromkeys(study_tiles() + EXPLORE_TILES))}[args.tiles]
+    tiles_raw = {
+        "config": study_tiles() if not args.smoke else EXPLORE_TILES,
+        "explore": EXPLORE_TILES,
+        "both": list(dict.fromkeys(study_tiles() + EXPLORE_TILES)),
+    }[args.tiles]
     tiles = [Tile(*t) for t in tiles_raw]
     table_dtype = getattr(torch, args.table_dtype)
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -119,13 +161,16 @@ def main() -> None:
             torch.cuda.synchronize()
 
     # -- correctness on the GPU, before any timing ----------------------------------------------
-    checks = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False),
-              ("chunk", 1, 77, 3001, False)]
+    checks = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False), ("chunk", 1, 77, 3001, False)]
     if args.smoke:
         checks = [("prefill", 1, 33, 33, True), ("decode", 2, 1, 70, False), ("chunk", 1, 7, 50, False)]
     broken: dict[str, str] = {}
     for phase, batch, q_len, kv_len, rotate_k in checks:
-        q, k, v = rand(batch, HEADS_Q, q_len, HEAD_DIM), rand(batch, HEADS_KV, kv_len, HEAD_DIM), rand(batch, HEADS_KV, kv_len, HEAD_DIM)
+        q, k, v = (
+            rand(batch, HEADS_Q, q_len, HEAD_DIM),
+            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
+            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
+        )
         cos, sin = rope_tables(kv_len, HEAD_DIM, dtype=table_dtype, device=dev)
         ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
         for tile in tiles:
@@ -145,13 +190,28 @@ def main() -> None:
                 ok = nans == 0 and rel <= BF16_TOL[0] and mabs <= BF16_TOL[1]
                 if not ok:
                     broken.setdefault(tile.name, f"{phase}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
-                rows.append(dict(kind="check", phase=phase, batch=batch, q_len=q_len, kv_len=kv_len,
-                                 impl=name, rel_err=rel, max_abs_err=mabs, nan_count=nans, passed=ok))
+                rows.append(
+                    dict(
+                        kind="check",
+                        phase=phase,
+                        batch=batch,
+                        q_len=q_len,
+                        kv_len=kv_len,
+                        impl=name,
+                        rel_err=rel,
+                        max_abs_err=mabs,
+                        nan_count=nans,
+                        passed=ok,
+                    )
+                )
         del q, k, v, ref
     worst = max((r["rel_err"] for r in rows if r["kind"] == "check"), default=float("nan"))
-    print(f"correctness: {sum(r['passed'] for r in rows if r['kind'] == 'check')} / "
-          f"{sum(1 for r in rows if r['kind'] == 'check')} checks passed, worst rel_err {worst:.2e}; "
-          f"broken tiles: {broken or 'none'}", flush=True)
+    print(
+        f"correctness: {sum(r['passed'] for r in rows if r['kind'] == 'check')} / "
+        f"{sum(1 for r in rows if r['kind'] == 'check')} checks passed, worst rel_err {worst:.2e}; "
+        f"broken tiles: {broken or 'none'}",
+        flush=True,
+    )
     tiles = [t for t in tiles if t.name not in broken]
 
     def bench(fn) -> float:
@@ -159,8 +219,9 @@ def main() -> None:
             start = time.perf_counter()
             fn()
             return (time.perf_counter() - start) * 1e6
-        return triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms,
-                                       return_mode="median") * 1e3  # ms -> us
+        return (
+            triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
+        )  # ms -> us
 
     def host_us(fn, calls=100) -> float:
         """Host time per call of back-to-back calls (the GPU keeps up, so this is launch cost)."""
@@ -174,8 +235,11 @@ def main() -> None:
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backends = [("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
-                ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    backends = [
+        ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+        ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+        ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION),
+    ]
 
     def time_case(phase, batch, q_len, kv_len):
         rotate_k = phase == "prefill"
@@ -190,17 +254,37 @@ def main() -> None:
         fns = []
         for tile in tiles:
             for fused in (True, False):
-                fns.append((f"{tile.name}-{'fused' if fused else 'unfused'}", "triton",
-                            lambda t=tile, f=fused: attention(q, k, v, cos, sin, tile=t, fused=f, rotate_k=rotate_k, out=out)))
-            fns.append((f"{tile.name}-attn-only", "attn-only",
-                        lambda t=tile: attention_unrotated(qr, kr, v, tile=t, out=out)))
+                fns.append(
+                    (
+                        f"{tile.name}-{'fused' if fused else 'unfused'}",
+                        "triton",
+                        lambda t=tile, f=fused: attention(
+                            q, k, v, cos, sin, tile=t, fused=f, rotate_k=rotate_k, out=out
+                        ),
+                    )
+                )
+            fns.append(
+                (
+                    f"{tile.name}-attn-only",
+                    "attn-only",
+                    lambda t=tile: attention_unrotated(qr, kr, v, tile=t, out=out),
+                )
+            )
         if phase == "prefill" and args.table_variant and tiles:
             cos32, sin32 = rope_tables(kv_len, HEAD_DIM, dtype=torch.float32, device=dev)
             for tile in tiles:
-                fns.append((f"{tile.name}-fused-f32tables", "variant",
-                            lambda t=tile: attention(q, k, v, cos32, sin32, tile=t, fused=True, rotate_k=True, out=out)))
+                fns.append(
+                    (
+                        f"{tile.name}-fused-f32tables",
+                        "variant",
+                        lambda t=tile: attention(
+                            q, k, v, cos32, sin32, tile=t, fused=True, rotate_k=True, out=out
+                        ),
+                    )
+                )
         if phase == "decode" and args.decode_waves and tiles:
             for waves in args.decode_waves:
+
                 def run(w=waves, t=tiles[0]):
                     saved = attn_mod.DECODE_WAVES
                     attn_mod.DECODE_WAVES = w
@@ -208,17 +292,22 @@ def main() -> None:
                         attention(q, k, v, cos, sin, tile=t, fused=True, rotate_k=False, out=out)
                     finally:
                         attn_mod.DECODE_WAVES = saved
+
                 fns.append((f"{tiles[0].name}-fused-waves{waves}", "variant", run))
         if not args.skip_sdpa and not args.smoke:
             for name, backend in backends:
+
                 def sdpa(b=backend):
                     with sdpa_kernel([b]):
                         return torch.nn.functional.scaled_dot_product_attention(
-                            qr, kr, v, is_causal=q_len > 1, enable_gqa=True)
+                            qr, kr, v, is_causal=q_len > 1, enable_gqa=True
+                        )
+
                 fns.append((name, "sdpa", sdpa))
         for name, impl, fn in fns:
-            row = dict(kind="time", phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, impl=name,
-                       family=impl)
+            row = dict(
+                kind="time", phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, impl=name, family=impl
+            )
             try:
                 fn()
                 sync()
@@ -228,30 +317,48 @@ def main() -> None:
                     # launch-bound shapes: the host cost of one call, and the GPU time alone
                     try:
                         row["host_us"] = host_us(fn)
-                        row["graph_us"] = triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+                        row["graph_us"] = (
+                            triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+                        )
                     except Exception as exc:
                         row["graph_status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
             except Exception as exc:
                 row.update(status=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             rows.append(row)
-        splits = kernels.decode_split_plan(batch * HEADS_KV, kv_len, sm_count)[0] if phase == "decode" else None
-        done = [r for r in rows if r["kind"] == "time" and r["phase"] == phase and r["batch"] == batch and r["kv_len"] == kv_len and r["status"] == "ok"]
+        splits = (
+            kernels.decode_split_plan(batch * HEADS_KV, kv_len, sm_count)[0] if phase == "decode" else None
+        )
+        done = [
+            r
+            for r in rows
+            if r["kind"] == "time"
+            and r["phase"] == phase
+            and r["batch"] == batch
+            and r["kv_len"] == kv_len
+            and r["status"] == "ok"
+        ]
         best = min(done, key=lambda r: r["median_us"]) if done else None
-        print(f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
-              f"{best and round(best['median_us'], 1)} us", flush=True)
+        print(
+            f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
+            f"{best and round(best['median_us'], 1)} us",
+            flush=True,
+        )
         del q, k, v, qr, kr, out
 
     t0 = time.perf_counter()
-    for phase, cases in (("prefill", [(b, s, s) for b, s in PREFILL]),
-                         ("decode", [(b, 1, kv) for b, kv in DECODE])):
+    for phase, cases in (
+        ("prefill", [(b, s, s) for b, s in PREFILL]),
+        ("decode", [(b, 1, kv) for b, kv in DECODE]),
+    ):
         for batch, q_len, kv_len in cases:
             time_case(phase, batch, q_len, kv_len)
             (args.out / "bench_partial.json").write_text(json.dumps({"env": env, "rows": rows}))
             print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
 
     summary = summarize(rows)
-    (args.out / "bench.json").write_text(json.dumps({"env": env, "broken": broken, "rows": rows,
-                                                     "summary": summary}, indent=1))
+    (args.out / "bench.json").write_text(
+        json.dumps({"env": env, "broken": broken, "rows": rows, "summary": summary}, indent=1)
+    )
     keys = sorted({k for r in rows for k in r})
     with open(args.out / "bench.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
@@ -264,10 +371,18 @@ def main() -> None:
 
 def summarize(rows):
     out = []
-    cases = sorted({(r["phase"], r["batch"], r["q_len"], r["kv_len"]) for r in rows if r["kind"] == "time"},
-                   key=lambda c: (c[0] != "prefill", c[1], c[3]))
+    cases = sorted(
+        {(r["phase"], r["batch"], r["q_len"], r["kv_len"]) for r in rows if r["kind"] == "time"},
+        key=lambda c: (c[0] != "prefill", c[1], c[3]),
+    )
     for phase, batch, q_len, kv_len in cases:
-        rs = [r for r in rows if r["kind"] == "time" and (r["phase"], r["batch"], r["q_len"], r["kv_len"]) == (phase, batch, q_len, kv_len) and r["status"] == "ok"]
+        rs = [
+            r
+            for r in rows
+            if r["kind"] == "time"
+            and (r["phase"], r["batch"], r["q_len"], r["kv_len"]) == (phase, batch, q_len, kv_len)
+            and r["status"] == "ok"
+        ]
 
         def best(pred, rs=rs):
             sel = [r for r in rs if pred(r)]
@@ -280,18 +395,30 @@ def summarize(rows):
         attn = best(lambda r: r["family"] == "attn-only")
         fused_tile = fused["impl"].rsplit("-", 1)[0] if fused else None
         same_attn = next((r for r in rs if r["impl"] == f"{fused_tile}-attn-only"), None)
-        out.append(dict(
-            phase=phase, batch=batch, q_len=q_len, kv_len=kv_len,
-            best_sdpa=sdpa and sdpa["impl"], best_sdpa_us=sdpa and sdpa["median_us"],
-            best_candidate=cand and cand["impl"], best_candidate_us=cand and cand["median_us"],
-            best_fused_us=fused and fused["median_us"], best_unfused_us=unfused and unfused["median_us"],
-            best_attn_only_us=attn and attn["median_us"],
-            ratio_candidate_vs_sdpa=(sdpa["median_us"] / cand["median_us"]) if sdpa and cand else None,
-            ratio_attn_only_vs_sdpa=(sdpa["median_us"] / attn["median_us"]) if sdpa and attn else None,
-            fused_over_attn_only=(fused["median_us"] / same_attn["median_us"]) if fused and same_attn else None,
-            candidate_tflops=cand and cand["tflops"], candidate_gbps=cand and cand["gbps"],
-            sdpa_tflops=sdpa and sdpa["tflops"], sdpa_gbps=sdpa and sdpa["gbps"],
-        ))
+        out.append(
+            dict(
+                phase=phase,
+                batch=batch,
+                q_len=q_len,
+                kv_len=kv_len,
+                best_sdpa=sdpa and sdpa["impl"],
+                best_sdpa_us=sdpa and sdpa["median_us"],
+                best_candidate=cand and cand["impl"],
+                best_candidate_us=cand and cand["median_us"],
+                best_fused_us=fused and fused["median_us"],
+                best_unfused_us=unfused and unfused["median_us"],
+                best_attn_only_us=attn and attn["median_us"],
+                ratio_candidate_vs_sdpa=(sdpa["median_us"] / cand["median_us"]) if sdpa and cand else None,
+                ratio_attn_only_vs_sdpa=(sdpa["median_us"] / attn["median_us"]) if sdpa and attn else None,
+                fused_over_attn_only=(fused["median_us"] / same_attn["median_us"])
+                if fused and same_attn
+                else None,
+                candidate_tflops=cand and cand["tflops"],
+                candidate_gbps=cand and cand["gbps"],
+                sdpa_tflops=sdpa and sdpa["tflops"],
+                sdpa_gbps=sdpa and sdpa["gbps"],
+            )
+        )
     return out
 
 
@@ -300,40 +427,849 @@ def _f(x, fmt):
 
 
 def markdown(env, broken, rows, summary):
-    lines = [f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
-             f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
-             "", f"Broken tiles (not timed): {broken or 'none'}", "",
-             "| phase | B | Sq | Skv | best SDPA | µs | best candidate | µs | cand/SDPA | attn-only/SDPA | fused/attn-only (same tile) | TFLOP/s or GB/s (cand / SDPA) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
+        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
+        "",
+        f"Broken tiles (not timed): {broken or 'none'}",
+        "",
+        "| phase | B | Sq | Skv | best SDPA | µs | best candidate | µs | cand/SDPA | attn-only/SDPA | fused/attn-only (same tile) | TFLOP/s or GB/s (cand / SDPA) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in summary:
-        rate = (f"{_f(s['candidate_tflops'], '.0f')} / {_f(s['sdpa_tflops'], '.0f')} TFLOP/s" if s["phase"] == "prefill"
-                else f"{_f(s['candidate_gbps'], '.0f')} / {_f(s['sdpa_gbps'], '.0f')} GB/s")
-        lines.append(f"| {s['phase']} | {s['batch']} | {s['q_len']} | {s['kv_len']} | {s['best_sdpa']} | {_f(s['best_sdpa_us'], '.1f')} | "
-                     f"{s['best_candidate']} | {_f(s['best_candidate_us'], '.1f')} | {_f(s['ratio_candidate_vs_sdpa'], '.3f')} | "
-                     f"{_f(s['ratio_attn_only_vs_sdpa'], '.3f')} | {_f(s['fused_over_attn_only'], '.3f')} | {rate} |")
+        rate = (
+            f"{_f(s['candidate_tflops'], '.0f')} / {_f(s['sdpa_tflops'], '.0f')} TFLOP/s"
+            if s["phase"] == "prefill"
+            else f"{_f(s['candidate_gbps'], '.0f')} / {_f(s['sdpa_gbps'], '.0f')} GB/s"
+        )
+        lines.append(
+            f"| {s['phase']} | {s['batch']} | {s['q_len']} | {s['kv_len']} | {s['best_sdpa']} | {_f(s['best_sdpa_us'], '.1f')} | "
+            f"{s['best_candidate']} | {_f(s['best_candidate_us'], '.1f')} | {_f(s['ratio_candidate_vs_sdpa'], '.3f')} | "
+            f"{_f(s['ratio_attn_only_vs_sdpa'], '.3f')} | {_f(s['fused_over_attn_only'], '.3f')} | {rate} |"
+        )
     dec = [s for s in summary if s["phase"] == "decode"]
     if any(r.get("graph_us") for r in rows):
-        lines += ["", "Decode under CUDA Graph replay (GPU time without launch gaps; L2 not flushed) and host cost per eager call:", "",
-                  "| B | Skv | best candidate (graph) | µs | best SDPA (graph) | µs | cand/SDPA (graph) | host µs/call: best cand / cuDNN |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "Decode under CUDA Graph replay (GPU time without launch gaps; L2 not flushed) and host cost per eager call:",
+            "",
+            "| B | Skv | best candidate (graph) | µs | best SDPA (graph) | µs | cand/SDPA (graph) | host µs/call: best cand / cuDNN |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for s in dec:
-            rs = [r for r in rows if r["kind"] == "time" and r["phase"] == "decode" and r["batch"] == s["batch"] and r["kv_len"] == s["kv_len"] and r.get("graph_us")]
+            rs = [
+                r
+                for r in rows
+                if r["kind"] == "time"
+                and r["phase"] == "decode"
+                and r["batch"] == s["batch"]
+                and r["kv_len"] == s["kv_len"]
+                and r.get("graph_us")
+            ]
             c = min((r for r in rs if r["family"] == "triton"), key=lambda r: r["graph_us"], default=None)
             d = min((r for r in rs if r["family"] == "sdpa"), key=lambda r: r["graph_us"], default=None)
             cud = next((r for r in rs if r["impl"] == "sdpa-cudnn"), None)
-            lines.append(f"| {s['batch']} | {s['kv_len']} | {c and c['impl']} | {_f(c and c['graph_us'], '.1f')} | {d and d['impl']} | "
-                         f"{_f(d and d['graph_us'], '.1f')} | {_f(d['graph_us'] / c['graph_us'] if c and d else None, '.3f')} | "
-                         f"{_f(c and c['host_us'], '.1f')} / {_f(cud and cud['host_us'], '.1f')} |")
+            lines.append(
+                f"| {s['batch']} | {s['kv_len']} | {c and c['impl']} | {_f(c and c['graph_us'], '.1f')} | {d and d['impl']} | "
+                f"{_f(d and d['graph_us'], '.1f')} | {_f(d['graph_us'] / c['graph_us'] if c and d else None, '.3f')} | "
+                f"{_f(c and c['host_us'], '.1f')} / {_f(cud and cud['host_us'], '.1f')} |"
+            )
     impls = sorted({r["impl"] for r in rows if r["kind"] == "time"})
     cases = [(s["phase"], s["batch"], s["kv_len"]) for s in summary]
-    lines += ["", "All timings (median µs):", "",
-              "| impl | " + " | ".join(f"{p} B{b} {kv}" for p, b, kv in cases) + " |",
-              "| --- |" + " --- |" * len(cases)]
+    lines += [
+        "",
+        "All timings (median µs):",
+        "",
+        "| impl | " + " | ".join(f"{p} B{b} {kv}" for p, b, kv in cases) + " |",
+        "| --- |" + " --- |" * len(cases),
+    ]
     for impl in impls:
         cells = []
         for p, b, kv in cases:
-            r = next((r for r in rows if r["kind"] == "time" and r["impl"] == impl and (r["phase"], r["batch"], r["kv_len"]) == (p, b, kv)), None)
-            cells.append("-" if r is None else (_f(r.get("median_us"), ".1f") if r["status"] == "ok" else "fail"))
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if r["kind"] == "time"
+                    and r["impl"] == impl
+                    and (r["phase"], r["batch"], r["kv_len"]) == (p, b, kv)
+                ),
+                None,
+            )
+            cells.append(
+                "-" if r is None else (_f(r.get("median_us"), ".1f") if r["status"] == "ok" else "fail")
+            )
+        lines.append(f"| {impl} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------
+# Generation 2 (--gen2): plan/run host cost, RoPE placements (q_fused), prefill kernel variants.
+# Same problem (bfloat16, Hq=32, Hkv=8, D=128), same timing method as above.
+
+GEN2_PREFILL = [(1, 2048), (1, 8192), (4, 2048), (8, 1024)]  # (batch, seq): the issue's targets
+GEN2_DECODE = [(1, 2048), (1, 8192), (16, 2048), (16, 8192), (64, 8192)]  # (batch, kv_len)
+GEN1_PREFILL_TILES = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]  # gen-1 best at prefill
+GEN2_TILES = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
+GEN2_WIDE_TILES = [(256, 64, 8, 2), (256, 64, 16, 2)]  # BLOCK_M 256: half the K re-rotations
+VARIANTS = {  # name -> Variant(tma, warp_specialize, pack_gqa)
+    "ptr": (False, False, False),
+    "tma": (True, False, False),
+    "tma+ws": (True, True, False),
+    "pack": (False, False, True),
+    "tma+pack": (True, False, True),
+}
+DECODE_TILES = [(64, 128, 4, 2), (128, 32, 4, 4), (64, 64, 4, 3)]
+HOST_CALLS = 2000
+HOST_PREFILL_SEQ = 128  # small enough that the GPU keeps ahead of the host: launch cost only
+
+
+def gen2_prefill_configs(smoke: bool) -> list[tuple]:
+    """(tile, variant, what) compiled and timed; what: 'attn' (attention alone on rotated q/k; the
+    unfused candidate's attention launch), 'q_fused', 'fused' (K re-rotated in the kernel), and
+    generation 1's 'g1-attn', 'g1-fused' (its unfused candidate reuses g1-attn's kernel)."""
+    tiles, wide, gen1 = GEN2_TILES, GEN2_WIDE_TILES, GEN1_PREFILL_TILES
+    if smoke:
+        tiles, wide, gen1 = [(32, 16, 4, 2)], [(64, 16, 4, 2)], [(32, 16, 4, 2)]
+    out = [(t, v, w) for t in tiles for v in VARIANTS for w in ("attn", "q_fused")]
+    out += [(t, v, w) for t in wide for v in ("ptr", "tma") for w in ("attn", "q_fused")]
+    out += [(t, "ptr", "fused") for t in tiles[:1] + wide] + [(tiles[0], "pack", "fused")]
+    out += [(t, None, w) for t in gen1 for w in ("g1-attn", "g1-fused")]
+    return out
+
+
+def config_name(tile, variant, what) -> str:
+    from kernels import Tile
+
+    name = Tile(*tile).name
+    return f"{name}-{what}" if variant is None else f"{name}-{variant}-{what}"
+
+
+def build_prefill(cfg, t: dict, device):
+    """A no-argument callable for config cfg on tensors t (q, k, v un-rotated; qr, kr rotated;
+    cos, sin, out), compiled on return. 'unfused' is built from an 'attn' config."""
+    import kernels
+    from kernels import Tile
+    from kernels._launch import CompiledLaunch
+    from kernels.attention import attention_specs
+
+    tile_t, vname, what = cfg
+    tile = Tile(*tile_t)
+    variant = kernels.Variant(*VARIANTS[vname]) if vname else None
+    q, k, v, cos, sin, out = (t[n] for n in ("q", "k", "v", "cos", "sin", "out"))
+    if what == "attn":
+        tensors = {"q": t["qr"], "k": t["kr"], "v": v, "out": out}
+        specs, scratch = attention_specs(
+            tensors, tile, rotate_q=False, rotate_k=False, variant=variant, cos=None, sin=None
+        )
+        tensors.update(scratch)
+        launches = [CompiledLaunch(spec, tensors, device) for spec in specs]
+        return lambda: [launch(tensors) for launch in launches]
+    if what in ("q_fused", "fused", "unfused"):
+        p = kernels.plan(q, k, v, cos, sin, tile=tile, rope=what, rotate_k=True, variant=variant, out=out)
+        return lambda: p.run(q, k, v, cos, sin, out)
+    if what == "g1-attn":
+        return lambda: kernels.attention_unrotated(t["qr"], t["kr"], v, tile=tile, out=out)
+    fused = what == "g1-fused"
+    return lambda: kernels.attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=True, out=out)
+
+
+def _prefill_tensors(batch, seq, heads_q, heads_kv, head_dim, dtype, device, gen, table_dtype):
+    import kernels
+
+    def rand(*shape):
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    q, k, v = (
+        rand(batch, heads_q, seq, head_dim),
+        rand(batch, heads_kv, seq, head_dim),
+        rand(batch, heads_kv, seq, head_dim),
+    )
+    cos, sin = kernels.rope_tables(seq, head_dim, dtype=table_dtype, device=device)
+    return dict(
+        q=q,
+        k=k,
+        v=v,
+        cos=cos,
+        sin=sin,
+        qr=kernels.rope(q, cos, sin, 0),
+        kr=kernels.rope(k, cos, sin, 0),
+        out=torch.empty_like(q),
+    )
+
+
+def compile_one(cfg_json: str) -> None:
+    """Subprocess entry (--compile-one): compile one prefill config into Triton's disk cache, so
+    the main process only loads it; prints one JSON line. Separate processes let the configs
+    compile in parallel and keep a compiler crash from ending the benchmark."""
+    import kernels  # noqa: F401  (fixes the Triton mode before any launch)
+
+    cfg = json.loads(cfg_json)
+    cfg = (tuple(cfg[0]), cfg[1], cfg[2])
+    dev = torch.device("cuda")
+    try:
+        t = _prefill_tensors(
+            1,
+            256,
+            HEADS_Q,
+            HEADS_KV,
+            HEAD_DIM,
+            DTYPE,
+            dev,
+            torch.Generator(device=dev).manual_seed(0),
+            torch.bfloat16,
+        )
+        build_prefill(cfg, t, dev)()
+        torch.cuda.synchronize()
+        print(json.dumps({"ok": True}))
+    except Exception as exc:
+        print(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}",
+                }
+            )
+        )
+
+
+def gen2_main(args) -> None:
+    import concurrent.futures
+    import dataclasses
+    import os
+    import subprocess
+
+    import triton
+    import triton.testing
+
+    import kernels
+    from kernels import Tile, reference_attention, rope_tables
+
+    smoke = args.smoke
+    heads_q, heads_kv, head_dim, dtype = HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE
+    prefill_shapes, decode_shapes, decode_tiles = GEN2_PREFILL, GEN2_DECODE, DECODE_TILES
+    host_calls, host_seq, host_kv = HOST_CALLS, HOST_PREFILL_SEQ, 2048
+    if smoke:
+        if not kernels.interpreted():
+            raise SystemExit("--smoke needs TRITON_INTERPRET=1")
+        heads_q, heads_kv, head_dim, dtype = 4, 2, 32, torch.float16
+        prefill_shapes, decode_shapes, decode_tiles = [(1, 40)], [(2, 100)], [(16, 16, 4, 2)]
+        host_calls, host_seq, host_kv = 3, 20, 100
+        dev, sm_count, name = (
+            torch.device("cpu"),
+            kernels._mode.sm_count(torch.device("cpu")),
+            "interpreter (smoke)",
+        )
+    else:
+        if kernels.interpreted() or not torch.cuda.is_available():
+            raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
+        dev = torch.device("cuda")
+        props = torch.cuda.get_device_properties(dev)
+        sm_count, name = props.multi_processor_count, props.name
+    table_dtype = getattr(torch, args.table_dtype)
+    env = {
+        "device": name,
+        "sm_count": sm_count,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": None if smoke else torch.backends.cudnn.version(),
+        "python": platform.python_version(),
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(sys.argv),
+        "table_dtype": args.table_dtype,
+        "generation": kernels.GENERATION,
+        "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep; "
+        f"host cost: CPU wall of {host_calls} back-to-back calls",
+    }
+    print(json.dumps(env), flush=True)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rows: list[dict] = []
+    t_start = time.perf_counter()
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t_start:5.0f} s] {msg}", flush=True)
+
+    def bench(fn) -> float:
+        if smoke:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e6
+        return triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
+
+    def host_us(fn, calls) -> float:
+        fn()
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        sync()
+        return elapsed / calls * 1e6
+
+    def err(exc) -> str:
+        text = str(exc).splitlines()[0][:160] if str(exc) else ""
+        return f"{type(exc).__name__}: {text}"
+
+    # decode's split merge other than the default's, timed beside it (Variant.decode_reduce_in_kernel)
+    other_merge = dataclasses.replace(
+        kernels.DEFAULT_VARIANT, decode_reduce_in_kernel=not kernels.DEFAULT_VARIANT.decode_reduce_in_kernel
+    )
+
+    # -- 1. compile every prefill config in parallel subprocesses (Triton's disk cache) --------------
+    configs = gen2_prefill_configs(smoke)
+    broken: dict[str, str] = {}
+    if not smoke:
+
+        def compile_sub(cfg):
+            cmd = [sys.executable, "-W", "ignore", __file__, "--compile-one", json.dumps(cfg)]
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+                last = (done.stdout.strip().splitlines() or ["{}"])[-1]
+                result = json.loads(last) if last.startswith("{") else {}
+                if done.returncode != 0 or not result.get("ok"):
+                    return cfg, result.get("error") or f"rc {done.returncode}: {done.stderr.strip()[-160:]}"
+            except subprocess.TimeoutExpired:
+                return cfg, "compile timed out (240 s)"
+            return cfg, None
+
+        workers = max(1, min(14, (os.cpu_count() or 2) - 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for cfg, problem in pool.map(compile_sub, configs):
+                if problem:
+                    broken[config_name(*cfg)] = problem
+        log(f"compiled {len(configs)} prefill configs with {workers} workers; broken: {broken or 'none'}")
+    configs = [c for c in configs if config_name(*c) not in broken]
+
+    # -- 2. correctness on the device, before any timing ----------------------------------------------
+    tol = BF16_TOL if not smoke else (5e-3, 1e-2)
+
+    def check(label, out, ref):
+        diff = out.double() - ref
+        rel, mabs, nans = float(diff.norm() / ref.norm()), float(diff.abs().max()), int(out.isnan().sum())
+        ok = nans == 0 and rel <= tol[0] and mabs <= tol[1]
+        rows.append(dict(kind="check", impl=label, rel_err=rel, max_abs_err=mabs, nan_count=nans, passed=ok))
+        if not ok:
+            broken.setdefault(label.split(" ")[0], f"{label}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
+        return ok
+
+    b_chk, s_chk = (2, 1000) if not smoke else (1, 33)
+    t = _prefill_tensors(b_chk, s_chk, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
+    ref = reference_attention(t["q"], t["k"], t["v"], t["cos"], t["sin"], rotate_k=True)
+    timed = []  # (cfg, what) pairs that passed
+    for cfg in configs:
+        whats = (
+            [cfg[2]]
+            + (["unfused"] if cfg[2] == "attn" else [])
+            + (["g1-unfused"] if cfg[2] == "g1-attn" else [])
+        )
+        for what in whats:
+            label = config_name(cfg[0], cfg[1], what)
+            try:
+                t["out"].fill_(float("nan"))
+                build_prefill((cfg[0], cfg[1], what), t, dev)()
+                sync()
+            except Exception as exc:
+                broken[label] = err(exc)
+                continue
+            if check(f"{label} prefill B{b_chk} S{s_chk}", t["out"], ref):
+                timed.append((cfg[0], cfg[1], what))
+    # a chunk over a cached prefix (rotate_k=False) through the generation-2 prefill kernel
+    sq, skv = (77, 3001) if not smoke else (7, 50)
+    q = torch.randn(1, heads_q, sq, head_dim, generator=gen, device=dev).to(dtype)
+    k = torch.randn(1, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
+    v = torch.randn(1, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
+    cos, sin = rope_tables(skv, head_dim, dtype=table_dtype, device=dev)
+    ref_chunk = reference_attention(q, k, v, cos, sin, rotate_k=False)
+    for vname in VARIANTS:
+        for mode in kernels.ROPE_MODES:
+            tile = Tile(*(GEN2_TILES[0] if not smoke else (32, 16, 4, 2)))
+            try:
+                out = kernels.attention(
+                    q,
+                    k,
+                    v,
+                    cos,
+                    sin,
+                    tile=tile,
+                    rope=mode,
+                    rotate_k=False,
+                    variant=kernels.Variant(*VARIANTS[vname]),
+                )
+                sync()
+                check(f"{tile.name}-{vname}-{mode} chunk Sq{sq} Skv{skv}", out, ref_chunk)
+            except Exception as exc:
+                broken[f"{tile.name}-{vname}-{mode} chunk"] = err(exc)
+    # decode through the split path; plan.run (compiled launchers) vs attention() (Triton JIT): same bits
+    bd, skv = (3, 5000) if not smoke else (2, 70)
+    q = torch.randn(bd, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
+    k = torch.randn(bd, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
+    v = torch.randn(bd, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
+    cos, sin = rope_tables(skv, head_dim, dtype=table_dtype, device=dev)
+    refs = {rk: reference_attention(q, k, v, cos, sin, rotate_k=rk) for rk in (False, True)}
+    identical = []
+    for tile_t in decode_tiles:
+        tile = Tile(*tile_t)
+        for rk in (False, True):
+            for mode in kernels.ROPE_MODES:
+                p = kernels.plan(q, k, v, cos, sin, tile=tile, rope=mode, rotate_k=rk)
+                out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
+                sync()
+                check(
+                    f"{tile.name}-{mode} decode B{bd} Skv{skv} rotate_k={rk} splits={p.num_splits}",
+                    out,
+                    refs[rk],
+                )
+            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=rk, variant=other_merge)
+            out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
+            sync()
+            check(f"{tile.name}-fused-{other_merge.name} decode B{bd} Skv{skv} rotate_k={rk}", out, refs[rk])
+            for fused in (True, False):
+                p = kernels.plan(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
+                a = p.run(q, k, v, cos, sin)
+                b = kernels.attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
+                sync()
+                identical.append(bool(torch.equal(a, b)))
+    # generation-1 prefill through a plan: bit-identical to attention(fused=...)
+    tile = Tile(*GEN1_PREFILL_TILES[0]) if not smoke else Tile(32, 16, 4, 2)
+    for fused in (True, False):
+        p = kernels.plan(t["q"], t["k"], t["v"], t["cos"], t["sin"], tile=tile, fused=fused, rotate_k=True)
+        a = p.run(t["q"], t["k"], t["v"], t["cos"], t["sin"])
+        b = kernels.attention(
+            t["q"], t["k"], t["v"], t["cos"], t["sin"], tile=tile, fused=fused, rotate_k=True
+        )
+        sync()
+        identical.append(bool(torch.equal(a, b)))
+    # a plan refuses a misaligned view of the same shape
+    misaligned_refused = False
+    storage = torch.empty(t["q"].numel() + 1, dtype=dtype, device=dev)
+    q_off = storage[1:].view(t["q"].shape)
+    q_off.copy_(t["q"])
+    try:
+        p.run(q_off, t["k"], t["v"], t["cos"], t["sin"])
+    except ValueError:
+        misaligned_refused = True
+    checks = [r for r in rows if r["kind"] == "check"]
+    summary_checks = dict(
+        passed=sum(r["passed"] for r in checks),
+        total=len(checks),
+        worst_rel_err=max((r["rel_err"] for r in checks), default=None),
+        plan_bit_identical=f"{sum(identical)}/{len(identical)}",
+        misaligned_refused=misaligned_refused,
+        direct_launchers=p.direct,
+        fallback_reasons=p.fallback_reasons,
+    )
+    log(f"correctness: {summary_checks}; broken: {broken or 'none'}")
+    del t, ref, refs, ref_chunk
+
+    # -- 3. host cost per call (GPU kept ahead) ----------------------------------------------------
+    host = []
+    anchor = torch.zeros(1, device=dev)
+    host.append(
+        (
+            "empty Triton kernel (JIT launch, 1 argument)",
+            host_us(lambda: kernels.empty_kernel_launch(anchor), host_calls),
+        )
+    )
+    q = torch.randn(1, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
+    k = torch.randn(1, heads_kv, host_kv, head_dim, generator=gen, device=dev).to(dtype)
+    v = torch.randn(1, heads_kv, host_kv, head_dim, generator=gen, device=dev).to(dtype)
+    cos, sin = rope_tables(host_kv, head_dim, dtype=table_dtype, device=dev)
+    out = torch.empty_like(q)
+    tile = Tile(*decode_tiles[0])
+    p1 = kernels.plan(q, k, v, cos, sin, tile=tile, fused=True, rotate_k=False)
+    p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
+    host.append(
+        (
+            f"attention() decode gen-1 fused, B1 Skv{host_kv}, out= given ({p1.launches} launches)",
+            host_us(
+                lambda: kernels.attention(q, k, v, cos, sin, tile=tile, fused=True, rotate_k=False, out=out),
+                host_calls,
+            ),
+        )
+    )
+    host.append(
+        (
+            f"attention() decode gen-2 rope='fused' (cached plan), B1 Skv{host_kv}, out= given",
+            host_us(
+                lambda: kernels.attention(
+                    q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, out=out
+                ),
+                host_calls,
+            ),
+        )
+    )
+    host.append(
+        (
+            f"Plan.run decode gen-1 fused, B1 Skv{host_kv}, out= given ({p1.launches} launches)",
+            host_us(lambda: p1.run(q, k, v, cos, sin, out), host_calls),
+        )
+    )
+    host.append(
+        (
+            f"Plan.run decode gen-2 rope='fused', B1 Skv{host_kv}, out= given ({p2.launches} launches)",
+            host_us(lambda: p2.run(q, k, v, cos, sin, out), host_calls),
+        )
+    )
+    p3 = kernels.plan(
+        q,
+        k,
+        v,
+        cos,
+        sin,
+        tile=tile,
+        rope="fused",
+        rotate_k=False,
+        variant=other_merge,
+    )
+    host.append(
+        (
+            f"Plan.run decode gen-2 rope='fused', other merge ({other_merge.name}), out= given ({p3.launches} launches)",
+            host_us(lambda: p3.run(q, k, v, cos, sin, out), host_calls),
+        )
+    )
+    host.append(
+        (
+            "Plan.run decode gen-2 rope='fused', out=None (allocates)",
+            host_us(lambda: p2.run(q, k, v, cos, sin), host_calls),
+        )
+    )
+    tp = _prefill_tensors(1, host_seq, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
+    for mode in kernels.ROPE_MODES:
+        pp = kernels.plan(
+            tp["q"],
+            tp["k"],
+            tp["v"],
+            tp["cos"],
+            tp["sin"],
+            tile=Tile(*(GEN2_TILES[0] if not smoke else (32, 16, 4, 2))),
+            rope=mode,
+            rotate_k=True,
+        )
+        host.append(
+            (
+                f"Plan.run prefill gen-2 rope={mode!r}, B1 S{host_seq}, out= given ({pp.launches} launches)",
+                host_us(
+                    lambda pp=pp: pp.run(tp["q"], tp["k"], tp["v"], tp["cos"], tp["sin"], tp["out"]),
+                    host_calls,
+                ),
+            )
+        )
+    if not smoke:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def cudnn_decode():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+        host.append((f"torch SDPA cuDNN decode, B1 Skv{host_kv}", host_us(cudnn_decode, host_calls)))
+    for label, us in host:
+        rows.append(dict(kind="host", impl=label, host_us=us))
+    (args.out / "bench_gen2_partial.json").write_text(
+        json.dumps({"env": env, "broken": broken, "rows": rows})
+    )
+    log("host cost: " + "; ".join(f"{label}: {us:.1f} us" for label, us in host))
+
+    # -- 4. prefill timings -------------------------------------------------------------------------
+    sdpa_backends = [] if smoke else [("sdpa-cudnn", "CUDNN_ATTENTION"), ("sdpa-flash", "FLASH_ATTENTION")]
+
+    def sdpa_fn(backend, q, k, v, causal):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def fn():
+            with sdpa_kernel([getattr(SDPBackend, backend)]):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, enable_gqa=True
+                )
+
+        return fn
+
+    for batch, seq in prefill_shapes:
+        tp = _prefill_tensors(batch, seq, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
+        flops = 4 * head_dim * batch * heads_q * pairs_visible(seq, seq)
+        fns = [(config_name(*c), c[2], lambda c=c, tp=tp: build_prefill(c, tp, dev)) for c in timed]
+        fns += [
+            (n, "sdpa", lambda b=b, tp=tp: sdpa_fn(b, tp["qr"], tp["kr"], tp["v"], True))
+            for n, b in sdpa_backends
+        ]
+        for label, what, make in fns:
+            row = dict(
+                kind="time", phase="prefill", batch=batch, q_len=seq, kv_len=seq, impl=label, what=what
+            )
+            try:
+                fn = make()
+                fn()
+                sync()
+                us = bench(fn)
+                row.update(median_us=us, tflops=flops / us / 1e6, status="ok")
+            except Exception as exc:
+                row.update(status=err(exc))
+            rows.append(row)
+        best = min(
+            (
+                r
+                for r in rows
+                if r.get("phase") == "prefill"
+                and r["batch"] == batch
+                and r["q_len"] == seq
+                and r.get("status") == "ok"
+            ),
+            key=lambda r: r["median_us"],
+            default=None,
+        )
+        (args.out / "bench_gen2_partial.json").write_text(
+            json.dumps({"env": env, "broken": broken, "rows": rows})
+        )
+        log(
+            f"prefill B{batch} S{seq}: best {best and best['impl']} {best and round(best['median_us'], 1)} us"
+        )
+        del tp
+
+    # -- 5. decode: eager (plan.run and generation-1 attention()), CUDA Graph replay, host cost -------
+    for batch, kv_len in decode_shapes:
+        q = torch.randn(batch, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
+        k = torch.randn(batch, heads_kv, kv_len, head_dim, generator=gen, device=dev).to(dtype)
+        v = torch.randn(batch, heads_kv, kv_len, head_dim, generator=gen, device=dev).to(dtype)
+        cos, sin = rope_tables(kv_len, head_dim, dtype=table_dtype, device=dev)
+        out = torch.empty_like(q)
+        fns = []
+        for tile_t in decode_tiles:
+            tile = Tile(*tile_t)
+            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
+            a = (q, k, v, cos, sin)
+            fns.append((f"{tile.name}-plan-fused", "plan", lambda p=p, a=a, o=out: p.run(*a, o)))
+            p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, variant=other_merge)
+            fns.append(
+                (
+                    f"{tile.name}-plan-fused-{other_merge.name}",
+                    "plan-alt",
+                    lambda p=p2, a=a, o=out: p.run(*a, o),
+                )
+            )
+            fns.append(
+                (
+                    f"{tile.name}-g1-fused",
+                    "g1",
+                    lambda tile=tile, a=a, o=out: kernels.attention(
+                        *a, tile=tile, fused=True, rotate_k=False, out=o
+                    ),
+                )
+            )
+        fns += [(n, "sdpa", sdpa_fn(b, q, k, v, False)) for n, b in sdpa_backends]
+        for label, what, fn in fns:
+            row = dict(
+                kind="time", phase="decode", batch=batch, q_len=1, kv_len=kv_len, impl=label, what=what
+            )
+            try:
+                fn()
+                sync()
+                us = bench(fn)
+                row.update(median_us=us, gbps=2 * k.numel() * k.element_size() / us / 1e3, status="ok")
+                if not smoke:
+                    row["host_us"] = host_us(fn, 200)
+                    try:
+                        row["graph_us"] = (
+                            triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+                        )
+                    except Exception as exc:
+                        row["graph_status"] = err(exc)
+            except Exception as exc:
+                row.update(status=err(exc))
+            rows.append(row)
+        log(f"decode B{batch} Skv{kv_len} done")
+
+    summary = gen2_summary(rows)
+    md = gen2_markdown(env, broken, summary_checks, rows, summary)
+    (args.out / "bench_gen2.json").write_text(
+        json.dumps(
+            {"env": env, "broken": broken, "checks": summary_checks, "rows": rows, "summary": summary},
+            indent=1,
+        )
+    )
+    keys = sorted({k for r in rows for k in r})
+    with open(args.out / "bench_gen2.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    (args.out / "bench_gen2.md").write_text(md)
+    print(md, flush=True)
+
+
+def gen2_summary(rows) -> dict:
+    """Per prefill shape: best SDPA, best gen-1 / gen-2 candidate (RoPE included), best attention
+    alone, and each RoPE placement's cost over the same tile+variant's attention alone; per
+    decode shape: eager and graph-replay times of plan.run, generation-1 attention() and cuDNN."""
+    ok = [r for r in rows if r["kind"] == "time" and r.get("status") == "ok"]
+    out = {"prefill": [], "decode": []}
+    for batch, seq in sorted({(r["batch"], r["q_len"]) for r in ok if r["phase"] == "prefill"}):
+        rs = [r for r in ok if r["phase"] == "prefill" and (r["batch"], r["q_len"]) == (batch, seq)]
+        by = {r["impl"]: r for r in rs}
+
+        def best(whats, rs=rs):
+            sel = [r for r in rs if r["what"] in whats]
+            return min(sel, key=lambda r: r["median_us"]) if sel else None
+
+        sdpa, g1, g2 = best({"sdpa"}), best({"g1-fused", "g1-unfused"}), best({"q_fused", "fused", "unfused"})
+        attn2, attn1 = best({"attn"}), best({"g1-attn"})
+        over = {}
+        for what in ("q_fused", "fused", "unfused", "g1-fused"):
+            b = best({what})
+            base = b and by.get(b["impl"].rsplit("-", 1)[0] + ("-g1-attn" if what == "g1-fused" else "-attn"))
+            if what == "g1-fused" and b:
+                base = by.get(b["impl"].replace("-g1-fused", "-g1-attn"))
+            ratios = [
+                r["median_us"] / by[key]["median_us"]
+                for r in rs
+                if r["what"] == what
+                for key in [r["impl"].replace(f"-{what}", "-g1-attn" if what == "g1-fused" else "-attn")]
+                if key in by
+            ]
+            over[what] = dict(
+                best=b and b["impl"],
+                best_us=b and b["median_us"],
+                best_over_attn=(b["median_us"] / base["median_us"]) if b and base else None,
+                range_over_attn=[min(ratios), max(ratios)] if ratios else None,
+            )
+        out["prefill"].append(
+            dict(
+                batch=batch,
+                seq=seq,
+                sdpa=sdpa and sdpa["impl"],
+                sdpa_us=sdpa and sdpa["median_us"],
+                gen1=g1 and g1["impl"],
+                gen1_us=g1 and g1["median_us"],
+                gen2=g2 and g2["impl"],
+                gen2_us=g2 and g2["median_us"],
+                attn2=attn2 and attn2["impl"],
+                attn2_us=attn2 and attn2["median_us"],
+                attn1=attn1 and attn1["impl"],
+                attn1_us=attn1 and attn1["median_us"],
+                over_attn=over,
+            )
+        )
+    for batch, kv in sorted({(r["batch"], r["kv_len"]) for r in ok if r["phase"] == "decode"}):
+        rs = [r for r in ok if r["phase"] == "decode" and (r["batch"], r["kv_len"]) == (batch, kv)]
+
+        def best(what, key, rs=rs):
+            sel = [r for r in rs if r["what"] == what and r.get(key) is not None]
+            return min(sel, key=lambda r: r[key]) if sel else None
+
+        entry = dict(batch=batch, kv_len=kv)
+        for what in ("plan", "plan-alt", "g1", "sdpa"):
+            e, g = best(what, "median_us"), best(what, "graph_us")
+            entry[what] = dict(
+                eager=e and e["impl"],
+                eager_us=e and e["median_us"],
+                host_us=e and e.get("host_us"),
+                graph=g and g["impl"],
+                graph_us=g and g["graph_us"],
+            )
+        out["decode"].append(entry)
+    return out
+
+
+def gen2_markdown(env, broken, checks, rows, summary) -> str:
+    def ratio(a, b):
+        return _f(a / b if a and b else None, ".3f")
+
+    lines = [
+        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
+        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
+        "",
+        f"Correctness: {checks}",
+        "",
+        f"Broken (not timed): {broken or 'none'}",
+        "",
+        "Host cost per call:",
+        "",
+        "| call | host µs/call |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {r['impl']} | {r['host_us']:.1f} |" for r in rows if r["kind"] == "host"]
+    lines += [
+        "",
+        "Prefill (median µs; ratios SDPA/ours, so 1.0 = parity):",
+        "",
+        "| B | S | best SDPA | µs | gen-1 best cand | µs | ratio | gen-2 best cand | µs | ratio | gen-2 attn alone | µs | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in summary["prefill"]:
+        lines.append(
+            f"| {s['batch']} | {s['seq']} | {s['sdpa']} | {_f(s['sdpa_us'], '.1f')} | {s['gen1']} | {_f(s['gen1_us'], '.1f')} | "
+            f"{ratio(s['sdpa_us'], s['gen1_us'])} | {s['gen2']} | {_f(s['gen2_us'], '.1f')} | {ratio(s['sdpa_us'], s['gen2_us'])} | "
+            f"{s['attn2']} | {_f(s['attn2_us'], '.1f')} | {ratio(s['sdpa_us'], s['attn2_us'])} |"
+        )
+    lines += [
+        "",
+        "RoPE placement cost over the same tile+variant's attention alone (best config; range over configs):",
+        "",
+        "| B | S | q_fused | × attn | range | fused (gen-2) | × attn | range | unfused (gen-2) | × attn | g1-fused | × attn |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in summary["prefill"]:
+        o = s["over_attn"]
+
+        def rng(x):
+            return (
+                "-"
+                if not x["range_over_attn"]
+                else f"{x['range_over_attn'][0]:.2f}–{x['range_over_attn'][1]:.2f}"
+            )
+
+        lines.append(
+            f"| {s['batch']} | {s['seq']} | {o['q_fused']['best']} | {_f(o['q_fused']['best_over_attn'], '.3f')} | {rng(o['q_fused'])} | "
+            f"{o['fused']['best']} | {_f(o['fused']['best_over_attn'], '.3f')} | {rng(o['fused'])} | "
+            f"{o['unfused']['best']} | {_f(o['unfused']['best_over_attn'], '.3f')} | "
+            f"{o['g1-fused']['best']} | {_f(o['g1-fused']['best_over_attn'], '.3f')} |"
+        )
+    lines += [
+        "",
+        "Decode (µs; eager = do_bench with L2 flush, host cost inside; graph = CUDA Graph replay):",
+        "",
+        "| B | Skv | best SDPA eager | plan.run eager (best tile) | ratio | gen-1 attention() eager | ratio | best SDPA graph | plan.run graph (best tile) | ratio | plan.run other decode merge, graph | ratio | host µs plan / SDPA |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in summary["decode"]:
+        c, p, g = s["sdpa"], s["plan"], s["g1"]
+        lines.append(
+            f"| {s['batch']} | {s['kv_len']} | {_f(c['eager_us'], '.1f')} | {p['eager']} {_f(p['eager_us'], '.1f')} | "
+            f"{ratio(c['eager_us'], p['eager_us'])} | {_f(g['eager_us'], '.1f')} | {ratio(c['eager_us'], g['eager_us'])} | "
+            f"{_f(c['graph_us'], '.1f')} | {p['graph']} {_f(p['graph_us'], '.1f')} | {ratio(c['graph_us'], p['graph_us'])} | "
+            f"{_f(s['plan-alt']['graph_us'], '.1f')} | {ratio(c['graph_us'], s['plan-alt']['graph_us'])} | "
+            f"{_f(p['host_us'], '.1f')} / {_f(c['host_us'], '.1f')} |"
+        )
+    shapes = sorted(
+        {(r["phase"], r["batch"], r["kv_len"]) for r in rows if r["kind"] == "time"},
+        key=lambda c: (c[0] != "prefill", c[1], c[2]),
+    )
+    impls = sorted({(r["phase"], r["impl"]) for r in rows if r["kind"] == "time"})
+    lines += [
+        "",
+        "All timings (median µs):",
+        "",
+        "| impl | " + " | ".join(f"{p} B{b} {kv}" for p, b, kv in shapes) + " |",
+        "| --- |" + " --- |" * len(shapes),
+    ]
+    for _phase, impl in impls:
+        cells = []
+        for p, b, kv in shapes:
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if r["kind"] == "time"
+                    and r["impl"] == impl
+                    and (r["phase"], r["batch"], r["kv_len"]) == (p, b, kv)
+                ),
+                None,
+            )
+            cells.append(
+                "-" if r is None else (_f(r.get("median_us"), ".1f") if r["status"] == "ok" else "fail")
+            )
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,132 @@
+"""Kernel launches as data, so a launch can be built once and replayed with new tensors.
+
+A LaunchSpec names every argument of one Triton kernel launch; the tensors that change from
+call to call are Slot (the call's tensor of that name) or Descriptor (a TMA descriptor over it)
+markers. LaunchSpec.launch resolves them and launches through Triton's JIT entry point, which
+re-derives the specialisation on every call (the eager path of attention()). CompiledLaunch
+compiles the spec once from example tensors and then calls the compiled kernel's launcher
+directly: no argument binding, no specialisation, no cache lookup (Plan.run's path). That is
+only sound for tensors specialised the same way, which Plan.run checks before it launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from . import _mode
+
+try:  # Triton >= 3.3: host-side TMA descriptors
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - the variants that need it report unsupported instead
+    TensorDescriptor = None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The call's tensor named `name` ('q', 'k', 'v', 'cos', 'sin' or 'out')."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A TMA descriptor over the call's tensor `name`, in blocks of `block_shape`."""
+
+    name: str
+    block_shape: tuple[int, ...]
+
+
+def resolve(value, tensors: dict):
+    kind = type(value)
+    if kind is Slot:
+        return tensors[value.name]
+    if kind is Descriptor:
+        t = tensors[value.name]
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), list(value.block_shape))
+    return value
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One launch: kernel, grid, every kernel parameter by name, and the launch options."""
+
+    kernel: object  # a triton JITFunction (InterpretedFunction under TRITON_INTERPRET=1)
+    grid: tuple[int, int, int]
+    args: dict
+    options: dict  # num_warps / num_stages; empty for Triton's defaults
+
+    def launch(self, tensors: dict) -> None:
+        """Launch through Triton's JIT entry point (checks and specialises on every call)."""
+        args = {name: resolve(value, tensors) for name, value in self.args.items()}
+        self.kernel[self.grid](**args, **self.options)
+
+
+class CompiledLaunch:
+    """A LaunchSpec compiled once for the example tensors and replayed through the compiled
+    kernel's own launcher. Under the interpreter (no compiled kernels) it falls back to
+    LaunchSpec.launch; `direct` says which path a launch takes."""
+
+    def __init__(self, spec: LaunchSpec, example: dict, device: torch.device):
+        self.spec = spec
+        names = list(spec.kernel.arg_names)
+        if sorted(names) != sorted(spec.args):
+            raise ValueError(f"launch of {spec.kernel} misses or adds arguments: {sorted(spec.args)}")
+        self._template = [spec.args[n] for n in names]
+        self._dynamic = [(i, v) for i, v in enumerate(self._template) if type(v) in (Slot, Descriptor)]
+        self.direct = not _mode.INTERPRET
+        if not self.direct:
+            return
+        resolved = [resolve(v, example) for v in self._template]
+        compiled = spec.kernel.warmup(*resolved, grid=spec.grid, **spec.options)
+        self.fallback_reason = None
+        try:  # the compiled kernel's internals, as JITFunction.run uses them (Triton 3.4-3.9)
+            # loads the module now, so OutOfResources is raised here rather than in a run
+            compiled._init_handles()
+            self._launcher = compiled.run
+            self._function = compiled.function
+            self._packed = compiled.packed_metadata
+            self._metadata = compiled.launch_metadata
+            self._knobs = triton.knobs.runtime
+            self._knobs.launch_enter_hook  # noqa: B018  (present in this Triton?)
+            self._stream = triton.runtime.driver.active.get_current_stream
+        except AttributeError as exc:
+            self._fall_back(exc)
+        self._device_index = device.index if device.index is not None else torch.cuda.current_device()
+
+    def _fall_back(self, exc: Exception) -> None:
+        """This Triton's internals differ from what the direct path expects: use the JIT path."""
+        self.direct = False
+        self.fallback_reason = f"{type(exc).__name__}: {exc}"
+
+    def __call__(self, tensors: dict) -> None:
+        if not self.direct:
+            self.spec.launch(tensors)
+            return
+        args = self._template.copy()
+        for i, value in self._dynamic:
+            args[i] = resolve(value, tensors)
+        grid = self.spec.grid
+        stream = self._stream(self._device_index)
+        knobs = self._knobs
+        try:
+            # the call JITFunction.run makes after its cache hit, hooks included (profilers)
+            self._launcher(
+                grid[0],
+                grid[1],
+                grid[2],
+                stream,
+                self._function,
+                self._packed,
+                self._metadata(grid, stream, *args),
+                knobs.launch_enter_hook,
+                knobs.launch_exit_hook,
+                *args,
+            )
+        except (TypeError, AttributeError) as exc:
+            # the launcher rejected the arguments before enqueuing anything (another Triton's
+            # calling convention): relaunch, and launch from now on, through the JIT path
+            self._fall_back(exc)
+            self.spec.launch(tensors)
