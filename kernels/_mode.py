@@ -51,16 +51,12 @@ def check_device(name: str, t: torch.Tensor) -> None:
     check_mode()
     if t.device.type != expected_device_type():
         mode = "the Triton interpreter (TRITON_INTERPRET=1)" if INTERPRET else "compiled Triton"
-        raise ValueError(
-            f"{name} is on {t.device} but {mode} needs {expected_device_type()} tensors"
-        )
+        raise ValueError(f"{name} is on {t.device} but {mode} needs {expected_device_type()} tensors")
 
 
 def check_head_dim(name: str, head_dim: int) -> None:
     if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(
-            f"{name} head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}"
-        )
+        raise ValueError(f"{name} head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
 
 
 def check_out(out, shape, dtype, device) -> None:

@@ -93,8 +93,18 @@ def rope_kernel(
     row_mask = (offs_s < S)[:, None]
     x_rows = x_ptr + b * stride_xb + h * stride_xh + offs_s[:, None] * stride_xs
     r1, r2 = load_halves(
-        x_rows, offs_d, stride_xd, offs_s + positions_offset, row_mask,
-        cos_ptr, sin_ptr, stride_tab, HALF, True, False, True,
+        x_rows,
+        offs_d,
+        stride_xd,
+        offs_s + positions_offset,
+        row_mask,
+        cos_ptr,
+        sin_ptr,
+        stride_tab,
+        HALF,
+        True,
+        False,
+        True,
     )
     o_rows = out_ptr + b * stride_ob + h * stride_oh + offs_s[:, None] * stride_os
     tl.store(o_rows + offs_d[None, :] * stride_od, r1, mask=row_mask)

@@ -7,20 +7,22 @@ import math
 import torch
 
 
-def reference_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   positions_offset: int = 0) -> torch.Tensor:
+def reference_rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions_offset: int = 0
+) -> torch.Tensor:
     """Rotate-half RoPE in float64. x (B, H, S, D); tables (max_pos, D // 2).
     Returns (B, H, S, D) float64 on x's device."""
     seq, half = x.shape[2], x.shape[3] // 2
-    c = cos[positions_offset:positions_offset + seq].to(torch.float64)  # (S, D/2)
-    s = sin[positions_offset:positions_offset + seq].to(torch.float64)
+    c = cos[positions_offset : positions_offset + seq].to(torch.float64)  # (S, D/2)
+    s = sin[positions_offset : positions_offset + seq].to(torch.float64)
     x = x.to(torch.float64)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        cos: torch.Tensor, sin: torch.Tensor, *, rotate_k: bool) -> torch.Tensor:
+def reference_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotate_k: bool
+) -> torch.Tensor:
     """What kernels.attention computes, in float64 on q's device: (B, Hq, Sq, D) float64.
 
     q rotated at positions Skv - Sq + i; k rotated at positions j when rotate_k; causal mask

@@ -34,9 +34,7 @@ class Tile:
         if type(self.num_warps) is not int or self.num_warps not in _NUM_WARPS:
             raise ValueError(f"Tile.num_warps must be one of {_NUM_WARPS}, got {self.num_warps!r}")
         if type(self.num_stages) is not int or not 1 <= self.num_stages <= _MAX_STAGES:
-            raise ValueError(
-                f"Tile.num_stages must be an int in 1..{_MAX_STAGES}, got {self.num_stages!r}"
-            )
+            raise ValueError(f"Tile.num_stages must be an int in 1..{_MAX_STAGES}, got {self.num_stages!r}")
 
     @property
     def name(self) -> str:

@@ -28,12 +28,12 @@ TOLERANCES = {
 }
 
 
-def random_qkv(batch, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, generator, *,
-               strided=False):
+def random_qkv(batch, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, generator, *, strided=False):
     """Fresh N(0, 1) q (B, Hq, Sq, D) and k, v (B, Hkv, Skv, D) on DEVICE.
 
     strided=True returns views with non-contiguous strides (a (B, S, H, D) buffer transposed,
     the layout a fused QKV projection produces) so the kernels must honour strides."""
+
     def make(heads, seq):
         shape = (batch, seq, heads, head_dim) if strided else (batch, heads, seq, head_dim)
         t = torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype).to(DEVICE)

@@ -62,17 +62,36 @@ def test_matches_reference_on_random_shapes(case):
     """Any 1 <= Sq <= Skv, GQA ratio 1-8, strided or not, either kernel path, fused or not,
     either rotate_k mode: the output matches float64 and every element is written."""
     gen = torch.Generator().manual_seed(case["seed"])
-    q, k, v = random_qkv(case["batch"], case["heads_q"], case["heads_kv"], case["q_len"],
-                         case["kv_len"], case["head_dim"], case["dtype"], gen,
-                         strided=case["strided"])
+    q, k, v = random_qkv(
+        case["batch"],
+        case["heads_q"],
+        case["heads_kv"],
+        case["q_len"],
+        case["kv_len"],
+        case["head_dim"],
+        case["dtype"],
+        gen,
+        strided=case["strided"],
+    )
     cos, sin = rope_tables(case["kv_len"] + 5, case["head_dim"], device=DEVICE)
     out = poisoned(q.shape, case["dtype"])
     if case["path"] is None:
-        attention(q, k, v, cos, sin, tile=case["tile"], fused=case["fused"],
-                  rotate_k=case["rotate_k"], out=out)
+        attention(
+            q, k, v, cos, sin, tile=case["tile"], fused=case["fused"], rotate_k=case["rotate_k"], out=out
+        )
     else:
-        _run(q, k, v, cos, sin, out, case["tile"], fused=case["fused"],
-             rotate_k=case["rotate_k"], path=case["path"])
+        _run(
+            q,
+            k,
+            v,
+            cos,
+            sin,
+            out,
+            case["tile"],
+            fused=case["fused"],
+            rotate_k=case["rotate_k"],
+            path=case["path"],
+        )
     ref = reference_attention(q, k, v, cos, sin, rotate_k=case["rotate_k"])
     assert_close(out, ref, case["dtype"], str(case))
 
@@ -87,8 +106,9 @@ def test_every_study_tile(tile, fused):
     for q_len, kv_len, rotate_k in ((45, 45, True), (1, 77, False)):
         q, k, v = random_qkv(1, 4, 2, q_len, kv_len, 32, dtype, gen)
         cos, sin = rope_tables(kv_len, 32, device=DEVICE)
-        out = attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k,
-                        out=poisoned(q.shape, dtype))
+        out = attention(
+            q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=poisoned(q.shape, dtype)
+        )
         ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
         assert_close(out, ref, dtype, f"{tile.name} fused={fused} Sq={q_len} Skv={kv_len}")
 
@@ -108,8 +128,9 @@ def test_decode_split_path_is_taken_and_correct():
         cos, sin = rope_tables(kv_len, 64, device=DEVICE)
         out = poisoned(q.shape, dtype)
         _run(q, k, v, cos, sin, out, tile, fused=True, rotate_k=False, path="decode")
-        assert_close(out, reference_attention(q, k, v, cos, sin, rotate_k=False), dtype,
-                     f"decode split Sq={q_len}")
+        assert_close(
+            out, reference_attention(q, k, v, cos, sin, rotate_k=False), dtype, f"decode split Sq={q_len}"
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,8 +140,9 @@ def test_long_fused_key_rotation(dtype):
     gen = torch.Generator().manual_seed(13)
     q, k, v = random_qkv(1, 2, 1, 5, 1200, 64, dtype, gen)
     cos, sin = rope_tables(1200, 64, device=DEVICE)
-    out = attention(q, k, v, cos, sin, tile=Tile(16, 16, 4, 2), fused=True, rotate_k=True,
-                    out=poisoned(q.shape, dtype))
+    out = attention(
+        q, k, v, cos, sin, tile=Tile(16, 16, 4, 2), fused=True, rotate_k=True, out=poisoned(q.shape, dtype)
+    )
     assert_close(out, reference_attention(q, k, v, cos, sin, rotate_k=True), dtype, "long fused")
 
 
@@ -159,10 +181,11 @@ def test_fused_and_unfused_agree_closely():
 def _sdpa_reference(q, k, v, cos, sin, rotate_k):
     """An independent float64 check of reference_attention: HF-style full-width tables,
     rotate_half, repeat_interleave for GQA and torch's SDPA with an explicit boolean mask."""
+
     def rotate(x, offset):
         seq = x.shape[2]
-        c = torch.cat((cos, cos), dim=-1)[offset:offset + seq].double()
-        s = torch.cat((sin, sin), dim=-1)[offset:offset + seq].double()
+        c = torch.cat((cos, cos), dim=-1)[offset : offset + seq].double()
+        s = torch.cat((sin, sin), dim=-1)[offset : offset + seq].double()
         x1, x2 = x.double().chunk(2, dim=-1)
         return x.double() * c + torch.cat((-x2, x1), dim=-1) * s
 
@@ -172,8 +195,11 @@ def _sdpa_reference(q, k, v, cos, sin, rotate_k):
     kr = rotate(k, 0) if rotate_k else k.double()
     allowed = torch.ones(q_len, kv_len, dtype=torch.bool).tril(diagonal=kv_len - q_len)
     return torch.nn.functional.scaled_dot_product_attention(
-        qr, kr.repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
-        attn_mask=allowed.to(q.device))
+        qr,
+        kr.repeat_interleave(group, 1),
+        v.double().repeat_interleave(group, 1),
+        attn_mask=allowed.to(q.device),
+    )
 
 
 @pytest.mark.parametrize("q_len,kv_len,rotate_k", [(9, 9, True), (3, 14, False), (1, 6, True)])
@@ -183,8 +209,7 @@ def test_reference_matches_independent_torch(q_len, kv_len, rotate_k):
     cos, sin = rope_tables(kv_len, 32, device=DEVICE)
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     assert ref.dtype == torch.float64
-    torch.testing.assert_close(ref, _sdpa_reference(q, k, v, cos, sin, rotate_k),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ref, _sdpa_reference(q, k, v, cos, sin, rotate_k), rtol=1e-12, atol=1e-12)
 
 
 def test_softmax_scale_is_inverse_sqrt_head_dim():

@@ -28,7 +28,16 @@ def test_bfloat16_on_gpu_head_dim_128(q_len, kv_len, rotate_k):
     cos, sin = rope_tables(kv_len, 128, device="cuda")
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     for fused in (False, True):
-        out = attention(q, k, v, cos, sin, tile=Tile(64, 64, 4, 3), fused=fused, rotate_k=rotate_k,
-                        out=poisoned(q.shape, torch.bfloat16))
+        out = attention(
+            q,
+            k,
+            v,
+            cos,
+            sin,
+            tile=Tile(64, 64, 4, 3),
+            fused=fused,
+            rotate_k=rotate_k,
+            out=poisoned(q.shape, torch.bfloat16),
+        )
         rel, abs_ = errors(out, ref)
         assert rel <= TOLERANCES[torch.bfloat16][0] and abs_ <= TOLERANCES[torch.bfloat16][1]

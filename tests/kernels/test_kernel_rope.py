@@ -16,7 +16,7 @@ from kernels import rope, rope_tables
 def torch_rotate_half(x, cos_full, sin_full, offset):
     """The Hugging Face formulation: x * cos + rotate_half(x) * sin with full-width tables."""
     seq = x.shape[2]
-    c, s = cos_full[offset:offset + seq].double(), sin_full[offset:offset + seq].double()
+    c, s = cos_full[offset : offset + seq].double(), sin_full[offset : offset + seq].double()
     x1, x2 = x.double().chunk(2, dim=-1)
     return x.double() * c + torch.cat((-x2, x1), dim=-1) * s
 

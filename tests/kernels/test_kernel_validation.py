@@ -34,8 +34,9 @@ def no_launch(monkeypatch):
 
 def good(q_len=4, kv_len=6, heads_q=4, heads_kv=2, head_dim=32, dtype=None):
     dtype = dtype or DTYPES[0]
-    q, k, v = random_qkv(1, heads_q, heads_kv, q_len, kv_len, head_dim, dtype,
-                         torch.Generator().manual_seed(0))
+    q, k, v = random_qkv(
+        1, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, torch.Generator().manual_seed(0)
+    )
     cos, sin = rope_tables(kv_len, head_dim, device=DEVICE)
     return dict(q=q, k=k, v=v, cos=cos, sin=sin, tile=TILE, fused=True, rotate_k=True)
 
@@ -44,8 +45,7 @@ def expect(match, **changes):
     args = good()
     args.update(changes)
     with pytest.raises(ValueError, match=match):
-        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"),
-                  **args)
+        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"), **args)
 
 
 def unsupported_dtype():
@@ -56,8 +56,9 @@ def unsupported_dtype():
 def test_dtype(name):
     base = good()
     for dtype in (torch.float64, torch.int32, unsupported_dtype()):
-        expect(rf"\b{name}\b.*dtype|dtype.*\b{name}\b" if name == "q" else name,
-               **{name: base[name].to(dtype)})
+        expect(
+            rf"\b{name}\b.*dtype|dtype.*\b{name}\b" if name == "q" else name, **{name: base[name].to(dtype)}
+        )
 
 
 def test_mixed_dtypes_name_the_odd_one():
@@ -71,8 +72,7 @@ def test_mixed_dtypes_name_the_odd_one():
 def test_head_dim(head_dim):
     args = good(head_dim=head_dim)
     with pytest.raises(ValueError, match="head_dim"):
-        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"),
-                  **args)
+        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"), **args)
 
 
 def test_shape_mismatches():
@@ -87,15 +87,13 @@ def test_shape_mismatches():
 def test_heads_not_a_multiple():
     args = good(heads_q=3, heads_kv=2)
     with pytest.raises(ValueError, match=r"q heads \(3\) must be a multiple of k heads \(2\)"):
-        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"),
-                  **args)
+        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"), **args)
 
 
 def test_fewer_keys_than_queries():
     args = good(q_len=7, kv_len=5)
     with pytest.raises(ValueError, match="Skv >= Sq"):
-        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"),
-                  **args)
+        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"), **args)
 
 
 def test_device_mismatch():
@@ -112,8 +110,9 @@ def test_device_mismatch():
 def test_tables():
     base = good()
     expect("cos covers 5 positions but 6", cos=base["cos"][:5], sin=base["sin"][:5])
-    expect(r"sin must have shape \(max_pos, head_dim // 2 = 16\)",
-           sin=torch.cat((base["sin"], base["sin"]), -1))
+    expect(
+        r"sin must have shape \(max_pos, head_dim // 2 = 16\)", sin=torch.cat((base["sin"], base["sin"]), -1)
+    )
     expect("cos dtype", cos=base["cos"].double())
 
 
@@ -132,8 +131,16 @@ def test_out_buffer():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("block_m", 8), ("block_m", 48), ("block_n", 512), ("block_n", 64.0), ("num_warps", 3),
-     ("num_warps", 32), ("num_stages", 0), ("num_stages", 9)],
+    [
+        ("block_m", 8),
+        ("block_m", 48),
+        ("block_n", 512),
+        ("block_n", 64.0),
+        ("num_warps", 3),
+        ("num_warps", 32),
+        ("num_stages", 0),
+        ("num_stages", 9),
+    ],
 )
 def test_bad_tile_fields(field, value):
     fields = dict(block_m=16, block_n=16, num_warps=4, num_stages=2)
@@ -174,5 +181,4 @@ def test_mode_change_after_import_is_refused(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0" if kernels.interpreted() else "1")
     args = good()
     with pytest.raises(RuntimeError, match="before the first `import kernels`"):
-        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"),
-                  **args)
+        attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cos"), args.pop("sin"), **args)
