@@ -32,7 +32,8 @@ if not REPLAY:
             "../envs/analysis.yaml"
         params:
             tiles=STUDY["tiles"],
-            fusion=STUDY["fusion"],
+            rope=STUDY["rope"],
+            generation=STUDY["generation"],
             native=STUDY.get("native_candidates", []),
         script:
             "../scripts/candidates.py"

@@ -3,7 +3,11 @@ from headroom.measure.candidates import build
 
 
 def main(stage):
-    stage.write("candidates", build(stage.params["tiles"], stage.params["fusion"], stage.params["native"]))
+    params = stage.params
+    candidates = build(
+        params["tiles"], params["rope"], params["native"], generation=int(params["generation"])
+    )
+    stage.write("candidates", candidates)
 
 
 run_stage(snakemake, main)

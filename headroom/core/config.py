@@ -131,6 +131,10 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
                 f"config key 'tiles[{i}]': {tile} duplicates tiles[{seen[key]}]; tile definitions must be unique"
             )
         seen[key] = i
+    if study["generation"] == 1 and "q_fused" in study["rope"]:
+        raise ConfigError(
+            "config key 'rope': q_fused is a generation-2 placement; generation 1 has unfused and fused only"
+        )
     tf = study["policies"]["train_fraction"]
     if not 0 < tf < 1:
         raise ConfigError(f"config key 'policies.train_fraction': {tf} must lie strictly between 0 and 1")

@@ -13,7 +13,22 @@ from typing import Any
 
 import pandas as pd
 
-COLUMNS = ["candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused", "backend"]
+COLUMNS = [
+    "candidate",
+    "tile",
+    "block_m",
+    "block_n",
+    "num_warps",
+    "num_stages",
+    "fused",
+    "backend",
+    "rope",
+    "generation",
+]
+#: RoPE placements (kernels.ROPE_MODES): `fused` in the artifact is True when RoPE runs inside the
+#: attention kernel (fused, q_fused), which is what the policies' fusion arms split on.
+ROPE_PLACEMENTS = ("unfused", "fused", "q_fused")
+GENERATION_1_PLACEMENTS = ("unfused", "fused")
 #: native backends, RoPE applied by the same standalone Triton kernel the unfused candidates use:
 #: PyTorch SDPA with one backend forced (enable_gqa=True), and `flex`, PyTorch's FlexAttention
 #: (torch.compile'd once per process, causal block mask). `math` is PyTorch's reference SDPA:
@@ -23,50 +38,74 @@ NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
 NATIVE_TILE = -1  # native candidates have no tile of ours
 
 
-def candidate_id(tile: int, t: dict[str, int], fused: bool) -> str:
+def candidate_id(tile: int, t: dict[str, int], rope: str) -> str:
     """e.g. 't0-128x64-w8s3-fused': readable in SQL and in the report."""
-    return (
-        f"t{tile}-{t['block_m']}x{t['block_n']}-w{t['num_warps']}s{t['num_stages']}-"
-        f"{'fused' if fused else 'unfused'}"
-    )
+    return f"t{tile}-{t['block_m']}x{t['block_n']}-w{t['num_warps']}s{t['num_stages']}-{rope}"
+
+
+def _native_row(name: str, generation: int) -> dict[str, Any]:
+    if name not in NATIVE_BACKENDS:
+        raise ValueError(f"native_candidates: {name!r} is not one of {', '.join(NATIVE_BACKENDS)}")
+    backend = "flex" if name == "flex" else f"sdpa-{name}"
+    return {
+        "candidate": f"native-{backend}",
+        "tile": NATIVE_TILE,
+        "block_m": 0,
+        "block_n": 0,
+        "num_warps": 0,
+        "num_stages": 0,
+        "fused": False,
+        "backend": backend,
+        "rope": "unfused",  # our standalone kernel, then the native attention
+        "generation": generation,
+    }
 
 
 def build(
-    tiles: Sequence[dict[str, Any]], fusion: Sequence[bool], native: Sequence[str] = ()
+    tiles: Sequence[dict[str, Any]],
+    rope: Sequence[str],
+    native: Sequence[str] = (),
+    generation: int = 2,
 ) -> pd.DataFrame:
+    """Every tile crossed with every RoPE placement, then the native candidates. Generation 1 is
+    the first studies' kernels (placements unfused and fused only)."""
     if not tiles:
         raise ValueError("tiles: at least one tile is needed")
-    if not fusion:
-        raise ValueError("fusion: at least one of false/true is needed")
+    if not rope:
+        raise ValueError(f"rope: at least one of {', '.join(ROPE_PLACEMENTS)} is needed")
+    if generation not in (1, 2):
+        raise ValueError(f"generation: {generation!r} is not 1 or 2")
+    allowed = GENERATION_1_PLACEMENTS if generation == 1 else ROPE_PLACEMENTS
+    for r in rope:
+        if r not in allowed:
+            raise ValueError(f"rope: {r!r} is not a generation-{generation} placement ({', '.join(allowed)})")
     rows = []
     for i, t in enumerate(tiles):
-        for fused in fusion:
+        for r in rope:
             rows.append(
                 {
-                    "candidate": candidate_id(i, t, bool(fused)),
+                    "candidate": candidate_id(i, t, r),
                     "tile": i,
                     "block_m": int(t["block_m"]),
                     "block_n": int(t["block_n"]),
                     "num_warps": int(t["num_warps"]),
                     "num_stages": int(t["num_stages"]),
-                    "fused": bool(fused),
+                    "fused": r != "unfused",
                     "backend": "triton",
+                    "rope": r,
+                    "generation": int(generation),
                 }
             )
-    for name in native:
-        if name not in NATIVE_BACKENDS:
-            raise ValueError(f"native_candidates: {name!r} is not one of {', '.join(NATIVE_BACKENDS)}")
-        backend = "flex" if name == "flex" else f"sdpa-{name}"
-        rows.append(
-            {
-                "candidate": f"native-{backend}",
-                "tile": NATIVE_TILE,
-                "block_m": 0,
-                "block_n": 0,
-                "num_warps": 0,
-                "num_stages": 0,
-                "fused": False,
-                "backend": backend,
-            }
-        )
+    rows += [_native_row(name, generation) for name in native]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def placement(cand: Any) -> tuple[str, int]:
+    """(rope placement, generation) of a candidate row; artifacts recorded before generation 2
+    have neither column: they are generation 1, placement from `fused`."""
+    generation = getattr(cand, "generation", None)
+    generation = 1 if generation is None or pd.isna(generation) else int(generation)
+    rope = getattr(cand, "rope", None)
+    if rope is None or (not isinstance(rope, str) and pd.isna(rope)):
+        rope = "fused" if bool(cand.fused) else "unfused"
+    return str(rope), generation

@@ -15,13 +15,18 @@
   server that memoizes the answer per exact shape pays the exact-key figure after first sight.
 - switch: on a few invocations, per-call time of an A,B,A,B,... sequence minus the mean of A,A,...
   and B,B,... medians, in eager and (with CUDA) graph mode.
+- plan: µs to build a generation-2 candidate's plan (kernels.plan: input checks, split plan,
+  scratch buffers, compiled launchers) for each distinct trace shape, its kernels already
+  compiled: what a serving engine pays once per batch shape and spreads over the layers of a
+  forward pass (the analysis charges it per call divided by ``policies.layers_per_forward``).
+  The portfolio times Plan.run only. Generation-1 and native candidates have no plan (skipped rows).
 
 Long format, one row per figure; columns:
-    kind ('compile' | 'cache' | 'dispatch' | 'switch'), candidate (compile, cache, switch: the
-    candidate, or candidate A), candidate_b (switch: candidate B), policy (dispatch), mode
+    kind ('compile' | 'cache' | 'dispatch' | 'switch' | 'plan'), candidate (compile, cache, plan,
+    switch: the candidate, or candidate A), candidate_b (switch: candidate B), policy (dispatch), mode
     (switch: eager | graph), invocation (switch; -1 otherwise), shape_key (switch: the invocation's;
-    compile: the shapes that triggered specializations, '; '-joined), value, unit ('s' compile,
-    'bytes' cache, 'ns' dispatch, 'us' switch), compile_s (compile and cache rows: the candidate's
+    compile: the shapes that triggered specializations, '; '-joined; plan: the shape), value, unit
+    ('s' compile, 'bytes' cache, 'ns' dispatch, 'us' switch and plan), compile_s (compile and cache rows: the candidate's
     total cold compile seconds), cache_bytes (compile and cache rows: its cache bytes),
     specializations (compile: kernels compiled), specialization_s ('; '-joined seconds, same order
     as shape_key), toolchain_s (compile), first_call_s (compile: summed first calls), alternating_us,
@@ -33,6 +38,7 @@ either kind is DESIGN.md's per-candidate table.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -64,9 +70,10 @@ DEFAULTS: dict[str, Any] = {
     "graph_calls": 20,
     "compile_workers": 4,  # cold-compile children run side by side (16 cores on the H200 host)
     "compile_timeout_s": 900,
+    "plan_reps": 20,  # plan builds timed per (candidate, shape); the median is reported
     "seed": 0,
 }
-KINDS = ("compile", "cache", "dispatch", "switch")
+KINDS = ("compile", "cache", "dispatch", "switch", "plan")
 DISPATCH_POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware")
 COLUMNS = [
     "kind", "candidate", "candidate_b", "policy", "mode", "invocation", "shape_key", "value", "unit",
@@ -81,7 +88,7 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     stage_settings.require_ints("lifecycle", cfg, (
         ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
         ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
-        ("compile_workers", 1), ("compile_timeout_s", 1), ("seed", 0)))  # fmt: skip
+        ("compile_workers", 1), ("compile_timeout_s", 1), ("plan_reps", 1), ("seed", 0)))  # fmt: skip
     return cfg
 
 
@@ -259,6 +266,51 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     return rows
 
 
+# -- plan build -----------------------------------------------------------------------------------
+
+
+def _median_build_us(build: Callable, reps: int, sync: Callable) -> float:
+    samples = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter_ns()
+        build()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return float(np.median(samples))
+
+
+def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
+    """One row per (candidate, distinct trace shape): the median µs of building its plan warm."""
+    import torch
+
+    from headroom.measure.runner import build_plan, is_native
+    from headroom.measure.runner import tables as candidate_tables
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    shapes = list(trace.sort_values("invocation").drop_duplicates("shape_key").itertuples(index=False))
+    cos, sin = candidate_tables(int(trace["kv_len"].max()), int(shapes[0].head_dim), str(shapes[0].dtype),
+                                rope_base, "cuda" if device == "cuda" else "cpu")  # fmt: skip
+    rows = []
+    for cand in candidates.sort_values("candidate").itertuples(index=False):
+        for inv in shapes:
+            q, k, v = portfolio.input_sets(inv, 1, device, seed=0)[0]
+            rotate_k = inv.phase == "prefill"
+            common = {"candidate": cand.candidate, "shape_key": inv.shape_key, "unit": "us", "device": device}
+            if is_native(cand) or build_plan(cand, cos, sin, rotate_k, q, k, v) is None:
+                reason = "native candidate: no plan of ours" if is_native(cand) else "generation 1: no plan"
+                rows.append(_row("plan", value=math.nan, status="skipped", reason=reason, **common))
+                break  # one row says it for the candidate
+            build = functools.partial(build_plan, cand, cos, sin, rotate_k, q, k, v)
+            us = _median_build_us(build, cfg["plan_reps"], sync)
+            rows.append(_row("plan", value=us, n=cfg["plan_reps"], **common))
+        done = [r["value"] for r in rows if r["candidate"] == cand.candidate and r["status"] == "ok"]
+        if done:
+            log.info(
+                "plan build %s: median %.1f us over %d shapes", cand.candidate, np.median(done), len(done)
+            )
+    return rows
+
+
 # -- cold compile ---------------------------------------------------------------------------------
 
 
@@ -403,6 +455,7 @@ def run(
         ("compile", lambda: compile_rows(trace, candidates, cfg, device, rope_base, log)),
         ("dispatch", lambda: dispatch_rows(trace, sorted(candidates["candidate"]), cfg, device)),
         ("switch", lambda: switch_rows(trace, candidates, cfg, device, rope_base, timing.l2_bytes(), log)),
+        ("plan", lambda: plan_rows(trace, candidates, cfg, device, rope_base, log)),
     ):
         t0 = time.perf_counter()
         rows.extend(step())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from headroom.measure.candidates import SDPA_BACKENDS
+from headroom.measure.candidates import SDPA_BACKENDS, placement
 
 
 def is_native(cand: Any) -> bool:
@@ -112,18 +112,58 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
 
 def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
     """fn(q, k, v, out=None) -> out for one candidate row (a namedtuple/Series with the COLUMNS).
-    out: an optional output buffer (the correctness gate passes poisoned ones)."""
+    out: an optional output buffer (the correctness gate passes poisoned ones).
+
+    Generation 1 calls kernels.attention(fused=...) as the first studies recorded it (inputs
+    checked on every call). Generation 2 times what a serving engine runs: a plan made once per
+    batch shape (kernels.plan: checks, split plan, scratch, compiled launchers) and Plan.run per
+    call; a call whose tensors differ from the plan's (another shape or layout) makes a new plan."""
     if is_native(cand):
         return _native_fn(str(cand.backend), cos, sin, rotate_k)
     from kernels import Tile, attention
 
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
-    fused = bool(cand.fused)
+    rope, generation = placement(cand)
+    if generation == 1:
+        fused = rope == "fused"
+
+        def fn(q, k, v, out=None):
+            return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
+
+        return fn
+    return _planned_fn(tile, rope, cos, sin, rotate_k)
+
+
+def _planned_fn(tile, rope: str, cos, sin, rotate_k: bool) -> Callable:
+    from kernels import plan
+
+    current: list = [None]  # the plan of the last shape seen
 
     def fn(q, k, v, out=None):
-        return attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
+        p = current[0]
+        if p is not None:
+            try:
+                return p.run(q, k, v, cos, sin, out=out)
+            except ValueError:
+                pass  # other tensors than the plan's: plan again (plan() names what is invalid)
+        current[0] = p = plan(q, k, v, cos, sin, tile=tile, rope=rope, rotate_k=rotate_k, out=out)
+        return p.run(q, k, v, cos, sin, out=out)
 
     return fn
+
+
+def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None):
+    """The kernels.Plan a generation-2 candidate runs for these tensors (None for generation 1 and
+    native candidates, which have no plan): what the lifecycle times as the plan's build cost."""
+    if is_native(cand):
+        return None
+    rope, generation = placement(cand)
+    if generation == 1:
+        return None
+    from kernels import Tile, plan
+
+    tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
+    return plan(q, k, v, cos, sin, tile=tile, rope=rope, rotate_k=rotate_k, out=out)
 
 
 def tables(max_pos: int, head_dim: int, dtype: str, base: float, device: str):

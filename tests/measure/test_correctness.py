@@ -20,7 +20,7 @@ LOG = logging.getLogger("test.correctness")
 
 
 def candidates() -> pd.DataFrame:
-    return build(TILES, [False, True])
+    return build(TILES, ["unfused", "fused"])
 
 
 def shape_rows() -> pd.DataFrame:
@@ -181,7 +181,7 @@ def test_a_tile_out_of_resources_is_unsupported_not_a_failure(caplog):
 def test_a_native_backend_with_no_kernel_is_unsupported_and_the_study_goes_on(caplog):
     # On the CPU, torch has no memory-efficient SDPA kernel: the real backend raises "No viable
     # backend" (torch >= 2.5; the H200's message, "No available kernel", is checked below).
-    cands = build(TILES[:1], [False], native=["efficient"])
+    cands = build(TILES[:1], ["unfused"], native=["efficient"])
     res = correctness.check(cands, shape_rows(), device=device(), tolerances_by_dtype=TOL, seed=3, log=LOG)
     native = res[res["candidate"] == "native-sdpa-efficient"]
     assert len(native) == 2 and (native["status"] == "unsupported").all(), native[["status", "reason"]]
@@ -240,7 +240,9 @@ def test_gate_fail_names_the_candidates_and_exclude_goes_on(good, caplog):
 
 
 def test_admitted_refuses_a_stale_correctness_artifact(good):
-    more = build(TILES + [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}], [False, True])
+    more = build(
+        TILES + [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}], ["unfused", "fused"]
+    )
     with pytest.raises(ValueError, match="no correctness rows"):
         correctness.admitted(more, good)
 
@@ -270,11 +272,11 @@ def test_pipeline_gate_end_to_end(tmp_path):
     """The rule itself: a deliberately broken candidate stops the pipeline under `fail` (no
     artifact) and is written but excluded under `exclude`."""
     project = copy_project(tmp_path / "p")
-    fault = "correctness={inject_fault: t0-128x64-w8s3-fused}"
+    fault = "correctness={inject_fault: t0-128x64-w8s3-q_fused}"
     proc = snakemake(project, "results/correctness.parquet", "--config", fault, check=False)
     assert proc.returncode != 0
     log = (project / "results/logs/correctness.log").read_text()
-    assert "failed correctness: t0-128x64-w8s3-fused" in log
+    assert "failed correctness: t0-128x64-w8s3-q_fused" in log
     assert not (project / "results/correctness.parquet").exists()
 
     snakemake(project, "results/correctness.parquet", "--config", fault, "on_correctness_failure=exclude")
@@ -282,11 +284,11 @@ def test_pipeline_gate_end_to_end(tmp_path):
 
     res = artifacts.read(project / "results/correctness.parquet")
     cands = artifacts.read(project / "results/candidates.parquet")
-    assert set(res.loc[~res["passed"], "candidate"]) == {"t0-128x64-w8s3-fused"}
+    assert set(res.loc[~res["passed"], "candidate"]) == {"t0-128x64-w8s3-q_fused"}
     kept = correctness.admitted(cands, res)["candidate"].tolist()
-    assert "t0-128x64-w8s3-fused" not in kept and len(kept) == len(cands) - 1
+    assert "t0-128x64-w8s3-q_fused" not in kept and len(kept) == len(cands) - 1
     assert (
-        "EXCLUDED from every later stage: t0-128x64-w8s3-fused"
+        "EXCLUDED from every later stage: t0-128x64-w8s3-q_fused"
         in (project / "results/logs/correctness.log").read_text()
     )
 

@@ -2,6 +2,7 @@
 lifecycle rows, skipped GPU-only rows. Shapes are the smallest the kernels take, so the
 interpreter's ~0.1 s per call keeps this module fast."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def tiny_trace() -> pd.DataFrame:
 def tiny_candidates() -> pd.DataFrame:
     tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1},
              {"block_m": 32, "block_n": 16, "num_warps": 1, "num_stages": 1}]  # fmt: skip
-    return build_candidates(tiles, [False, True]).iloc[:3].reset_index(drop=True)
+    return build_candidates(tiles, ["unfused", "fused"], generation=1).iloc[:3].reset_index(drop=True)
 
 
 DRIVER = textwrap.dedent(
@@ -213,8 +214,10 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     cands = tiny_candidates()
     cfg = {"dispatch_lookups": 2000, "dispatch_repeats": 3, "switch_reps": 2, "switch_invocations": 1,
            "switch_pairs": 1, "warmup_reps": 0}  # fmt: skip
-    df = lifecycle.run(tiny_trace(), cands, cfg, device="interpret")
-    assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch"}
+    df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret")
+    assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch", "plan"}
+    plans = df[df["kind"] == "plan"]  # tiny_candidates are generation 1: no plans
+    assert sorted(plans["candidate"]) == sorted(cands["candidate"]) and (plans["status"] == "skipped").all()
     for kind in ("compile", "cache"):
         part = df[df["kind"] == kind]
         assert sorted(part["candidate"]) == sorted(cands["candidate"])
@@ -233,6 +236,22 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     costs = policies.lifecycle_costs(df)  # the analysis reads exactly this table
     assert set(costs.dispatch_us) == set(lifecycle.DISPATCH_POLICIES)
     assert costs.compile_s == {}  # skipped rows charge nothing
+
+
+def test_plan_build_cost_per_generation_2_candidate_and_shape():
+    from headroom.measure.candidates import build
+
+    tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1}]
+    cands = build(tiles, ["unfused", "q_fused"], ["math"])
+    trace = tiny_trace()
+    rows = pd.DataFrame(
+        lifecycle.plan_rows(trace, cands, {"plan_reps": 3}, "interpret", 10000.0, logging.getLogger())
+    )
+    ours = rows[rows["candidate"].str.startswith("t0")]
+    assert (ours["status"] == "ok").all() and (ours["value"] > 0).all() and (ours["unit"] == "us").all()
+    assert sorted(set(ours["shape_key"])) == sorted(set(trace["shape_key"]))  # every distinct shape
+    native = rows[rows["candidate"] == "native-sdpa-math"]
+    assert len(native) == 1 and native.iloc[0]["status"] == "skipped"
 
 
 def test_dispatch_lookups_answer_with_candidates():
@@ -295,7 +314,7 @@ def _cuda_trace() -> pd.DataFrame:
 
 def _cuda_candidates() -> pd.DataFrame:
     tiles = [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}]
-    return build_candidates(tiles, [False, True])
+    return build_candidates(tiles, ["unfused", "fused", "q_fused"])
 
 
 @pytest.mark.gpu

@@ -135,4 +135,4 @@ def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
     )
     got = json.loads(proc.stdout)[0]
     assert got == {"n": expected, "runs": study["portfolio"]["runs"]}
-    assert admitted == len(study["tiles"]) * len(study["fusion"]) + len(study["native_candidates"])
+    assert admitted == len(study["tiles"]) * len(study["rope"]) + len(study["native_candidates"])
