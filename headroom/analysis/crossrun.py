@@ -328,7 +328,7 @@ class Estimate:
     ci_low: float
     ci_high: float
     se: float
-    df: int
+    df: float  # Welch-Satterthwaite degrees of freedom (at least runs - 1)
     pairs: int
 
     def p_above(self, threshold: float) -> float:
@@ -349,9 +349,10 @@ def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: f
     per_pair, per_boot = {}, []
     for key, (vectors, costs) in pairs.items():
         n = len(next(iter(vectors.values())))
-        per_pair[key] = float(figure({k: v.sum() for k, v in vectors.items()}, costs, n))
-        if len(boot_idx):
-            per_boot.append(figure({k: v[boot_idx].sum(axis=1) for k, v in vectors.items()}, costs, n))
+        with np.errstate(invalid="ignore", divide="ignore"):  # a resample without a phase: NaN, left out
+            per_pair[key] = float(figure({k: v.sum() for k, v in vectors.items()}, costs, n))
+            if len(boot_idx):
+                per_boot.append(figure({k: v[boot_idx].sum(axis=1) for k, v in vectors.items()}, costs, n))
     est = float(np.mean(list(per_pair.values())))
     runs = sorted({r for key in per_pair for r in key})
     R = len(runs)
@@ -359,10 +360,13 @@ def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: f
         return Estimate(est, float("nan"), float("nan"), float("nan"), 0, len(per_pair))
     loo = [np.mean([v for k, v in per_pair.items() if r not in k]) for r in runs]
     var_runs = (R - 1) / R * float(np.sum((np.array(loo) - np.mean(loo)) ** 2))
-    var_inv = float(np.var(np.mean(per_boot, axis=0), ddof=1)) if per_boot else 0.0
+    var_inv = float(np.nanvar(np.mean(per_boot, axis=0), ddof=1)) if per_boot else 0.0
     se = math.sqrt(var_runs + var_inv)
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, R - 1)) * se
-    return Estimate(est, est - half, est + half, se, R - 1, len(per_pair))
+    # Welch-Satterthwaite: the run part has R - 1 degrees of freedom, the bootstrap part many
+    df = (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)) if var_runs > 0 else math.inf
+    df = max(R - 1, min(df, 1e6))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+    return Estimate(est, est - half, est + half, se, df, len(per_pair))
 
 
 def boot_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
