@@ -360,7 +360,8 @@ def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: f
         return Estimate(est, float("nan"), float("nan"), float("nan"), 0, len(per_pair))
     loo = [np.mean([v for k, v in per_pair.items() if r not in k]) for r in runs]
     var_runs = (R - 1) / R * float(np.sum((np.array(loo) - np.mean(loo)) ** 2))
-    var_inv = float(np.nanvar(np.mean(per_boot, axis=0), ddof=1)) if per_boot else 0.0
+    boot = np.mean(per_boot, axis=0) if per_boot else np.zeros(0)
+    var_inv = float(np.nanvar(boot, ddof=1)) if np.isfinite(boot).sum() > 1 else 0.0
     se = math.sqrt(var_runs + var_inv)
     # Welch-Satterthwaite: the run part has R - 1 degrees of freedom, the bootstrap part many
     df = (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)) if var_runs > 0 else math.inf
