@@ -28,6 +28,11 @@ run's row of a (mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_ga
 ``*_ci_high``: fitted on run a, scored on run b, pooled over ordered pairs, CI from a jackknife over
 runs plus a test-invocation bootstrap with t on runs - 1 degrees of freedom. With one or two runs
 they are NaN (no independent score, or no run variance to estimate).
+
+Selection (never on test): ``validation_net_gain_vs_phase_pct`` is a deployable policy's net gain over
+phase-keyed (free arm) on the validation slice inside the run's train (fitted on the part before it);
+``selected`` marks the policy x arm the decision takes for that run. The factorial chooses from the
+same column.
 """
 
 from __future__ import annotations
@@ -168,6 +173,8 @@ def _same_run_rows(md: ModeData, rf: RunFits, r: int, n_train: int, opts, seed, 
                 zip(("net_ci_low", "net_ci_high"), _percentiles(net_boot, opts.confidence), strict=True)
             )
             row.update(_facts(md, fit, g, arm, n_train, n_test, opts, method))
+            row["validation_net_gain_vs_phase_pct"] = rf.validation.get((policy, arm), np.nan)
+            row["selected"] = (policy, arm) == rf.selected
             row.update(cross[(policy, arm)])
             rows.append(row)
     return rows
@@ -239,68 +246,60 @@ def _cross_columns(md: ModeData, fits: list[RunFits], n_train: int, opts, seed) 
 # ----------------------------------------------------------------------------------------------
 
 
+FACTORIAL_SELECTION = "validation_net_gain_vs_phase_pct"
+
+
 def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
     """The 2x2 {global, best deployable policy} x {unfused, fused}, per run (and mode).
 
-    The best deployable policy is the one of ``DEPLOYABLE`` with the largest mean
-    ``gain_vs_global_pct`` over the off and on arms (chosen on test: an upper bound on policy gain).
-    All gains are percentages of the global-unfused test latency A; with B = global fused,
-    C = policy unfused, D = policy fused:
+    The best deployable policy is chosen as the decision chooses, never on the test split it is scored
+    on: the one of ``DEPLOYABLE`` with the largest mean ``validation_net_gain_vs_phase_pct`` over the
+    off and on arms (its net gain on the validation slice inside train; ties, or a train too short to
+    hold a validation slice, keep the first of ``DEPLOYABLE``). All gains are percentages of the
+    global-unfused test latency A; with B = global fused, C = policy unfused, D = policy fused:
     policy_gain_pct = 100 (A-C)/A, fusion_gain_pct = 100 (A-B)/A, combined_gain_pct = 100 (A-D)/A,
     interaction_pct = combined - policy - fusion. fusion_speedup = A/B. A (run, mode) without both
     an unfused and a fused arm gets a row with status 'skipped' and the reason.
     """
-    _check_columns(policy_eval, ("run", "policy", "fusion", "test_us", "gain_vs_global_pct"), "policy_eval")
-    pe = policy_eval.copy()
-    if "mode" not in pe.columns:
-        pe["mode"] = "eager"
+    _check_columns(
+        policy_eval,
+        ("run", "policy", "fusion", "test_us", "gain_vs_global_pct", FACTORIAL_SELECTION),
+        "policy_eval",
+    )
+    pe = policy_eval if "mode" in policy_eval.columns else policy_eval.assign(mode="eager")
     rows = []
     for (run, mode), group in pe.groupby(["run", "mode"], sort=True):
-        cell = group.set_index(["policy", "fusion"])
         arms = set(group["fusion"])
         if not {"off", "on"} <= arms:
-            rows.append(
-                {
-                    "run": run,
-                    "mode": mode,
-                    "status": "skipped",
-                    "reason": f"the factorial needs fusion arms 'off' and 'on'; only {sorted(arms)} have "
-                    "admitted candidates",
-                }
-            )
+            reason = f"the factorial needs fusion arms 'off' and 'on'; only {sorted(arms)} have admitted candidates"
+            rows.append({"run": run, "mode": mode, "status": "skipped", "reason": reason})
             continue
-        mean_gain = {
-            p: cell.loc[[(p, "off"), (p, "on")], "gain_vs_global_pct"].mean()
-            for p in DEPLOYABLE
-            if (p, "off") in cell.index and (p, "on") in cell.index
-        }
-        if not mean_gain:
-            raise ValueError(f"policy_eval (run {run}, mode {mode}): no deployable policy rows")
-        best = max(mean_gain, key=lambda p: (mean_gain[p], -DEPLOYABLE.index(p)))
-        a = float(cell.loc[("global", "off"), "test_us"])
-        b = float(cell.loc[("global", "on"), "test_us"])
-        c = float(cell.loc[(best, "off"), "test_us"])
-        d = float(cell.loc[(best, "on"), "test_us"])
-        policy_gain = 100.0 * (a - c) / a
-        fusion_gain = 100.0 * (a - b) / a
-        combined = 100.0 * (a - d) / a
-        rows.append(
-            {
-                "run": run,
-                "mode": mode,
-                "policy": best,
-                "global_unfused_us": a,
-                "global_fused_us": b,
-                "policy_unfused_us": c,
-                "policy_fused_us": d,
-                "policy_gain_pct": policy_gain,
-                "fusion_gain_pct": fusion_gain,
-                "combined_gain_pct": combined,
-                "interaction_pct": combined - policy_gain - fusion_gain,
-                "policy_gain_fused_pct": 100.0 * (b - d) / b,
-                "fusion_speedup": a / b,
-                "status": "ok",
-                "reason": "",
-            }
-        )
+        cell = group.set_index(["policy", "fusion"])
+        rows.append({"run": run, "mode": mode, **_factorial_cell(cell, _factorial_policy(cell, run, mode))})
     return pd.DataFrame(rows)
+
+
+def _factorial_policy(cell: pd.DataFrame, run, mode) -> str:
+    """The deployable policy with the best mean validation figure over the off and on arms."""
+    score = {
+        p: np.nan_to_num(cell.loc[[(p, "off"), (p, "on")], FACTORIAL_SELECTION].mean(), nan=0.0)
+        for p in DEPLOYABLE
+        if (p, "off") in cell.index and (p, "on") in cell.index
+    }
+    if not score:
+        raise ValueError(f"policy_eval (run {run}, mode {mode}): no deployable policy rows")
+    return max(score, key=lambda p: (score[p], -DEPLOYABLE.index(p)))
+
+
+def _factorial_cell(cell: pd.DataFrame, best: str) -> dict:
+    a = float(cell.loc[("global", "off"), "test_us"])
+    b = float(cell.loc[("global", "on"), "test_us"])
+    c = float(cell.loc[(best, "off"), "test_us"])
+    d = float(cell.loc[(best, "on"), "test_us"])
+    policy_gain, fusion_gain, combined = (100.0 * (a - x) / a for x in (c, b, d))
+    return {
+        "policy": best, "global_unfused_us": a, "global_fused_us": b, "policy_unfused_us": c,
+        "policy_fused_us": d, "policy_gain_pct": policy_gain, "fusion_gain_pct": fusion_gain,
+        "combined_gain_pct": combined, "interaction_pct": combined - policy_gain - fusion_gain,
+        "policy_gain_fused_pct": 100.0 * (b - d) / b, "fusion_speedup": a / b, "status": "ok", "reason": "",
+    }  # fmt: skip
