@@ -4,6 +4,8 @@
 PORTFOLIO_RUNS = expand(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS)
 # the policy registry and the cross-run estimators every analysis rule that scores policies runs
 ANALYSIS_CODE = [f"headroom/analysis/{m}.py" for m in ("registry", "costs", "crossrun", "policies")]
+# the report's assembly, its model and one module per section
+REPORT_CODE = sorted(glob.glob("headroom/report/**/*.py", recursive=True))
 PORTFOLIO_SAMPLES = expand(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS)
 
 
@@ -96,7 +98,7 @@ rule report:
         factorial=f"{R}/factorial.parquet",
         roofline=f"{R}/roofline.parquet",
         code=src(
-            "headroom/report/build.py",
+            *REPORT_CODE,
             "headroom/analysis/decision.py",
             "headroom/analysis/policies.py",
             "headroom/measure/noise.py",
