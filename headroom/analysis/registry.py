@@ -18,6 +18,7 @@ candidate. ``oracle`` needs the future: it is not in the registry; ``evaluate`` 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -194,6 +195,7 @@ class Clustered(KeyedPolicy):
             k,
             train.seed,
         )
+        self._plain = (self.mean.tolist(), self.std.tolist(), self.centroids.tolist())
         return best_per_key(self.keys(train.features), train.us, self.fallback)
 
     @property
@@ -201,8 +203,15 @@ class Clustered(KeyedPolicy):
         return len(self.centroids)
 
     def key(self, shape):
-        z = (np.array(_cluster_vector(shape)) - self.mean) / self.std
-        return int(np.argmin(((self.centroids - z) ** 2).sum(axis=1)))
+        # plain Python on one shape: numpy's per-call overhead would be most of a serving lookup's cost
+        mean, std, centroids = self._plain
+        z = [(x - m) / d for x, m, d in zip(_cluster_vector(shape), mean, std, strict=True)]
+        best, best_d = 0, math.inf
+        for i, c in enumerate(centroids):
+            dist = sum((a - b) * (a - b) for a, b in zip(z, c, strict=True))
+            if dist < best_d:
+                best, best_d = i, dist
+        return best
 
     def keys(self, features):
         z = (np.array([_cluster_vector(s) for s in rows_of(features)]) - self.mean) / self.std
@@ -220,14 +229,14 @@ class Random:
 
     def fit(self, train: Train) -> Random:
         self.candidates = tuple(train.candidates)
-        self._rng = np.random.default_rng(self.seed)
+        self._rng = random.Random(self.seed)  # a serving-time draw: Python's, cheaper per call than numpy's
         return self
 
     def draws(self, n: int, draws: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, len(self.candidates), size=(draws, n))
 
     def lookup(self, shape: Mapping) -> str:
-        return self.candidates[int(self._rng.integers(len(self.candidates)))]
+        return self.candidates[self._rng.randrange(len(self.candidates))]
 
 
 REGISTRY = {
