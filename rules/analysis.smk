@@ -2,6 +2,10 @@
 # on chronological splits and the policy x fusion factorial, the roofline model, the decision rule and
 # the report. Every rule here reads results/*.parquet only; no GPU.
 PORTFOLIO_RUNS = expand(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS)
+# the policy registry and the cross-run estimators every analysis rule that scores policies runs
+ANALYSIS_CODE = [f"headroom/analysis/{m}.py" for m in ("registry", "costs", "crossrun", "policies")]
+# the report's assembly, its model and one module per section
+REPORT_CODE = sorted(glob.glob("headroom/report/**/*.py", recursive=True))
 PORTFOLIO_SAMPLES = expand(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS)
 
 
@@ -10,7 +14,7 @@ rule policies:
         trace=f"{R}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
         lifecycle=f"{R}/lifecycle.parquet",
-        code=src("headroom/analysis/policies.py", "scripts/policies.py"),
+        code=src(*ANALYSIS_CODE, "scripts/policies.py"),
     output:
         policy_eval=artifact(f"{R}/policy_eval.parquet"),
         factorial=artifact(f"{R}/factorial.parquet"),
@@ -51,10 +55,17 @@ rule roofline:
 
 rule decision:
     input:
-        policy_eval=f"{R}/policy_eval.parquet",
+        trace=f"{R}/trace.parquet",
+        portfolio=PORTFOLIO_RUNS,
+        lifecycle=f"{R}/lifecycle.parquet",
         graph_sweep=f"{R}/graph_sweep.parquet",
         environment=f"{R}/environment.parquet",
-        code=src("headroom/analysis/decision.py", "headroom/analysis/policies.py", "scripts/decision.py"),
+        code=src(
+            *ANALYSIS_CODE,
+            "headroom/analysis/figures.py",
+            "headroom/analysis/decision.py",
+            "scripts/decision.py",
+        ),
     output:
         decision=artifact(f"{R}/decision.parquet"),
     log:
@@ -65,7 +76,8 @@ rule decision:
         "../envs/analysis.yaml"
     params:
         decision=STUDY["decision"],
-        confidence=STUDY["policies"].get("confidence", 0.95),
+        # the figures are fitted and scored as in `policies`, so they read its settings
+        policies=STUDY["policies"],
     script:
         "../scripts/decision.py"
 
@@ -86,7 +98,7 @@ rule report:
         factorial=f"{R}/factorial.parquet",
         roofline=f"{R}/roofline.parquet",
         code=src(
-            "headroom/report/build.py",
+            *REPORT_CODE,
             "headroom/analysis/decision.py",
             "headroom/analysis/policies.py",
             "headroom/measure/noise.py",

@@ -45,7 +45,13 @@ if not REPLAY:
             trace=f"{R}/trace.parquet",
             candidates=f"{R}/candidates.parquet",
             correctness=f"{R}/correctness.parquet",
-            code=src(*MEASURE_CODE, "headroom/measure/lifecycle.py", "scripts/lifecycle.py", *KERNEL_CODE),
+            code=src(
+                *MEASURE_CODE,
+                "headroom/analysis/registry.py",
+                "headroom/measure/lifecycle.py",
+                "scripts/lifecycle.py",
+                *KERNEL_CODE,
+            ),
         output:
             lifecycle=artifact(f"{R}/lifecycle.parquet"),
         log:
@@ -59,6 +65,8 @@ if not REPLAY:
         params:
             device=DEVICE,
             lifecycle=STUDY["lifecycle"],
+            # the dispatch timing fits the policies as the policies stage does
+            policies={k: STUDY["policies"][k] for k in ("train_fraction", "clusters", "seed")},
             rope_base=STUDY["partition"].get("rope_base", 10000.0),
         script:
             "../scripts/lifecycle.py"

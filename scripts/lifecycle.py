@@ -11,6 +11,7 @@ def main(stage):
         candidates,
         stage.params["lifecycle"],
         device=stage.device,
+        policies=stage.params["policies"],
         rope_base=float(stage.params["rope_base"]),
         log=stage.log,
     )

@@ -10,6 +10,7 @@ hand except the published L40S figures, which are the study note's (shared/seed)
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -25,10 +26,15 @@ from headroom.analysis.policies import DEPLOYABLE  # noqa: E402
 from headroom.core import artifacts  # noqa: E402
 
 STUDIES = {"default": "H200 default trace", "azure-conv": "H200 real trace (Azure conv)"}
+MODES = ("eager", "graph")
+UNIT = {
+    f: "x"
+    for f in ("fusion_speedup", "fusion_speedup_prefill", "fusion_speedup_decode", "fusion_speedup_sweep")
+}
 GPU_STAGES = ("environment", "correctness", "portfolio", "lifecycle", "graph_sweep", "calibrate")
 L40S = {
     "gap": "0.149–0.670%",
-    "policy": "0–0.305% / 0%",
+    "policy": "0–0.305% (unfused arm) / 0% (fused arm)",
     "eager_fusion": "2.280–3.333×",
     "graph_fusion": "1.024–1.059× (four regimes)",
     "launch_share": "54–82%",
@@ -38,12 +44,39 @@ L40S = {
 
 
 def rng(values, unit="%", digits=3) -> str:
+    """min–max of the finite values; signed ('-0.332 to +6.391%') when the range holds a negative."""
     v = pd.Series(values, dtype=float).dropna()
     if v.empty:
         return "n/a"
     lo, hi = v.min(), v.max()
+    if lo < 0:
+        f = f"{{:+.{digits}f}}"
+        return (
+            f"{f.format(lo)} to {f.format(hi)}{unit}" if f.format(lo) != f.format(hi) else f.format(lo) + unit
+        )
     f = f"{{:.{digits}f}}"
     return f"{f.format(lo)}–{f.format(hi)}{unit}" if f.format(lo) != f.format(hi) else f"{f.format(lo)}{unit}"
+
+
+def ci(est: float, lo: float, hi: float, unit: str = "%") -> str:
+    """'+7.33% [+2.99, +11.67]' for percentages, '0.882× [0.763, 1.002]' for speedups."""
+    if not math.isfinite(est):
+        return "n/a"
+    if unit == "%":
+        interval = f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo) and math.isfinite(hi) else " (no CI)"
+        return f"{est:+.2f}%{interval}"
+    interval = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else " (no CI)"
+    return f"{est:.3f}×{interval}"
+
+
+def moved(v1: pd.Series, v2: float, unit: str = "%") -> str:
+    """How the v2 estimate sits against the v1 runs: difference from their mean, and where it falls."""
+    v1 = pd.Series(v1, dtype=float).dropna()
+    if v1.empty or not math.isfinite(v2):
+        return "n/a"
+    where = "below" if v2 < v1.min() else "above" if v2 > v1.max() else "inside"
+    diff = f"{v2 - v1.mean():+.2f} pp" if unit == "%" else f"{v2 - v1.mean():+.3f}×"
+    return f"{diff} ({where} the v1 range)"
 
 
 class Study:
@@ -58,18 +91,57 @@ class Study:
             [artifacts.read(p) for p in sorted((self.results / "portfolio").glob("run-[0-9].parquet"))]
         )
 
-    # -- figures --------------------------------------------------------------------------------
+    # -- same-run (v1) figures, one value per run, from policy_eval ------------------------------
     def gap(self) -> dict[str, pd.Series]:
         pe = self.read("policy_eval.parquet")
         g = pe[(pe.policy == "global") & (pe.fusion == "free")]
-        return {m: g[g["mode"] == m]["gap_to_oracle_pct"] for m in ("eager", "graph")}
+        return {m: g[g["mode"] == m]["gap_to_oracle_pct"] for m in MODES}
 
     def best_policy(self, arm: str) -> dict[str, pd.Series]:
         pe = self.read("policy_eval.parquet")
         d = pe[pe.policy.isin(DEPLOYABLE) & (pe.fusion == arm)]
         best = d.groupby(["run", "mode"])["gain_vs_global_pct"].max().reset_index()
-        return {m: best[best["mode"] == m]["gain_vs_global_pct"] for m in ("eager", "graph")}
+        return {m: best[best["mode"] == m]["gain_vs_global_pct"] for m in MODES}
 
+    def same_run_net(self, mode: str, base: str) -> pd.Series:
+        """Per run: the best deployable policy x arm's net gain over ``base`` (global or phase-keyed,
+        free arm), chosen on test as v1 did: max over policies and arms of the test split's figure."""
+        pe = self.read("policy_eval.parquet")
+        pe = pe[(pe["mode"] == mode) & pe.fusion.isin(("off", "on", "free"))].copy()
+        pe["net_us"] = pe["test_us"] / pe["test_invocations"] + pe["cost_per_invocation_us"]
+        out = {}
+        for run, g in pe.groupby("run"):
+            ref = g[(g.policy == base) & (g.fusion == "free")]["net_us"].iloc[0]
+            best = g[g.policy.isin(DEPLOYABLE)]["net_us"].min()
+            out[run] = 100.0 * (ref - best) / ref
+        return pd.Series(out, dtype=float)
+
+    def same_run_phase_split(self, mode: str) -> pd.Series:
+        pe = self.read("policy_eval.parquet")
+        return pe[(pe["mode"] == mode) & (pe.policy == "phase-keyed") & (pe.fusion == "free")]["net_gain_pct"]
+
+    # -- cross-run (v2) figures, from decision.parquet -------------------------------------------
+    def figure(self, mode: str, name: str) -> pd.Series | None:
+        d = self.read("decision.parquet")
+        row = d[(d["mode"] == mode) & (d["figure"] == name)]
+        return row.iloc[0] if len(row) else None
+
+    def v2(self, mode: str, name: str) -> str:
+        r = self.figure(mode, name)
+        return "n/a" if r is None else ci(r["estimate"], r["ci_low"], r["ci_high"], UNIT.get(name, "%"))
+
+    def v2_per_mode(self, name: str, modes=MODES) -> str:
+        return "; ".join(f"{m} {self.v2(m, name)}" for m in modes)
+
+    def verdict(self) -> tuple[str, str]:
+        d = self.read("decision.parquet").iloc[0]
+        return str(d["verdict"]), str(d["reason"])
+
+    def mode_verdicts(self) -> str:
+        d = self.read("decision.parquet").drop_duplicates("mode")
+        return ", ".join(f"{m} {v}" for m, v in zip(d["mode"], d["mode_verdict"], strict=True))
+
+    # -- the sweep, roofline, correctness, volume ------------------------------------------------
     def sweep(self) -> pd.DataFrame:
         gs = self.read("graph_sweep.parquet")
         return gs[gs.status == "ok"]
@@ -113,16 +185,8 @@ class Study:
         p = self.portfolio()
         return int(p[p["mode"] == "eager"]["timed_calls"].sum()), int(p["timed_calls"].sum())
 
-    def decision_figure(self, name: str) -> tuple[str, str]:
-        d = self.read("decision.parquet").iloc[0]
-        return str(d[f"{name}_range"]), str(d[f"{name}_ci"])
-
     def admitted(self) -> int:
         return int(self.portfolio()["candidate"].nunique())
-
-    def verdict(self) -> tuple[str, str]:
-        d = self.read("decision.parquet").iloc[0]
-        return str(d["verdict"]), str(d["reason"])
 
     def wall_times(self, recorded: Path) -> tuple[dict[str, float], float]:
         bench = recorded / "benchmarks"
@@ -139,39 +203,67 @@ def per_mode(d: dict[str, pd.Series], unit="%") -> str:
 
 
 def build(studies: dict[str, Study]) -> str:
+    lines = _figure_table(studies)
+    for name, study in studies.items():
+        lines += _v1_v2_table(name, study)
+    lines += _narrative(studies)
+    lines += _wall_times(studies)
+    return "\n".join(lines)
+
+
+INTRO = [
+    "# Reproduction: the L40S study beside the H200 reference studies",
+    "",
+    "Generated by `python scripts/reproduction.py` from the replayed H200 reference data",
+    "(`data/reference/h200/<study>/`, hashes verified); do not edit by hand. L40S figures are the",
+    "published ones of the study note this project grew from. Two kinds of H200 figure stand side by side:",
+    "**v2 (cross-run)**, the decision's estimators (chosen on one run, scored on another, pooled over the",
+    "ordered pairs of runs; estimate [95% CI] from a jackknife over runs and a bootstrap over test",
+    "invocations), and **v1 (same-run)**, chosen and scored on the same run's test split, given as the",
+    "min–max over the three runs (or over shapes and regimes where the figure is per shape). v1 figures",
+    "are biased upward by the noise the choice sees (winner's curse); the tables per study show how far.",
+    "Eager and CUDA Graph modes apart.",
+]
+
+
+def _figure_table(studies: dict[str, Study]) -> list[str]:
     names = list(studies)
-    head = "| figure | L40S (published) | " + " | ".join(STUDIES.get(n, n) for n in names) + " |"
-    lines = [
-        "# Reproduction: the L40S study beside the H200 reference studies",
+    lines = INTRO + [
         "",
-        "Generated by `python scripts/reproduction.py` from the replayed H200 reference data",
-        "(`data/reference/h200/<study>/`, hashes verified); do not edit by hand. L40S figures are the",
-        "published ones of the study note this project grew from. Ranges are min–max over the three runs",
-        "(or over shapes and regimes where the figure is per shape), eager and CUDA Graph modes apart.",
-        "",
-        head,
+        "| figure | L40S (published) | " + " | ".join(STUDIES.get(n, n) for n in names) + " |",
         "| --- | --- | " + " | ".join("---" for _ in names) + " |",
     ]
 
     def row(label, l40s, fn):
         lines.append(f"| {label} | {l40s} | " + " | ".join(fn(studies[n]) for n in names) + " |")
 
-    row("verdict", "stop", lambda s: s.verdict()[0])
-    row("global-to-oracle gap (fusion free)", L40S["gap"], lambda s: per_mode(s.gap()))
-    row("best deployable policy gain, unfused arm", "0–0.305%", lambda s: per_mode(s.best_policy("off")))
-    row("best deployable policy gain, fused arm", "0%", lambda s: per_mode(s.best_policy("on")))
+    row("verdict (per mode)", "stop", lambda s: f"{s.verdict()[0]} ({s.mode_verdicts()})")
+    row("global-to-oracle gap, v2 cross-run (decided)", L40S["gap"], lambda s: s.v2_per_mode("gap_to_oracle"))
+    row("global-to-oracle gap, v1 same-run (fusion free)", L40S["gap"], lambda s: per_mode(s.gap()))
     row(
-        "best deployable net policy gain after lifecycle costs (decision figure, CI)",
+        "best deployable net gain over phase-keyed, v2 (decided)",
         "n/a",
-        lambda s: "{} {}".format(*s.decision_figure("policy_gain")),
+        lambda s: s.v2_per_mode("policy_gain"),
     )
-    row("eager same-tile fusion speedup", L40S["eager_fusion"], lambda s: rng(s.fusion_speedup("eager"), "×"))
+    row("phase-keyed net gain over global, v2", "n/a", lambda s: s.v2_per_mode("phase_split_gain"))
+    row("best deployable policy gain, unfused arm, v1", "0–0.305%", lambda s: per_mode(s.best_policy("off")))
+    row("best deployable policy gain, fused arm, v1", "0%", lambda s: per_mode(s.best_policy("on")))
     row(
-        "graph-replay fusion speedup, all regimes",
+        "trace-weighted graph-mode fusion speedup, v2 (decided)",
+        "n/a",
+        lambda s: s.v2("graph", "fusion_speedup"),
+    )
+    row(
+        "eager same-tile fusion speedup (sweep)",
+        L40S["eager_fusion"],
+        lambda s: rng(s.fusion_speedup("eager"), "×"),
+    )
+    row(
+        "graph-replay fusion speedup, all regimes (sweep)",
         "1.024–1.059×",
         lambda s: rng(s.fusion_speedup("graph"), "×"),
     )
-    row("graph-replay fusion speedup per regime", L40S["graph_fusion"], lambda s: s.graph_by_regime())
+    row("graph-replay fusion speedup per regime (sweep)", L40S["graph_fusion"], lambda s: s.graph_by_regime())
     row(
         "fusion saving from launch elimination, model (roofline, eager)",
         L40S["launch_share"],
@@ -184,74 +276,174 @@ def build(studies: dict[str, Study]) -> str:
     )
     row("correctness checks passed", L40S["checks"], lambda s: s.checks())
     row("timed calls (eager / all modes)", L40S["calls"], lambda s: "{:,} / {:,}".format(*s.calls()))
+    return lines
 
-    lines += ["", "## What agrees, what differs, and why", ""]
+
+# (label, L40S figure, v1 values per run, v2 figure name, unit); v1 functions take (study, mode)
+V1_V2 = (
+    ("global-to-oracle gap (decided)", L40S["gap"], lambda s, m: s.gap()[m], "gap_to_oracle", "%"),
+    (
+        "best deployable net gain over phase-keyed (decided)",
+        "n/a",
+        lambda s, m: s.same_run_net(m, "phase-keyed"),
+        "policy_gain",
+        "%",
+    ),
+    (
+        "best deployable net gain over global",
+        L40S["policy"],
+        lambda s, m: s.same_run_net(m, "global"),
+        "policy_gain_vs_global",
+        "%",
+    ),
+    (
+        "phase-keyed net gain over global",
+        "n/a",
+        lambda s, m: s.same_run_phase_split(m),
+        "phase_split_gain",
+        "%",
+    ),
+    (
+        "fusion speedup (v1: sweep; v2: trace-weighted)",
+        {"eager": L40S["eager_fusion"], "graph": L40S["graph_fusion"]},
+        lambda s, m: s.fusion_speedup(m),
+        "fusion_speedup",
+        "x",
+    ),
+)  # fmt: skip  (one row of the table per entry)
+
+
+def _v1_v2_table(name: str, study: Study) -> list[str]:
+    lines = [
+        "",
+        f"## v1 (same-run) and v2 (cross-run): {STUDIES.get(name, name)}",
+        "",
+        "v1: chosen and scored on each run's test split (the best deployable policy x arm picked on test), "
+        "min–max over runs; the v1 fusion figure is the graph sweep's (two fixed shapes, four regimes). "
+        "v2: the decision's figure (the best deployable policy x arm picked on a validation slice inside "
+        "train; fusion on the study's own trace). Moved: v2 minus the mean of the v1 runs. The fusion "
+        "speedup is decided in graph mode only.",
+        "",
+        "| figure | mode | L40S (published) | v1 same-run | v2 cross-run [95% CI] | moved |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, l40s, v1_of, fig, unit in V1_V2:
+        for mode in MODES:
+            r = study.figure(mode, fig)
+            v1 = v1_of(study, mode)
+            v2 = float(r["estimate"]) if r is not None else float("nan")
+            shown_unit = "×" if unit == "x" else "%"
+            lines.append(
+                f"| {label} | {mode} | {l40s[mode] if isinstance(l40s, dict) else l40s} | "
+                f"{rng(v1, shown_unit)} | {study.v2(mode, fig)} | {moved(v1, v2, unit)} |"
+            )
+    lines.append(f"| verdict | eager, graph | stop | — | {study.mode_verdicts()} | |")
+    return lines
+
+
+def _narrative(studies: dict[str, Study]) -> list[str]:
+    names = list(studies)
     d = studies[names[0]]
-    gap_graph = d.gap()["graph"]
-    gap_eager = d.gap()["eager"]
-    lines.append(
+    lines = ["", "## What agrees, what differs, and why", ""]
+    lines += [
+        _gap_text(d),
+        "",
+        _policy_text(d),
+        "",
+        _fusion_text(d),
+        "",
+        _launch_text(d),
+        "",
+        _volume_text(d),
+    ]
+    if len(names) > 1:
+        r = studies[names[1]]
+        lines += [
+            "",
+            f"**The real trace.** On the Azure conversation trace the verdict is `{r.verdict()[0]}` "
+            f"({r.mode_verdicts()}): cross-run gap {r.v2_per_mode('gap_to_oracle')}; best deployable "
+            f"net gain over phase-keyed {r.v2_per_mode('policy_gain')}; phase-keyed over global "
+            f"{r.v2_per_mode('phase_split_gain')}; trace-weighted graph fusion "
+            f"{r.v2('graph', 'fusion_speedup')} (sweep {rng(r.fusion_speedup('graph'), '×')}). A real "
+            "trace changes the shape mix (many decode batch sizes, most test keys unseen in train: "
+            "`headroom trace describe`), so exact-key dispatch falls back to global more often. Of the "
+            f"graph-mode gap, the phase split accounts for {r.v2('graph', 'made_of_phase_split')} and the "
+            f"tile choice within a phase for {r.v2('graph', 'made_of_tile_within_phase')}.",
+        ]
+    return lines
+
+
+def _gap_text(d: Study) -> str:
+    gap_graph = d.figure("graph", "gap_to_oracle")
+    graph_v2 = d.v2("graph", "gap_to_oracle")
+    phase, tile = d.v2("graph", "made_of_phase_split"), d.v2("graph", "made_of_tile_within_phase")
+    agrees = gap_graph is None or gap_graph["ci_low"] <= 0.670
+    return (
         "**Global-to-oracle gap.** "
-        + (
-            f"Differs: on the H200 the global kernel is {rng(gap_graph)} from the oracle under graph replay "
-            f"and {rng(gap_eager)} eager, against 0.149–0.670% on the L40S. "
-            if gap_graph.min() > 0.670
-            else f"Agrees: {rng(gap_graph)} under graph replay. "
-        )
-        + "The graph-mode gap comes from the fusion choice, not the tile: in the unfused arm alone the "
-        f"gap is {rng(_arm_gap(d, 'off', 'graph'))} (the tile surface is as flat as on the L40S), in the "
-        f"fused arm {rng(_arm_gap(d, 'on', 'graph'))}, because our fused kernel re-rotates every K tile "
-        "for each query block (BENCHMARKS.md: fused prefill at S ≥ 2048 runs 1.4–1.5× the attention-only "
-        "time), so the best choice is fused for decode and short prefill but unfused for long prefill. "
-        "Eager gaps are wider and move from run to run: eager calls of a few µs of GPU work are bounded by "
-        "the host's launch cost (~85 µs per call, BENCHMARKS.md), whose jitter is what the oracle exploits."
+        + (f"Agrees: {graph_v2} under graph replay. " if agrees else
+           f"Differs: on the H200 the global kernel is {graph_v2} from the oracle under graph replay "
+           "(cross-run), against 0.149–0.670% on the L40S. ")
+        + f"Of that, the phase split (one candidate for prefill, one for decode) accounts for {phase} of "
+        f"the oracle's latency and the tile choice within a phase for {tile}: in the unfused arm alone the "
+        f"same-run gap is {rng(_arm_gap(d, 'off', 'graph'))} (the tile surface is as flat as on the L40S), "
+        f"in the fused arm {rng(_arm_gap(d, 'on', 'graph'))}, because our fused kernel re-rotates every K "
+        "tile for each query block (BENCHMARKS.md: fused prefill at S ≥ 2048 runs 1.4–1.5× the "
+        "attention-only time), so the best choice is fused for decode and unfused for prefill. Eager: "
+        f"same-run (v1) {rng(d.gap()['eager'])}, but cross-run {d.v2('eager', 'gap_to_oracle')}; eager "
+        "calls of a few µs of GPU work are bounded by the host's launch cost (~85 µs per call, "
+        "BENCHMARKS.md), and the v1 gap was that jitter, which an oracle choosing on the numbers it is "
+        "scored on exploits."
+    )  # fmt: skip
+
+
+def _policy_text(d: Study) -> str:
+    return (
+        "**Best deployable policy gain.** v1 (same-run, picked on test): unfused arm "
+        f"{per_mode(d.best_policy('off'))}; fused arm {per_mode(d.best_policy('on'))}. v2, the decided "
+        f"figure, is the net gain over the phase-keyed two-kernel rule: {d.v2_per_mode('policy_gain')}; "
+        f"phase-keyed itself gains {d.v2_per_mode('phase_split_gain')} over the global kernel. So the "
+        "fused arm's v1 gain, which looked like tile headroom, is the phase split: beyond it no deployable "
+        "policy pays under graph replay, as on the L40S. The policy × fusion factorial (report) keeps the fusion effect from "
+        "being credited to dispatch."
     )
-    lines.append("")
-    lines.append(
-        "**Best deployable policy gain.** "
-        f"Unfused arm: {per_mode(d.best_policy('off'))}; fused arm: {per_mode(d.best_policy('on'))}. "
-        "In the unfused arm this agrees with the L40S (no tile headroom under graph replay); the fused "
-        "arm differs because the fused kernel's cost depends on the tile (block_m sets how often K is "
-        "re-rotated). The policy × fusion factorial (report) keeps this fusion effect from being credited "
-        "to dispatch."
-    )
-    lines.append("")
-    lines.append(
-        "**Eager vs graph fusion speedup.** "
-        f"Eager {rng(d.fusion_speedup('eager'), '×')} against 2.280–3.333× on the L40S; under graph replay "
+
+
+def _fusion_text(d: Study) -> str:
+    return (
+        "**Eager vs graph fusion speedup.** In the sweep: eager "
+        f"{rng(d.fusion_speedup('eager'), '×')} against 2.280–3.333× on the L40S; under graph replay "
         f"{rng(d.fusion_speedup('graph'), '×')} against 1.024–1.059×. Agrees in shape: most of the eager "
-        "fusion win is a launch removed, and graph replay takes most of it away. Differs in size: on the "
-        f"H200 a graph-mode margin of {rng((d.fusion_speedup('graph') - 1) * 100, '%', 0)} remains, because "
-        "the standalone RoPE kernel's extra read and "
-        "write of q and k is a larger share of a short, bandwidth-bound call on a GPU with 4.8 TB/s HBM and "
-        "a 60 MiB L2 than on the L40S."
+        "fusion win is a launch removed, and graph replay takes most of it away. On the study's own "
+        f"trace (v2, decided) the best unfused global kernel's latency over the best fused one's (graph mode) is "
+        f"{d.v2('graph', 'fusion_speedup')}: fused wins decodes ({d.v2('graph', 'fusion_speedup_decode')}) "
+        f"and loses prefills ({d.v2('graph', 'fusion_speedup_prefill')}), which is why the fusion choice "
+        "belongs to the phase split rather than to one global kernel."
     )
-    lines.append("")
-    lines.append(
+
+
+def _launch_text(d: Study) -> str:
+    return (
         "**Launch elimination's share of the fusion saving.** "
         f"The roofline model attributes {rng(d.model_launch_share(), '%', 1)} of the predicted eager saving "
         f"to launches (L40S: 54–82%); measured, graph replay removes {rng(d.measured_launch_share(), '%', 1)} "
         "of the eager saving in the working-set sweep. Both say what the L40S study said: the fusion "
         "benefit is mostly launch overhead, the component CUDA Graphs amortize."
     )
-    lines.append("")
-    lines.append(
+
+
+def _volume_text(d: Study) -> str:
+    return (
         f"**Correctness and volume.** {d.checks()}. The L40S ran 60 of 60 per run on ten Triton "
         "candidates; here the native torch SDPA backends join the gate, and a backend that has no kernel "
         "for GQA shapes (`efficient` with `enable_gqa=True`) fails every check and is excluded, as the gate "
         "intends. Timed calls: {:,} eager (L40S 403,200 for ten candidates; {} admitted here), "
         "{:,} with graph replay.".format(d.calls()[0], d.admitted(), d.calls()[1])
     )
-    if len(names) > 1:
-        r = studies[names[1]]
-        lines += [
-            "",
-            f"**The real trace.** On the Azure conversation trace the verdict is `{r.verdict()[0]}`: gap "
-            f"{per_mode(r.gap())}; best unfused policy {per_mode(r.best_policy('off'))}; graph fusion "
-            f"{rng(r.fusion_speedup('graph'), '×')}. A real trace changes the shape mix (many decode batch "
-            "sizes, most test keys unseen in train: `headroom trace describe`), so exact-key dispatch "
-            "falls back to global more often and bucketed or clustered policies carry the gain.",
-        ]
-    lines += [
+
+
+def _wall_times(studies: dict[str, Study]) -> list[str]:
+    names = list(studies)
+    lines = [
         "",
         "## Wall time of the H200 runs",
         "",
@@ -274,7 +466,7 @@ def build(studies: dict[str, Study]) -> str:
         + ". (The analysis stages in this table ran on the GPU host too; replay reruns them on any CPU.)",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _arm_gap(study: Study, arm: str, mode: str) -> pd.Series:

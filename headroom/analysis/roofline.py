@@ -313,19 +313,7 @@ def predict(
     ``traffic_saved_us`` (difference of max(compute, memory)) and ``launches_saved_us``.
     Native candidates (``backend`` other than 'triton') have no tile of ours to model: left out.
     """
-    for name, df, cols in (
-        (
-            "trace",
-            trace,
-            ("phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key"),
-        ),
-        ("candidates", candidates, ("candidate", "tile", "block_m", "block_n", "fused")),
-    ):
-        if not isinstance(df, pd.DataFrame):
-            raise ValueError(f"{name} must be a pandas DataFrame")
-        missing = [c for c in cols if c not in df.columns]
-        if missing:
-            raise ValueError(f"{name}: missing column(s) {missing}")
+    _check_predict_inputs(trace, candidates)
     if "backend" in candidates.columns:
         candidates = candidates[candidates["backend"].fillna("triton") == "triton"]
     if l2_bytes is not None and not (float(l2_bytes) > 0):
@@ -334,10 +322,7 @@ def predict(
     # one reason for every row without a prediction: which constants are missing overall, and why
     uncalibrated = _missing_reason([c for c in CONSTANTS if c not in consts], reasons)
     shapes = trace.drop_duplicates("shape_key").sort_values("shape_key")
-    competing = {}
-    if timings is not None and "working_set_bytes" in timings.columns:
-        t = timings if "mode" in timings.columns else timings.assign(mode="eager")
-        competing = t.groupby(["shape_key", "mode"])["working_set_bytes"].median().to_dict()
+    competing = _competing_working_sets(timings)
     rows = []
     for _, shape in shapes.iterrows():
         for _, cand in candidates.iterrows():
@@ -345,25 +330,6 @@ def predict(
             for mode in MODES:
                 t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, cold=cold,
                             working_set_bytes=competing.get((str(shape["shape_key"]), mode)), sm_count=sm_count)  # fmt: skip
-                launch_key = f"launch_{mode}_us"
-                need = [
-                    "matmul_flops_per_s",
-                    launch_key,
-                    "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s",
-                ]
-                if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:
-                    need.append("l2_bytes_per_s")
-                lacking = [k for k in need if k not in consts]
-                if lacking:
-                    compute_us = memory_us = launch_us = predicted = float("nan")
-                    status, reason = "skipped", uncalibrated
-                else:
-                    compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
-                    memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
-                    memory_us += t["l2_traffic_bytes"] / consts.get("l2_bytes_per_s", math.inf) * 1e6
-                    launch_us = t["launches"] * consts[launch_key]
-                    predicted = max(compute_us, memory_us) + launch_us
-                    status, reason = "ok", ""
                 rows.append(
                     {
                         "candidate": str(cand["candidate"]),
@@ -374,18 +340,69 @@ def predict(
                         "mode": mode,
                         **t,
                         "l2_bytes": float(l2_bytes) if l2_bytes is not None else float("nan"),
-                        "compute_us": compute_us,
-                        "memory_us": memory_us,
-                        "launch_us": launch_us,
-                        "predicted_us": predicted,
-                        "status": status,
-                        "reason": reason,
+                        **_prediction(t, mode, consts, uncalibrated),
                     }
                 )
     out = pd.DataFrame(rows)
     out = out.merge(measured_latency(timings), on=["candidate", "shape_key", "mode"], how="left")
     out["measured_over_predicted"] = out["measured_us"] / out["predicted_us"]
     return _fusion_split(out)
+
+
+def _check_predict_inputs(trace: pd.DataFrame, candidates: pd.DataFrame) -> None:
+    for name, df, cols in (
+        ("trace", trace, TRACE_SHAPE_COLUMNS),
+        ("candidates", candidates, ("candidate", "tile", "block_m", "block_n", "fused")),
+    ):
+        if not isinstance(df, pd.DataFrame):
+            raise ValueError(f"{name} must be a pandas DataFrame")
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise ValueError(f"{name}: missing column(s) {missing}")
+
+
+TRACE_SHAPE_COLUMNS = (
+    "phase",
+    "batch",
+    "q_len",
+    "kv_len",
+    "heads_q",
+    "heads_kv",
+    "head_dim",
+    "dtype",
+    "shape_key",
+)
+
+
+def _competing_working_sets(timings: pd.DataFrame | None) -> dict:
+    """(shape_key, mode) -> median working set the portfolio timed it with (its L2 competition)."""
+    if timings is None or "working_set_bytes" not in timings.columns:
+        return {}
+    t = timings if "mode" in timings.columns else timings.assign(mode="eager")
+    return t.groupby(["shape_key", "mode"])["working_set_bytes"].median().to_dict()
+
+
+def _prediction(t: dict, mode: str, consts: dict, uncalibrated: str) -> dict:
+    """compute, memory and launch terms of one row and their sum; skipped when a constant it needs
+    (matmul rate, the mode's launch cost, the bandwidth of where its bytes live) is not calibrated."""
+    launch_key = f"launch_{mode}_us"
+    need = [
+        "matmul_flops_per_s",
+        launch_key,
+        "l2_bytes_per_s" if t["residency"] == "l2" else "hbm_bytes_per_s",
+    ]
+    if t["l2_traffic_bytes"] and "l2_bytes_per_s" not in need:
+        need.append("l2_bytes_per_s")
+    if any(k not in consts for k in need):
+        nan = float("nan")
+        return {"compute_us": nan, "memory_us": nan, "launch_us": nan, "predicted_us": nan,
+                "status": "skipped", "reason": uncalibrated}  # fmt: skip
+    compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
+    memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
+    memory_us += t["l2_traffic_bytes"] / consts.get("l2_bytes_per_s", math.inf) * 1e6
+    launch_us = t["launches"] * consts[launch_key]
+    return {"compute_us": compute_us, "memory_us": memory_us, "launch_us": launch_us,
+            "predicted_us": max(compute_us, memory_us) + launch_us, "status": "ok", "reason": ""}  # fmt: skip
 
 
 def _fusion_split(df: pd.DataFrame) -> pd.DataFrame:

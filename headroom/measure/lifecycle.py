@@ -7,11 +7,11 @@
   call added files to the cache, that shape triggered a new specialization, and its compile time is
   first-call minus second-call seconds. ``compile_workers`` children run side by side.
 - cache: bytes the candidate's compiled kernels (and their launchers) occupy in that cache dir.
-- dispatch: ns per lookup of each policy's serving-time mechanism over the trace's shapes, net of
-  calling a function that does nothing (clipped at 0): global (a constant), exact-key and
-  regret-aware (a dict on the exact shape), bucketed (power-of-two bucket label, then a dict),
-  clustered (nearest of ``dispatch_clusters`` centroids in log2 feature space, then a table).
-  These are the mechanisms as plain Python, computed on every call: an upper bound, since a
+- dispatch: ns per ``lookup(shape)`` of each policy of the registry (``headroom.analysis.registry``),
+  fitted as the ``policies`` stage fits the policy it scores (on the trace's train part, with
+  config ``policies``' train_fraction, clusters and seed), asked for the test part's shapes, net of
+  calling a function that does nothing (clipped at 0). So the dispatch cost charged to a policy is
+  the cost of the very object that is scored; computed on every call, it is an upper bound, since a
   server that memoizes the answer per exact shape pays the exact-key figure after first sight.
 - switch: on a few invocations, per-call time of an A,B,A,B,... sequence minus the mean of A,A,...
   and B,B,... medians, in eager and (with CUDA) graph mode.
@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.analysis import registry
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
@@ -62,7 +63,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS: dict[str, Any] = {
     "dispatch_lookups": 200_000,  # lookups per timing of one policy's lookup
     "dispatch_repeats": 3,  # timings per policy; the median is reported
-    "dispatch_clusters": 4,  # centroids of the clustered lookup (as policies.clusters)
     "switch_reps": 100,  # timed calls per sequence (A,A.. / B,B.. / A,B,A,B..)
     "switch_invocations": 4,  # trace invocations, evenly spaced, the switch is measured on
     "switch_pairs": 2,  # seeded candidate pairs (different tiles) per invocation
@@ -74,7 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
 }
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
-DISPATCH_POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware")
+DISPATCH_POLICIES = tuple(registry.REGISTRY)  # every policy the analysis scores, oracle aside
 COLUMNS = [
     "kind", "candidate", "candidate_b", "policy", "mode", "invocation", "shape_key", "value", "unit",
     "compile_s", "cache_bytes", "specializations", "specialization_s", "toolchain_s", "first_call_s",
@@ -86,8 +86,7 @@ COLUMNS = [
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     cfg = stage_settings.merge("lifecycle", DEFAULTS, section)
     stage_settings.require_ints("lifecycle", cfg, (
-        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
-        ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
+        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("switch_reps", 1), ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
         ("compile_workers", 1), ("compile_timeout_s", 1), ("plan_reps", 1), ("seed", 0)))  # fmt: skip
     return cfg
 
@@ -103,67 +102,39 @@ def _row(kind: str, **fields: Any) -> dict[str, Any]:
 # -- dispatch -------------------------------------------------------------------------------------
 
 
-def _shape(row: Any) -> tuple:
-    return (
-        row.phase,
-        int(row.batch),
-        int(row.q_len),
-        int(row.kv_len),
-        int(row.heads_q),
-        int(row.heads_kv),
-        int(row.head_dim),
-    )
+def fitted_policies(
+    trace: pd.DataFrame, candidates: list[str], *, train_fraction: float, clusters: int, seed: int
+) -> dict[str, Any]:
+    """Every registry policy, fitted as the ``policies`` stage fits the one it scores: on the trace's
+    train part (its first floor(n * train_fraction) invocations), with the same k-means settings.
 
-
-def _pow2(x: int) -> int:
-    return 1 << (max(x, 1) - 1).bit_length()
-
-
-def lookups(trace: pd.DataFrame, candidates: list[str], clusters: int, seed: int) -> dict[str, Callable]:
-    """Serving-time lookup functions, one per policy, each mapping a shape tuple
-    (phase, batch, q_len, kv_len, heads_q, heads_kv, head_dim) to a candidate id. The tables are
-    filled with seeded arbitrary candidates: the cost of a lookup does not depend on the answer."""
+    No latencies exist when this stage runs (it runs beside the portfolio), so the train matrix holds
+    seeded synthetic latencies: what a lookup costs depends on its mechanism, the keys seen in train
+    and the centroids fitted on the train shapes, not on which candidate a key maps to."""
     if not candidates:
         raise ValueError("candidates must not be empty")
+    if not 0.0 < float(train_fraction) < 1.0:
+        raise ValueError(f"policies.train_fraction must be in (0, 1), got {train_fraction!r}")
+    ordered = trace.sort_values("invocation").reset_index(drop=True)
+    n_train = max(1, math.floor(len(ordered) * float(train_fraction)))
     rng = np.random.default_rng(seed)
-    shapes = sorted({_shape(r) for r in trace.itertuples(index=False)})
-    pick = lambda: candidates[int(rng.integers(len(candidates)))]  # noqa: E731
-    default = candidates[0]
-    exact = {s: pick() for s in shapes}
-    regret = {s: pick() for s in shapes}
+    us = rng.lognormal(0.0, 0.1, size=(n_train, len(candidates)))
+    train = registry.Train(ordered.iloc[:n_train], us, tuple(candidates), clusters=clusters, seed=seed)
+    fitted = {}
+    for name in DISPATCH_POLICIES:
+        policy = registry.make(name)
+        if name == "random":
+            policy.seed = seed
+        fitted[name] = policy.fit(train)
+    return fitted
 
-    def bucket_label(s: tuple) -> str:
-        return f"{s[0]}|q{_pow2(s[2])}|kv{_pow2(s[3])}|b{_pow2(s[1])}"
 
-    buckets = {bucket_label(s): pick() for s in shapes}
-    feats = np.array([[math.log2(max(v, 1)) for v in s[1:]] + [float(s[0] == "prefill")] for s in shapes])
-    mean, std = feats.mean(axis=0), feats.std(axis=0)
-    std[std == 0] = 1.0
-    k = max(1, min(clusters, len(shapes)))
-    centroids = [tuple(c) for c in ((feats[rng.choice(len(shapes), k, replace=False)] - mean) / std)]
-    labels = [pick() for _ in range(k)]
-    mean_t, std_t = tuple(mean), tuple(std)
-    log2 = math.log2
-
-    def clustered(s: tuple) -> str:
-        x = [(log2(max(v, 1)) - m) / d for v, m, d in zip(s[1:], mean_t, std_t, strict=False)]
-        x.append((float(s[0] == "prefill") - mean_t[-1]) / std_t[-1])
-        best, best_d = 0, math.inf
-        for i, c in enumerate(centroids):
-            d = 0.0
-            for a, b in zip(x, c, strict=True):
-                d += (a - b) * (a - b)
-            if d < best_d:
-                best, best_d = i, d
-        return labels[best]
-
-    return {
-        "global": lambda s: default,
-        "exact-key": lambda s: exact.get(s, default),
-        "bucketed": lambda s: buckets.get(bucket_label(s), default),
-        "clustered": clustered,
-        "regret-aware": lambda s: regret.get(s, default),
-    }
+def lookup_shapes(trace: pd.DataFrame, train_fraction: float) -> list[dict]:
+    """The test part's shapes in trace order (what the scored policies are asked), as lookup() takes them."""
+    ordered = trace.sort_values("invocation").reset_index(drop=True)
+    n_train = max(1, math.floor(len(ordered) * float(train_fraction)))
+    rows = ordered.iloc[n_train:] if n_train < len(ordered) else ordered
+    return rows.to_dict("records")
 
 
 def _loop_ns(fn: Callable, keys: list) -> int:
@@ -173,10 +144,16 @@ def _loop_ns(fn: Callable, keys: list) -> int:
     return time.perf_counter_ns() - t0
 
 
-def dispatch_rows(trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any], device: str) -> list[dict]:
-    """ns per lookup of each policy (median of ``dispatch_repeats`` loops of ``dispatch_lookups``)."""
-    fns = lookups(trace, candidates, cfg["dispatch_clusters"], cfg["seed"])
-    shapes = [_shape(r) for r in trace.sort_values("invocation").itertuples(index=False)]
+def dispatch_rows(
+    trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any], device: str, fit: dict[str, Any]
+) -> list[dict]:
+    """ns per lookup of each fitted policy (median of ``dispatch_repeats`` loops of ``dispatch_lookups``
+    over the test part's shapes); ``fit``: train_fraction, clusters and seed of config ``policies``."""
+    fitted = fitted_policies(
+        trace, candidates, train_fraction=fit["train_fraction"], clusters=fit["clusters"], seed=fit["seed"]
+    )
+    fns = {name: policy.lookup for name, policy in fitted.items()}
+    shapes = lookup_shapes(trace, fit["train_fraction"])
     n = cfg["dispatch_lookups"]
     keys = (shapes * math.ceil(n / len(shapes)))[:n]
     nothing = lambda s: s  # noqa: E731
@@ -439,10 +416,12 @@ def run(
     section: dict[str, Any],
     *,
     device: str,
+    policies: dict[str, Any],
     rope_base: float = 10000.0,
     log: logging.Logger | None = None,
 ) -> pd.DataFrame:
-    """All lifecycle rows for the admitted ``candidates`` on ``trace`` (see the module docstring)."""
+    """All lifecycle rows for the admitted ``candidates`` on ``trace`` (see the module docstring);
+    ``policies``: train_fraction, clusters and seed of config ``policies`` (the dispatch fits)."""
     log = log or logging.getLogger("headroom.measure.lifecycle")
     cfg = settings(section)
     if device not in ("cuda", "interpret"):
@@ -450,10 +429,15 @@ def run(
     portfolio.check_trace(trace)
     if candidates.empty:
         raise ValueError("no admitted candidates: every candidate failed correctness")
+    missing = sorted({"train_fraction", "clusters", "seed"} - set(policies))
+    if missing:
+        raise ValueError(
+            f"policies: missing key(s) {missing}; the dispatch timing fits as the policies stage does"
+        )
     rows: list[dict] = []
     for name, step in (
         ("compile", lambda: compile_rows(trace, candidates, cfg, device, rope_base, log)),
-        ("dispatch", lambda: dispatch_rows(trace, sorted(candidates["candidate"]), cfg, device)),
+        ("dispatch", lambda: dispatch_rows(trace, sorted(candidates["candidate"]), cfg, device, policies)),
         ("switch", lambda: switch_rows(trace, candidates, cfg, device, rope_base, timing.l2_bytes(), log)),
         ("plan", lambda: plan_rows(trace, candidates, cfg, device, rope_base, log)),
     ):

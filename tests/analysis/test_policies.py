@@ -23,7 +23,7 @@ def test_flat_surface_every_policy_equals_global():
     pe = policies.evaluate(tr, S.timings(tr, S.flat), **FAST)
     assert set(pe.policy) == set(policies.POLICIES)
     assert set(pe.fusion) == {"off", "on", "free"}
-    assert len(pe) == 3 * 7 * 3  # runs x policies x arms
+    assert len(pe) == 3 * 8 * 3  # runs x policies (seven + phase-keyed) x arms
     assert np.allclose(pe.gain_vs_global_pct, 0.0, atol=1e-12)
     assert np.allclose(pe.gap_to_oracle_pct, 0.0, atol=1e-12)
     assert np.allclose(pe[["ci_low", "ci_high"]].to_numpy(), 0.0, atol=1e-12)
@@ -161,6 +161,33 @@ def test_factorial_separates_policy_and_fusion_and_their_interaction():
     assert fac.policy_gain_pct == pytest.approx(0.0, abs=1e-12)
     assert fac.fusion_gain_pct == pytest.approx(10.0)
     assert fac.interaction_pct == pytest.approx(100 * (a - d) / a - 10.0)
+
+
+def test_factorial_chooses_its_policy_on_validation_never_on_test():
+    def lat(key, tile, fused, run, mode, inv):
+        return S.BASE_US[key] * (1.0 + 0.05 * (tile > 0)) * (1.0 + 0.01 * ((inv * 7 + tile) % 3))
+
+    tr = S.trace("ABCD" * 6)
+    pe = policies.evaluate(tr, S.timings(tr, lat), **FAST)
+    # the column is the decision's: each run's selected policy x arm has the best validation figure
+    for _, g in pe.groupby(["run", "mode"]):
+        sel = g[g.selected]
+        assert len(sel) == 1 and sel.policy.iloc[0] in policies.DEPLOYABLE
+        dep = g[g.policy.isin(policies.DEPLOYABLE) & g.fusion.isin(("off", "on", "free"))]
+        assert sel.validation_net_gain_vs_phase_pct.iloc[0] == dep.validation_net_gain_vs_phase_pct.max()
+    # a policy that wins on test but not on validation is not chosen; the validation winner is
+    rigged = pe.copy()
+    on_test, on_validation = "exact-key", "clustered"
+    rigged.loc[rigged.policy == on_test, "gain_vs_global_pct"] = 50.0
+    rigged.loc[rigged.policy == on_test, "validation_net_gain_vs_phase_pct"] = -5.0
+    rigged.loc[rigged.policy == on_validation, "validation_net_gain_vs_phase_pct"] = 5.0
+    fac = policies.factorial(rigged)
+    assert (fac.policy == on_validation).all()
+    row = fac.iloc[0]
+    cell = rigged[(rigged.run == row.run) & (rigged["mode"] == row["mode"])].set_index(["policy", "fusion"])
+    assert row.policy_unfused_us == cell.loc[(on_validation, "off"), "test_us"]
+    with pytest.raises(ValueError, match="validation_net_gain_vs_phase_pct"):
+        policies.factorial(pe.drop(columns="validation_net_gain_vs_phase_pct"))
 
 
 def test_modes_are_evaluated_separately():

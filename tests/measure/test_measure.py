@@ -214,7 +214,7 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     cands = tiny_candidates()
     cfg = {"dispatch_lookups": 2000, "dispatch_repeats": 3, "switch_reps": 2, "switch_invocations": 1,
            "switch_pairs": 1, "warmup_reps": 0}  # fmt: skip
-    df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret")
+    df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret", policies=FIT)
     assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch", "plan"}
     plans = df[df["kind"] == "plan"]  # tiny_candidates are generation 1: no plans
     assert sorted(plans["candidate"]) == sorted(cands["candidate"]) and (plans["status"] == "skipped").all()
@@ -254,17 +254,40 @@ def test_plan_build_cost_per_generation_2_candidate_and_shape():
     assert len(native) == 1 and native.iloc[0]["status"] == "skipped"
 
 
-def test_dispatch_lookups_answer_with_candidates():
-    trace = tiny_trace()
-    fns = lifecycle.lookups(trace, ["a", "b", "c"], clusters=2, seed=0)
-    shapes = [lifecycle._shape(r) for r in trace.itertuples(index=False)]
-    for name, fn in fns.items():
-        assert all(fn(s) in {"a", "b", "c"} for s in shapes), name
-    assert fns["global"](shapes[0]) == fns["global"](shapes[2]) == "a"
+FIT = {"train_fraction": 0.5, "clusters": 2, "seed": 0}
+
+
+def test_dispatch_times_the_fitted_registry_policies():
+    from headroom.analysis import crossrun, registry
+
+    trace = pd.concat([tiny_trace()] * 4, ignore_index=True).assign(invocation=lambda t: range(len(t)))
+    names = ["a", "b", "c"]
+    fitted = lifecycle.fitted_policies(trace, names, **FIT)
+    assert set(fitted) == set(registry.REGISTRY) == set(lifecycle.DISPATCH_POLICIES)
+    shapes = lifecycle.lookup_shapes(trace, FIT["train_fraction"])
+    assert [s["invocation"] for s in shapes] == list(range(6, 12))  # the test part, in trace order
+    for name, policy in fitted.items():
+        assert all(policy.lookup(s) in names for s in shapes), name
+    # The clustered lookup is the analysis' own fit: the policies stage, fitting on the same train
+    # rows with the same settings, gets the same centroids (k-means sees shapes, not latencies).
+    opts = crossrun.Options(clusters=FIT["clusters"])
+    n_train, _ = crossrun.split(len(trace), FIT["train_fraction"], opts.validation_fraction)
+    us = np.random.default_rng(1).random((n_train, 3))
+    ours = registry.make("clustered").fit(registry.Train(trace.iloc[:n_train], us, tuple(names), clusters=2))
+    np.testing.assert_allclose(fitted["clustered"].centroids, ours.centroids)
+    test = trace.iloc[n_train:]
+    keyed = [fitted["clustered"].key(s) for s in shapes]
+    assert keyed == ours.keys(test)
+    # lookup and choose go through the same fitted table: the answer timed is the answer scored
+    for name in ("global", "phase-keyed", "exact-key", "bucketed", "clustered", "regret-aware"):
+        p = fitted[name]
+        assert [p.lookup(s) for s in shapes] == [names[i] for i in p.choose(test)], name
     # A nearest-centroid lookup is dearer than a constant one.
-    assert lifecycle._loop_ns(fns["clustered"], shapes * 500) > lifecycle._loop_ns(
-        fns["global"], shapes * 500
+    assert lifecycle._loop_ns(fitted["clustered"].lookup, shapes * 200) > lifecycle._loop_ns(
+        fitted["global"].lookup, shapes * 200
     )
+    with pytest.raises(ValueError, match="train_fraction"):
+        lifecycle.fitted_policies(trace, names, train_fraction=1.0, clusters=2, seed=0)
 
 
 def test_switch_plan_pairs_different_tiles():

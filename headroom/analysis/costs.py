@@ -1,0 +1,150 @@
+"""Lifecycle costs: what owning a portfolio costs, parsed from lifecycle.parquet, charged per invocation.
+
+The one place that knows the lifecycle.parquet layouts we accept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+_TIME_TO_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "µs": 1.0, "ns": 1e-3}
+_SIZE_TO_BYTES = {"bytes": 1.0, "b": 1.0, "kib": 1024.0, "mib": 1024.0**2}
+
+
+@dataclass(frozen=True)
+class LifecycleCosts:
+    """What owning a portfolio costs, in the units the policy figures need.
+
+    compile_s: cold compile seconds per candidate; cache_bytes: on-disk cache per candidate;
+    dispatch_us: per-lookup overhead per policy name; switch_us: penalty of running a different
+    candidate than the previous invocation did (median over all switch rows), switch_us_by_mode:
+    the same per mode when the rows carry one. Negative switch penalties (alternating faster than
+    repeating: noise) are charged as 0, so noise never pays for an adaptive policy.
+    """
+
+    compile_s: dict[str, float] = field(default_factory=dict)
+    cache_bytes: dict[str, float] = field(default_factory=dict)
+    dispatch_us: dict[str, float] = field(default_factory=dict)
+    switch_us: float = 0.0
+    switch_us_by_mode: dict[str, float] = field(default_factory=dict)
+    measured: bool = False
+
+    def switch_for(self, mode: str) -> float:
+        return self.switch_us_by_mode.get(mode, self.switch_us)
+
+    def dispatch_for(self, policy: str) -> tuple[float, str]:
+        """Dispatch µs for a policy and how it was obtained (unmeasured kinds take the dearest)."""
+        if policy in self.dispatch_us:
+            return self.dispatch_us[policy], "measured"
+        if not self.dispatch_us:
+            return 0.0, "not measured (0 charged)"
+        if policy == "global":
+            return 0.0, "not measured; global needs no lookup (0 charged)"
+        if policy == "phase-keyed":
+            # the baseline of the policy figure: charging it the dearest lookup would flatter the
+            # policies it is compared with, so it gets the cheapest (a phase test is cheaper still)
+            return min(self.dispatch_us.values()), "not measured; charged the cheapest measured lookup"
+        dearest = max(self.dispatch_us.values())
+        return dearest, "not measured; charged the dearest measured lookup"
+
+
+def _unit_factor(unit: object, table: dict[str, float], what: str) -> float:
+    key = str(unit).strip().lower() if unit is not None and not pd.isna(unit) else ""
+    table = {k.lower(): v for k, v in table.items()}
+    if key not in table:
+        raise ValueError(
+            f"lifecycle: unit {unit!r} of {what} rows not understood; use one of {sorted(table)}"
+        )
+    return table[key]
+
+
+def _parse_long(df, compile_s, cache_bytes, dispatch_us, switches) -> None:
+    """Rows of kind compile|cache|dispatch|switch with value and unit."""
+    kinds = df["kind"].astype(str).str.lower()
+    unknown = sorted(set(kinds) - {"compile", "cache", "dispatch", "switch"})
+    if unknown:
+        raise ValueError(f"lifecycle: unknown kind(s) {unknown}; expected compile, cache, dispatch, switch")
+    units = df["unit"] if "unit" in df.columns else pd.Series([None] * len(df), index=df.index)
+    for kind, default_unit in (
+        ("compile", "s"),
+        ("cache", "bytes"),
+        ("dispatch", "ns"),
+        ("switch", "us"),
+    ):
+        rows = df[kinds == kind]
+        for idx, row in rows.iterrows():
+            unit = (
+                units.loc[idx] if units.loc[idx] is not None and not pd.isna(units.loc[idx]) else default_unit
+            )
+            value = float(row["value"])
+            if not math.isfinite(value):
+                continue
+            if kind == "compile":
+                compile_s[str(row["candidate"])] = value * _unit_factor(unit, _TIME_TO_US, kind) / 1e6
+            elif kind == "cache":
+                cache_bytes[str(row["candidate"])] = value * _unit_factor(unit, _SIZE_TO_BYTES, kind)
+            elif kind == "dispatch":
+                if "policy" not in df.columns or pd.isna(row["policy"]):
+                    raise ValueError("lifecycle: a dispatch row needs a `policy` naming the lookup kind")
+                dispatch_us[str(row["policy"])] = value * _unit_factor(unit, _TIME_TO_US, kind)
+            else:
+                mode = row["mode"] if "mode" in df.columns and pd.notna(row["mode"]) else ""
+                switches.append((str(mode), value * _unit_factor(unit, _TIME_TO_US, kind)))
+
+
+def _parse_wide(df, compile_s, cache_bytes, dispatch_us, switches) -> None:
+    """Columns compile_s, cache_bytes, dispatch_ns|dispatch_us (with policy), switch_us."""
+    if "candidate" in df.columns:
+        for col, target in (("compile_s", compile_s), ("cache_bytes", cache_bytes)):
+            if col in df.columns:
+                for cand, value in zip(df["candidate"], df[col], strict=True):
+                    if pd.notna(cand) and pd.notna(value):
+                        target[str(cand)] = float(value)
+    for col, factor in (("dispatch_ns", 1e-3), ("dispatch_us", 1.0)):
+        if col in df.columns:
+            if "policy" not in df.columns:
+                raise ValueError(f"lifecycle: column {col} needs a `policy` column naming the lookup kind")
+            for pol, value in zip(df["policy"], df[col], strict=True):
+                if pd.notna(pol) and pd.notna(value):
+                    dispatch_us[str(pol)] = float(value) * factor
+    if "switch_us" in df.columns:
+        modes = df["mode"] if "mode" in df.columns else pd.Series([""] * len(df), index=df.index)
+        for mode, value in zip(modes, df["switch_us"], strict=True):
+            if pd.notna(value):
+                switches.append((str(mode) if pd.notna(mode) else "", float(value)))
+
+
+def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
+    """Parse lifecycle.parquet into ``LifecycleCosts``. None means no costs (all zero).
+
+    Accepted layouts (both may be mixed in one table):
+
+    * long: columns ``kind`` in {compile, cache, dispatch, switch}, ``value``, ``unit`` and
+      ``candidate`` (compile, cache) or ``policy`` (dispatch). Units: compile s|ms, cache bytes|KiB|MiB,
+      dispatch and switch ns|us|ms|s. A missing ``unit`` means s, bytes, ns, us respectively.
+    * wide: columns ``candidate``, ``compile_s``, ``cache_bytes``; optional per-row ``policy`` with
+      ``dispatch_ns`` or ``dispatch_us``; optional ``switch_us`` (the median of non-null values is used).
+    """
+    if lifecycle is None:
+        return LifecycleCosts()
+    if not isinstance(lifecycle, pd.DataFrame):
+        raise ValueError(f"lifecycle must be a pandas DataFrame or None, got {type(lifecycle).__name__}")
+    compile_s: dict[str, float] = {}
+    cache_bytes: dict[str, float] = {}
+    dispatch_us: dict[str, float] = {}
+    switches: list[tuple[str, float]] = []  # (mode or "", µs)
+    df = lifecycle
+    if "status" in df.columns:
+        df = df[df["status"].isna() | (df["status"].astype(str) == "ok")]
+    parse = _parse_long if "kind" in df.columns and "value" in df.columns else _parse_wide
+    parse(df, compile_s, cache_bytes, dispatch_us, switches)
+    switch_us = max(0.0, float(np.median([v for _, v in switches]))) if switches else 0.0
+    by_mode = {
+        mode: max(0.0, float(np.median([v for m, v in switches if m == mode])))
+        for mode in {m for m, _ in switches if m}
+    }
+    return LifecycleCosts(compile_s, cache_bytes, dispatch_us, switch_us, by_mode, measured=True)

@@ -1,0 +1,1 @@
+"""One module per report section; each ``section(...)`` returns a ``headroom.report.model.Section``."""

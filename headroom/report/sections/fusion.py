@@ -1,0 +1,56 @@
+"""Fusion speedup per working-set regime, eager vs CUDA Graph (the graph sweep)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from headroom.analysis import decision as hdecision
+from headroom.report.model import Figure, Section, all_skipped, png, skipped, table
+
+
+def section(gs: pd.DataFrame | None, why: str) -> Section:
+    title = "Fusion speedup, eager vs CUDA Graph, per working-set regime"
+    if gs is None:
+        return skipped("fusion", title, why)
+    if reason := all_skipped(gs):
+        return skipped("fusion", title, reason)
+    sp = hdecision.fusion_speedups(gs)
+    if sp.empty:
+        return skipped("fusion", title, "no regime has both a fused and an unfused ok row")
+    extra = gs.drop_duplicates("regime").set_index("regime")
+    if "residency" in extra.columns:
+        sp["residency"] = sp["regime"].map(extra["residency"])
+    s = Section("fusion", title)
+    cols = [
+        c
+        for c in (
+            "regime",
+            "residency",
+            "working_set_bytes",
+            "shape_key",
+            "mode",
+            "speedup",
+            "ci_low",
+            "ci_high",
+        )
+        if c in sp.columns
+    ]
+    s.tables.append(table("unfused median / fused median (same tile, shape, regime, mode)", sp[cols]))
+    fig, ax = plt.subplots(layout="constrained", figsize=(6, 3.8))
+    for (shape, mode), g in sp.groupby(["shape_key", "mode"], sort=True):
+        g = g.sort_values("working_set_bytes")
+        ax.errorbar(g["working_set_bytes"].astype(float), g["speedup"],
+                    yerr=np.clip(np.vstack([g["speedup"] - g["ci_low"], g["ci_high"] - g["speedup"]]), 0, None),
+                    marker="o" if mode == "graph" else "s", ls="-" if mode == "graph" else "--", capsize=2,
+                    label=f"{shape} {mode}")  # fmt: skip
+    if "l2_bytes" in gs.columns and gs["l2_bytes"].notna().any():
+        ax.axvline(float(gs["l2_bytes"].dropna().iloc[0]), color="grey", ls=":", label="L2 size")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("working set (bytes)")
+    ax.set_ylabel("fusion speedup (x)")
+    ax.legend(fontsize=7)
+    s.figures.append(Figure("fusion_speedup_regimes", "Fusion speedup per regime", png(fig)))
+    return s

@@ -1,0 +1,42 @@
+"""What the global-to-oracle gap is made of: phase split, fusion and tile choice, noise."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from headroom.analysis import decision as hdecision
+from headroom.report.model import Figure, Table, png, table
+
+MADE_OF = {
+    "made_of_phase_split": "phase split (one candidate per phase)",
+    "made_of_fusion_within_phase": "fusion choice within phase",
+    "made_of_tile_within_phase": "tile choice within phase and fusion",
+    "made_of_noise": "noise (same-run minus cross-run gap)",
+}
+
+
+def figure(made: pd.DataFrame) -> Figure:
+    modes = list(dict.fromkeys(made["mode"]))
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(modes)), layout="constrained")
+    for i, mode in enumerate(modes):
+        left = 0.0
+        for key, label in MADE_OF.items():
+            v = made[(made["mode"] == mode) & (made["figure"] == key)]["estimate"]
+            v = float(v.iloc[0]) if len(v) else 0.0
+            ax.barh(i, v, left=left if v >= 0 else 0.0, label=label if i == 0 else None)
+            left += max(v, 0.0)
+    ax.set_yticks(range(len(modes)), modes)
+    ax.set_xlabel("% of the oracle's test latency")
+    ax.set_title("What the global-to-oracle gap is made of (cross-run; noise is the winner's curse)")
+    ax.legend(fontsize=7, loc="lower right")
+    return Figure("made_of", "What the headroom is made of", png(fig))
+
+
+def table_of(made: pd.DataFrame) -> Table:
+    rows = [
+        {"mode": r.mode, "component": MADE_OF[r.figure],
+         "% of oracle latency [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, "%")}
+        for r in made.itertuples()
+    ]  # fmt: skip
+    return table("What the headroom is made of", pd.DataFrame(rows))

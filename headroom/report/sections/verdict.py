@@ -1,0 +1,55 @@
+"""The verdict per mode and the figures it was decided on, with what the headroom is made of."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from headroom.analysis import decision as hdecision
+from headroom.report.model import Section, skipped, table
+from headroom.report.sections import headroom_made_of
+
+FIGURE_LABELS = {
+    "gap_to_oracle": "global kernel's gap to the oracle (fusion arm free)",
+    "policy_gain": "best deployable policy's net gain over phase-keyed (chosen on validation)",
+    "fusion_speedup": "trace-weighted fusion speedup (global unfused / global fused)",
+    "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
+    "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
+}
+
+
+def section(d: pd.DataFrame | None, why: str) -> Section:
+    title = "Decision: verdict per mode and the figures it was decided on"
+    if d is None:
+        return skipped("decision", title, why)
+    if "figure" not in d.columns:
+        return skipped("decision", title, "decision.parquet predates decision v2 (no per-figure rows)")
+    s = Section("decision", title)
+    modes = d.drop_duplicates("mode")
+    s.text += [f"{m.mode} mode: {m.mode_verdict} ({m.mode_reason})." for m in modes.itertuples()]
+    s.text.append(
+        "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
+        "and scored on another (all ordered pairs of runs); CIs combine a jackknife over runs with a "
+        "bootstrap over test invocations; `continue` needs Holm's procedure to reject a figure's "
+        "'at or below threshold'. Arms: off = unfused candidates, on = fused, free = both. "
+        "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
+        "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
+        "bound beats its cost) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
+    )
+    shown = d[d["decided"] | d["figure"].isin(FIGURE_LABELS)]
+    rows = [
+        {
+            "mode": r.mode,
+            "figure": FIGURE_LABELS.get(r.figure, r.figure),
+            "estimate [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, r.unit),
+            "threshold": f"{r.threshold:g}{r.unit}" if pd.notna(r.threshold) else "",
+            "state": r.state,
+            "p (one-sided)": f"{r.p_value:.3g}" if pd.notna(r.p_value) else "",
+        }
+        for r in shown.itertuples()
+    ]
+    s.tables.append(table("Decided figures (and, marked reported, beside them)", pd.DataFrame(rows)))
+    made = d[d["figure"].isin(headroom_made_of.MADE_OF)]
+    if not made.empty:
+        s.figures.append(headroom_made_of.figure(made))
+        s.tables.append(headroom_made_of.table_of(made))
+    return s
