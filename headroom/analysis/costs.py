@@ -22,7 +22,9 @@ class LifecycleCosts:
     compile_s: cold compile seconds per candidate; cache_bytes: on-disk cache per candidate;
     dispatch_us: per-lookup overhead per policy name; switch_us: penalty of running a different
     candidate than the previous invocation did (median over all switch rows), switch_us_by_mode:
-    the same per mode when the rows carry one. Negative switch penalties (alternating faster than
+    the same per mode when the rows carry one; plan_us: building a generation-2 candidate's plan
+    (median over the trace's shapes), paid once per batch shape and spread over the layers of a
+    forward pass (eager mode; a captured graph holds its plan). Negative switch penalties (alternating faster than
     repeating: noise) are charged as 0, so noise never pays for an adaptive policy.
     """
 
@@ -32,6 +34,7 @@ class LifecycleCosts:
     switch_us: float = 0.0
     switch_us_by_mode: dict[str, float] = field(default_factory=dict)
     measured: bool = False
+    plan_us: dict[str, float] = field(default_factory=dict)  # plan build per candidate (median shape)
 
     def switch_for(self, mode: str) -> float:
         return self.switch_us_by_mode.get(mode, self.switch_us)
@@ -62,12 +65,26 @@ def _unit_factor(unit: object, table: dict[str, float], what: str) -> float:
     return table[key]
 
 
+def _plan_us(df: pd.DataFrame) -> dict[str, float]:
+    """Median plan build µs per candidate over the shapes it was built for (rows of kind plan)."""
+    rows = df[df["kind"].astype(str).str.lower() == "plan"]
+    out: dict[str, list[float]] = {}
+    for row in rows.itertuples(index=False):
+        value = float(row.value)
+        if math.isfinite(value):
+            unit = getattr(row, "unit", None) or "us"
+            out.setdefault(str(row.candidate), []).append(value * _unit_factor(unit, _TIME_TO_US, "plan"))
+    return {cand: float(np.median(values)) for cand, values in out.items()}
+
+
 def _parse_long(df, compile_s, cache_bytes, dispatch_us, switches) -> None:
-    """Rows of kind compile|cache|dispatch|switch with value and unit."""
+    """Rows of kind compile|cache|dispatch|switch with value and unit (plan: see _plan_us)."""
     kinds = df["kind"].astype(str).str.lower()
-    unknown = sorted(set(kinds) - {"compile", "cache", "dispatch", "switch"})
+    unknown = sorted(set(kinds) - {"compile", "cache", "dispatch", "switch", "plan"})
     if unknown:
-        raise ValueError(f"lifecycle: unknown kind(s) {unknown}; expected compile, cache, dispatch, switch")
+        raise ValueError(
+            f"lifecycle: unknown kind(s) {unknown}; expected compile, cache, dispatch, switch, plan"
+        )
     units = df["unit"] if "unit" in df.columns else pd.Series([None] * len(df), index=df.index)
     for kind, default_unit in (
         ("compile", "s"),
@@ -137,7 +154,7 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
     cache_bytes: dict[str, float] = {}
     dispatch_us: dict[str, float] = {}
     switches: list[tuple[str, float]] = []  # (mode or "", µs)
-    df = lifecycle
+    df = lifecycle.reset_index(drop=True)  # rows are addressed by label below
     if "status" in df.columns:
         df = df[df["status"].isna() | (df["status"].astype(str) == "ok")]
     parse = _parse_long if "kind" in df.columns and "value" in df.columns else _parse_wide
@@ -147,4 +164,7 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
         mode: max(0.0, float(np.median([v for m, v in switches if m == mode])))
         for mode in {m for m, _ in switches if m}
     }
-    return LifecycleCosts(compile_s, cache_bytes, dispatch_us, switch_us, by_mode, measured=True)
+    plans = _plan_us(df) if parse is _parse_long else {}
+    return LifecycleCosts(
+        compile_s, cache_bytes, dispatch_us, switch_us, by_mode, measured=True, plan_us=plans
+    )

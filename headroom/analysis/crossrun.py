@@ -61,6 +61,7 @@ class Options:
     bootstrap_resamples: int = 2000  # resamples of test invocations per mode
     confidence: float = 0.95  # two-sided CI level; `regret-aware` uses its one-sided z
     deployment_invocations: int = 1_000_000  # horizon over which compile time is amortized
+    layers_per_forward: int = 32  # calls one plan serves: a plan per batch, a run per layer
     validation_fraction: float = 0.34  # last part of train that selects the best deployable policy
 
     @classmethod
@@ -70,7 +71,13 @@ class Options:
         if unknown:
             raise ValueError(f"options: unknown key(s) {unknown}; known: {sorted(known)}")
         opts = cls(**options)
-        for name in ("clusters", "random_draws", "bootstrap_resamples", "deployment_invocations"):
+        for name in (
+            "clusters",
+            "random_draws",
+            "bootstrap_resamples",
+            "deployment_invocations",
+            "layers_per_forward",
+        ):
             value = getattr(opts, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(f"options.{name} must be a positive integer, got {value!r}")
@@ -211,6 +218,15 @@ class Fit:
     fitted: object = None
 
 
+def _plan_charge(rows: np.ndarray, names, mode: str, costs: LifecycleCosts, opts: Options) -> float:
+    """Mean µs per call of building the chosen candidates' plans, one per batch spread over
+    ``layers_per_forward`` calls; 0 under graph replay (the plan is built at capture)."""
+    if mode == "graph" or not costs.plan_us:
+        return 0.0
+    per_name = np.array([costs.plan_us.get(name, 0.0) for name in names])
+    return float(per_name[rows].mean()) / opts.layers_per_forward
+
+
 def _cost(policy, choice, names, mode, costs: LifecycleCosts, opts: Options):
     """(cost, running, switches, used, basis, compile_s, cache_bytes) of a choice sequence."""
     rows = choice if choice.ndim == 2 else choice[None]
@@ -222,7 +238,7 @@ def _cost(policy, choice, names, mode, costs: LifecycleCosts, opts: Options):
         # Under CUDA Graph replay the lookup runs once, when the graph is captured for a shape;
         # replays pay no dispatch. Switching between kernels is still paid.
         dispatch, basis = 0.0, "captured into the graph"
-    running = dispatch + costs.switch_for(mode) * switches / n
+    running = dispatch + costs.switch_for(mode) * switches / n + _plan_charge(rows, names, mode, costs, opts)
     compile_s = sum(costs.compile_s.get(c, 0.0) for c in used)
     cost = running + compile_s * 1e6 / opts.deployment_invocations
     return cost, running, switches, used, basis, compile_s, sum(costs.cache_bytes.get(c, 0.0) for c in used)

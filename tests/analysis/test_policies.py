@@ -380,3 +380,19 @@ def test_graph_mode_pays_no_dispatch_lookup_but_still_pays_switching():
         c_g = g.test_us / n_test + 2e6 / 1000
         c_p = ek.test_us / n_test + lookup + 3.0 * ek.switches / n_test + 4e6 / 1000
         assert ek.net_gain_pct == pytest.approx(100 * (c_g - c_p) / c_g), mode
+
+
+def test_plan_builds_are_charged_per_call_over_the_layers_in_eager_mode_only():
+    tr = S.trace("ABCA" * 5)
+    tm = S.timings(tr, _twenty_pct_key, runs=(1,), modes=("eager", "graph"))
+    names = sorted(tm["candidate"].unique())
+    plans = pd.DataFrame(
+        {"kind": "plan", "candidate": names, "value": 64.0, "unit": "us", "shape_key": "s", "status": "ok"}
+    )
+    base = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
+    charged = policies.evaluate(
+        tr, tm, pd.concat([S.lifecycle(), plans]), deployment_invocations=1000, layers_per_forward=32, **FAST
+    )
+    for mode, per_call in (("eager", 64.0 / 32), ("graph", 0.0)):
+        a, b = _row(base, "global", mode=mode), _row(charged, "global", mode=mode)
+        assert b.running_cost_us - a.running_cost_us == pytest.approx(per_call), mode
