@@ -70,6 +70,9 @@ FAULT_INJECTION_NOTE = (
 # Messages of torch SDPA when the forced backend has no kernel for the inputs (torch < 2.5 said
 # "No available kernel", later versions "No viable backend").
 NATIVE_UNSUPPORTED = ("no available kernel", "no viable backend")
+# A native backend that PyTorch's own compiler stack cannot build for this device or shape
+# (FlexAttention through torch.compile): the backend cannot run here, which is not a wrong answer.
+NATIVE_COMPILE_ERRORS = ("BackendCompilerFailed", "InductorError", "Unsupported", "NotImplementedError")
 
 
 def unsupported_reason(exc: BaseException, *, native: bool) -> str | None:
@@ -78,6 +81,8 @@ def unsupported_reason(exc: BaseException, *, native: bool) -> str | None:
     first = text.splitlines()[0][:300] if text else ""
     if native and any(m in text.lower() for m in NATIVE_UNSUPPORTED):
         return f"backend has no kernel for this shape ({type(exc).__name__}: {first})"
+    if native and type(exc).__name__ in NATIVE_COMPILE_ERRORS:
+        return f"backend cannot be compiled for this device or shape ({type(exc).__name__}: {first})"
     if type(exc).__name__ == "OutOfResources":
         return f"tile needs more resources than the device has ({type(exc).__name__}: {first})"
     return None

@@ -199,6 +199,13 @@ def test_no_available_kernel_is_unsupported_only_for_a_native_backend():
     assert correctness.unsupported_reason(ValueError("bad"), native=True) is None
 
 
+def test_a_native_backend_its_compiler_cannot_build_is_unsupported_not_failed():
+    BackendCompilerFailed = type("BackendCompilerFailed", (RuntimeError,), {})
+    exc = BackendCompilerFailed("backend='inductor' raised: no Triton for this device")
+    assert "cannot be compiled" in correctness.unsupported_reason(exc, native=True)
+    assert correctness.unsupported_reason(exc, native=False) is None  # never for our kernels
+
+
 def test_a_wrong_answer_still_fails_next_to_an_unsupported_candidate():
     class OutOfResources(RuntimeError):
         pass
