@@ -304,7 +304,7 @@ def plan(
     )  # fmt: skip
 
 
-def _fit_keyed(p: Plan, us_fit, keys: _Keys, cols, regret: bool):
+def _fit_keyed(p: Plan, us_fit, keys: _Keys, cols, regret: bool, score=None):
     """Choices (S, R, n_score) in columns of us of a keyed policy fitted on us_fit (S, R, n_fit, C)."""
     uf = us_fit[..., cols]
     fb = np.argmin(uf.sum(axis=2), axis=-1)  # (S, R)
@@ -327,8 +327,17 @@ def _fit_keyed(p: Plan, us_fit, keys: _Keys, cols, regret: bool):
         se2 = np.where(cnt >= 2, var / cnt, 0.0)
         deviate = (best != fb[..., None]) & (mean - p.z * np.sqrt(se2) > p.deviation_us)
         best = np.where(deviate, best, fb[..., None])
-    seen = keys.score >= 0
-    choice = np.where(seen, np.take(best, np.where(seen, keys.score, 0), axis=-1), fb[..., None])
+    codes = keys.score if score is None else score  # (n,) or, per seed, (S, n)
+    seen = codes >= 0
+    idx = np.where(seen, codes, 0)
+    if idx.ndim == 2:
+        seen = seen[:, None, :]
+        picked = np.take_along_axis(
+            best, np.broadcast_to(idx[:, None, :], (*best.shape[:2], idx.shape[1])), -1
+        )
+    else:
+        picked = np.take(best, idx, axis=-1)
+    choice = np.where(seen, picked, fb[..., None])
     return cols[choice]
 
 
@@ -348,12 +357,17 @@ def _gather(us, choice):
     return np.take_along_axis(us, choice[..., None], axis=-1)[..., 0]
 
 
-def fast_figures(p: Plan, us: np.ndarray, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def fast_figures(
+    p: Plan, us: np.ndarray, truth: np.ndarray | None = None, test_rows: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The decision's figures for S simulated studies ``us`` (S, R, N, C) at once.
 
     Returns {figure: (S,)} for estimate, ci_low, ci_high, se, df of FAST_FIGURES (keys
     '<figure>', '<figure>_lo', '<figure>_hi', '<figure>_se', '<figure>_df') and, with ``truth``
-    (N, C), '<figure>_true': the same fits scored on the true surface (mean over the runs' fits).
+    (N, C), or per seed (S, N, C), '<figure>_true': the same fits scored on the true surface (mean
+    over the runs' fits). ``test_rows`` (S, n_test): per seed, which of the trace's test invocations
+    (0-based within test) sit at each test position, for redrawn test invocations; ``us`` and
+    ``truth`` must already hold those rows.
     """
     from headroom.analysis import registry
 
@@ -362,7 +376,9 @@ def fast_figures(p: Plan, us: np.ndarray, truth: np.ndarray | None = None) -> di
     test = {}  # name -> (choice (S,R,n_test), cost (S,R))
 
     def keyed(window, name, arm, fit_rows, score_rows):
-        ch = _fit_keyed(p, us[:, :, fit_rows], p.keys[(window, name)], p.cols[arm], name == "regret-aware")
+        keys = p.keys[(window, name)]
+        score = keys.score[test_rows] if (test_rows is not None and window == "train") else None
+        ch = _fit_keyed(p, us[:, :, fit_rows], keys, p.cols[arm], name == "regret-aware", score)
         return ch, _cost(p, name, ch)
 
     train, tst = slice(0, nt), slice(nt, N)
@@ -423,8 +439,15 @@ def fast_figures(p: Plan, us: np.ndarray, truth: np.ndarray | None = None) -> di
             {fig: est, f"{fig}_lo": est - half, f"{fig}_hi": est + half, f"{fig}_se": se, f"{fig}_df": df}
         )
         if truth is not None:
-            tt = np.asarray(truth)[nt:]
-            t_lat = {k: tt[np.arange(N - nt), test[name][0]].sum(axis=-1) for k, name in names.items()}
+            tt = np.asarray(truth)[..., nt:, :]  # (n_test, C) or (S, n_test, C)
+            if tt.ndim == 3:
+                tt = tt[:, None]
+            t_lat = {
+                k: np.take_along_axis(np.broadcast_to(tt, (S, R, N - nt, C)), test[name][0][..., None], -1)[
+                    ..., 0
+                ].sum(axis=-1)
+                for k, name in names.items()
+            }
             out[f"{fig}_true"] = fn(t_lat, {k: test[name][1] for k, name in names.items()}).mean(axis=1)
     return out
 
@@ -509,3 +532,240 @@ def fast_monte_carlo(
         figs = fast_figures(p, us, truth)
         parts.append(pd.DataFrame({**figs, **fast_decide(md.mode, figs, thresholds, opts.confidence)}))
     return pd.concat(parts, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation of the decision on a recorded study: scenarios, power curve, minimum detectable effect
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Study:
+    """One mode of a recorded study with what the simulation needs: its costs, options, noise."""
+
+    name: str
+    md: ModeData
+    costs: LifecycleCosts
+    opts: Options
+    thresholds: dict
+    model: NoiseModel
+
+
+def config_options(bootstrap_resamples: int | None = None) -> tuple[Options, dict]:
+    """The pipeline's policies options and decision thresholds (config/config.yaml)."""
+    from pathlib import Path
+
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text())
+    pol = {k: v for k, v in cfg["policies"].items() if k not in ("train_fraction", "seed")}
+    if bootstrap_resamples:
+        pol["bootstrap_resamples"] = bootstrap_resamples
+    pol.pop("confidence", None)
+    return Options.from_mapping(pol), {**DEFAULT_THRESHOLDS, **cfg.get("decision", {})}
+
+
+def load_study(study_dir, mode: str, bootstrap_resamples: int | None = 200) -> Study:
+    """A recorded study's mode, its lifecycle costs, the pipeline's options and its estimated noise."""
+    from pathlib import Path
+
+    from headroom.analysis.costs import lifecycle_costs
+
+    d = Path(study_dir)
+    md = reference_mode(d, mode)
+    life = d / "lifecycle.parquet"
+    costs = lifecycle_costs(pd.read_parquet(life)) if life.exists() else LifecycleCosts()
+    opts, thresholds = config_options(bootstrap_resamples)
+    return Study(d.name, md, costs, opts, thresholds, estimate_noise(md))
+
+
+def _noise(md: ModeData, model: NoiseModel, seeds: int, runs: int, seed: int) -> np.ndarray:
+    """Multiplicative noise at scale 1, (seeds, runs, N, C); scale k is this to the power k."""
+    return draw_batch(np.ones(md.us.shape[1:]), model, seeds, runs, np.random.default_rng(seed))
+
+
+REDRAW_SEED = 20240610
+
+
+def run_mc(
+    s: Study, p: Plan, truth: np.ndarray, noise: np.ndarray, scale: float = 1.0, batch: int = 200,
+    redraw: bool = True,
+) -> pd.DataFrame:  # fmt: skip
+    """Figures, states and verdict per seed for ``truth`` under ``noise ** scale``.
+
+    redraw: each seed's test invocations are drawn with replacement from the trace's test part (the
+    train part stays), so the truth target — the mean over seeds of the fitted procedure's figure
+    scored on the truth — is the expected figure over new test invocations of the same workload,
+    the population the CI's invocation bootstrap speaks for. Without it the trace is fixed and the
+    target is the figure on these very test invocations (the CI is then conservative by design)."""
+    parts = []
+    rng = np.random.default_rng(REDRAW_SEED)
+    nt, n = p.n_train, p.n
+    for i in range(0, len(noise), batch):
+        z = noise[i : i + batch] ** scale
+        if redraw:
+            rows = rng.integers(0, n - nt, size=(len(z), n - nt))
+            t = np.concatenate(
+                [np.broadcast_to(truth[:nt], (len(z), nt, truth.shape[1])), truth[nt + rows]], 1
+            )
+            figs = fast_figures(p, t[:, None] * z, t, rows)
+        else:
+            figs = fast_figures(p, truth[None, None] * z, truth)
+        parts.append(pd.DataFrame({**figs, **fast_decide(s.md.mode, figs, s.thresholds, s.opts.confidence)}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def calibrate(s: Study, p: Plan, make, target: float, figure: str, noise: np.ndarray, scale: float = 1.0):
+    """The effect for which the truth target of ``figure`` (mean of '<figure>_true' over ``noise``'s
+    seeds) is ``target``; ``make(effect)`` builds the true surface. Bisection on [0, 0.9]."""
+    lo, hi = 0.0, 0.9
+    for _ in range(16):
+        mid = (lo + hi) / 2
+        if run_mc(s, p, make(mid), noise, scale)[f"{figure}_true"].mean() < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _rate(x) -> tuple[float, float, float]:
+    """Proportion and its 95% Clopper-Pearson interval (the Monte Carlo tolerance)."""
+    x = np.asarray(x, bool)
+    k, n = int(x.sum()), len(x)
+    lo = stats.beta.ppf(0.025, k, n - k + 1) if k > 0 else 0.0
+    hi = stats.beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return k / n, float(lo), float(hi)
+
+
+def coverage_of(mc: pd.DataFrame, figure: str) -> float:
+    target = mc[f"{figure}_true"].mean()
+    return float(((mc[f"{figure}_lo"] <= target) & (target <= mc[f"{figure}_hi"])).mean())
+
+
+def summarize(mc: pd.DataFrame, mode: str) -> dict:
+    """One scenario's outcome: verdict rates with their Monte Carlo intervals, coverage, truths."""
+    out = {"seeds": len(mc)}
+    for name, x in (
+        ("continue", mc["verdict"] == "continue"),
+        ("stop", mc["verdict"] == "stop"),
+        ("policy_exceeds", mc["policy_gain_state"] == "exceeds"),
+        ("gap_exceeds", mc["gap_to_oracle_state"] == "exceeds"),
+        ("names_phase_split", mc["names_phase_split"]),
+        ("policy_within_0.3pp", mc["policy_gain"].abs() <= 0.3),
+        ("policy_ci_covers_0", (mc["policy_gain_lo"] <= 0) & (0 <= mc["policy_gain_hi"])),
+    ):
+        out[name], out[f"{name}_lo"], out[f"{name}_hi"] = _rate(x)
+    for f in ("gap_to_oracle", "policy_gain", "fusion_speedup"):
+        if mode == "graph" or f != "fusion_speedup":
+            out[f"{f}_true"] = float(mc[f"{f}_true"].mean())
+            out[f"{f}_mean"] = float(mc[f].mean())
+            out[f"{f}_coverage"] = coverage_of(mc, f)
+            out[f"{f}_halfwidth"] = float(((mc[f"{f}_hi"] - mc[f"{f}_lo"]) / 2).median())
+    return out
+
+
+def power_curve(s: Study, p: Plan, noise: np.ndarray, effects) -> pd.DataFrame:
+    """P(policy figure exceeds) and P(continue) against the planted effect beyond the phase split;
+    x is the truth target of the policy figure (%), not the planted multiplier."""
+    rows = []
+    for e in effects:
+        mc = run_mc(s, p, beyond_phase(s.md, e), noise)
+        r = summarize(mc, s.md.mode)
+        rows.append({"effect": e, "true_policy_gain_pct": r["policy_gain_true"], **{
+            k: r[k] for k in ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def mde_from_curve(curve: pd.DataFrame, power: float) -> float:
+    """Smallest true policy gain (%) at which P(policy figure exceeds) reaches ``power`` (linear
+    interpolation between curve points; inf when the curve never reaches it)."""
+    c = curve.sort_values("effect")
+    x, y = c["true_policy_gain_pct"].to_numpy(), c["policy_exceeds"].to_numpy()
+    above = np.flatnonzero(y >= power)
+    if not len(above):
+        return float("inf")
+    i = above[0]
+    if i == 0:
+        return float(x[0])
+    return float(x[i - 1] + (power - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
+
+
+MDE_EFFECTS = {"graph": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+               "eager": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)}  # fmt: skip
+
+
+def minimum_detectable_effect(
+    study_dir, mode: str = "graph", *, power: float = 0.8, runs: int | None = None, seeds: int = 200,
+    seed: int = 0,
+) -> dict:  # fmt: skip
+    """The smallest net gain over phase-keyed (%, trace-weighted, on the study's own trace and noise)
+    that the decision detects (policy figure 'exceeds', Holm within the mode) in ``power`` of the
+    seeds: what a `stop` on this study can rule out. A few seconds.
+
+    Returns {'mode', 'mde_pct', 'power', 'threshold_pct', 'invocations', 'runs', 'seeds', 'curve'}
+    (curve: list of {'true_policy_gain_pct', 'policy_exceeds', 'continue', ...})."""
+    s = load_study(study_dir, mode)
+    runs = runs or len(s.md.runs)
+    p = plan(s.md, s.opts, s.costs)
+    curve = power_curve(s, p, _noise(s.md, s.model, seeds, runs, seed), MDE_EFFECTS[mode])
+    return {
+        "mode": mode, "mde_pct": mde_from_curve(curve, power), "power": power,
+        "threshold_pct": float(s.thresholds["max_policy_gain_pct"]), "invocations": int(s.md.us.shape[1]),
+        "runs": runs, "seeds": seeds, "curve": curve.to_dict("records"),
+    }  # fmt: skip
+
+
+def gap_boundary(md: ModeData, effect: float) -> np.ndarray:
+    """A phase split whose size ``effect`` sets the gap; nothing beyond the phase split."""
+    return phase_split(md, effect)
+
+
+def validate(study_dir, *, seeds: int = 400, seed: int = 0, modes=("graph", "eager"),
+             scales=(0.5, 1.0, 2.0, 4.0), long_trace: int = 240, bootstrap_resamples: int = 200,
+             run_counts=(3, 5)) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """Every acceptance scenario of issue 10 item 6 on one recorded study: (scenarios, power curves)."""
+    rows, curves = [], []
+    for mode in modes:
+        s = load_study(study_dir, mode, bootstrap_resamples)
+        md = s.md
+        p = plan(md, s.opts, s.costs)
+        thr = s.thresholds["max_policy_gain_pct"]
+        gap_thr = s.thresholds["max_gap_to_oracle_pct"]
+
+        def add(scenario, mc, scale=1.0, runs=3, invocations=md.us.shape[1], effect=np.nan, mode=mode, s=s):
+            rows.append({"study": s.name, "mode": mode, "scenario": scenario, "noise_scale": scale,
+                         "runs": runs, "invocations": invocations, "effect": effect,
+                         **summarize(mc, mode)})  # fmt: skip
+
+        for runs in run_counts:
+            noise = _noise(md, s.model, seeds, runs, seed + runs)
+            pilot = _noise(md, s.model, seeds, runs, seed + 1000 + runs)
+            for k in scales if runs == 3 else (1.0,):
+                add("flat", run_mc(s, p, flat(md), noise, k), k, runs)
+                e = calibrate(s, p, lambda x, md=md: beyond_phase(md, x), thr, "policy_gain", pilot, k)
+                add("boundary-policy", run_mc(s, p, beyond_phase(md, e), noise, k), k, runs, effect=e)
+                e = calibrate(s, p, lambda x, md=md: gap_boundary(md, x), gap_thr, "gap_to_oracle", pilot, k)
+                add("boundary-gap", run_mc(s, p, gap_boundary(md, e), noise, k), k, runs, effect=e)
+            add("phase-split", run_mc(s, p, phase_split(md), noise), 1.0, runs, effect=0.15)
+            free = replace(s, costs=LifecycleCosts())
+            mc0 = run_mc(free, plan(md, s.opts, free.costs), phase_split(md), noise)
+            add("phase-split-no-costs", mc0, 1.0, runs, effect=0.15)
+            e = calibrate(s, p, lambda x, md=md: beyond_phase(md, x), 3 * thr, "policy_gain", pilot)
+            add("planted-3x", run_mc(s, p, beyond_phase(md, e), noise), 1.0, runs, effect=e)
+            c = power_curve(s, p, noise, MDE_EFFECTS[mode])
+            curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=md.us.shape[1]))
+        # power on a synthetic trace of long_trace invocations (drawn from the study's own)
+        lmd = longer_trace(md, long_trace, seed)
+        ls = replace(s, md=lmd)
+        lp = plan(lmd, s.opts, s.costs)
+        noise = _noise(lmd, s.model, seeds, 3, seed + 7)
+        pilot = _noise(lmd, s.model, seeds, 3, seed + 1007)
+        e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), 3 * thr, "policy_gain", pilot)
+        rows.append({"study": s.name, "mode": mode, "scenario": "planted-3x", "noise_scale": 1.0, "runs": 3,
+                     "invocations": long_trace, "effect": e,
+                     **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode)})  # fmt: skip
+        e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), thr, "policy_gain", pilot)
+        rows.append({"study": s.name, "mode": mode, "scenario": "boundary-policy", "noise_scale": 1.0,
+                     "runs": 3, "invocations": long_trace, "effect": e,
+                     **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode)})  # fmt: skip
+    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
