@@ -18,6 +18,11 @@ from pathlib import Path
 from headroom.analysis import simulate as sim
 
 
+def _finite_or_more(mde: float, curve):
+    """The MDE, or '> X' (X: the largest true gain tried) when the curve never reaches the power."""
+    return round(mde, 3) if mde != float("inf") else f"> {curve['true_policy_gain_pct'].max():.2f}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study", type=Path)
@@ -40,7 +45,9 @@ def main(argv=None) -> int:
         "bootstrap_resamples": a.bootstrap_resamples,
         "noise": {m: vars(sim.load_study(a.study, m).model) for m in ("graph", "eager")},
         "mde_pct": {
-            f"{m}@{r}runs": {f"power{int(pw * 100)}": sim.mde_from_curve(c, pw) for pw in (0.8, 0.9)}
+            f"{m}@{r}runs": {
+                f"power{int(pw * 100)}": _finite_or_more(sim.mde_from_curve(c, pw), c) for pw in (0.8, 0.9)
+            }
             for (m, r), c in curves.groupby(["mode", "runs"])
         },
         "seconds": round(time.time() - t0, 1),

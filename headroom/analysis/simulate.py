@@ -702,14 +702,18 @@ def minimum_detectable_effect(
     that the decision detects (policy figure 'exceeds', Holm within the mode) in ``power`` of the
     seeds: what a `stop` on this study can rule out. A few seconds.
 
-    Returns {'mode', 'mde_pct', 'power', 'threshold_pct', 'invocations', 'runs', 'seeds', 'curve'}
-    (curve: list of {'true_policy_gain_pct', 'policy_exceeds', 'continue', ...})."""
+    Returns {'mode', 'mde_pct', 'mde_at_least_pct', 'power', 'threshold_pct', 'invocations', 'runs',
+    'seeds', 'curve'}: mde_pct is inf when no planted effect reaches ``power``, and mde_at_least_pct
+    then the largest effect tried (the report can say "more than X%"); curve: list of
+    {'effect', 'true_policy_gain_pct', 'policy_exceeds', 'continue', ...}."""
     s = load_study(study_dir, mode)
     runs = runs or len(s.md.runs)
     p = plan(s.md, s.opts, s.costs)
     curve = power_curve(s, p, _noise(s.md, s.model, seeds, runs, seed), MDE_EFFECTS[mode])
     return {
         "mode": mode, "mde_pct": mde_from_curve(curve, power), "power": power,
+        "mde_at_least_pct": float(curve["true_policy_gain_pct"].max()) if not np.isfinite(
+            mde_from_curve(curve, power)) else mde_from_curve(curve, power),
         "threshold_pct": float(s.thresholds["max_policy_gain_pct"]), "invocations": int(s.md.us.shape[1]),
         "runs": runs, "seeds": seeds, "curve": curve.to_dict("records"),
     }  # fmt: skip
