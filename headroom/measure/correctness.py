@@ -18,12 +18,12 @@ before `run_stage` has set TRITON_INTERPRET, and Triton fixes the mode when kern
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import blake3
 import pandas as pd
 
 COLUMNS = [
@@ -104,7 +104,8 @@ def rotate_k_for(phase: str) -> bool:
 
 def input_seed(seed: int, candidate: str, shape_key: str) -> int:
     """A distinct, reproducible seed for each (candidate, shape_key) check."""
-    digest = hashlib.blake2b(f"{seed}|{candidate}|{shape_key}".encode(), digest_size=8).digest()
+    # BLAKE3, the project's one hash: stable across processes and Python versions (hash() is not).
+    digest = blake3.blake3(f"{seed}|{candidate}|{shape_key}".encode()).digest(length=8)
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
