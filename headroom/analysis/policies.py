@@ -35,6 +35,8 @@ from scipy.stats import norm
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
+from headroom.core.contracts import TRACE_COLUMNS
+
 POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware", "random", "oracle")
 # Policies a serving system could ship that adapt to shape; `random` is deployable but a baseline,
 # `oracle` needs the future. "Best deployable policy" always means the best of these.
@@ -52,17 +54,6 @@ def in_arm(arm: str, fused: bool, native: bool) -> bool:
     return arm == "free" or fused == (arm == "on")
 
 
-TRACE_COLUMNS = (
-    "invocation",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "shape_key",
-)
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
 # Features the k-means of `clustered` sees, log2-scaled (phase enters as 0/1).
 CLUSTER_FEATURES = ("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim")

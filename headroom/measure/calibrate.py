@@ -27,17 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
-DEFAULTS: dict[str, Any] = {
-    "reps": 50,
-    "warmup_reps": 5,
-    "hbm_copy_l2": 16.0,  # each side of the HBM copy holds this many L2s: reads and writes miss
-    "l2_copy_l2": 0.25,  # source + destination of the L2 copy: a quarter of the L2, surely resident
-    "graph_calls": 100,  # L2 copies / empty kernels per captured graph
-    "matmul_n": 8192,
-}
 NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "graph_launch_us",
          "matmul_flops_per_s", "l2_bytes")  # fmt: skip
 UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eager_us": "us", "launch_graph_us": "us",
@@ -45,12 +38,11 @@ UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eage
 REGIMES = {"hbm_bytes_per_s": "hbm", "l2_bytes_per_s": "l2-resident", "launch_eager_us": "launch",
            "launch_graph_us": "launch", "graph_launch_us": "launch", "matmul_flops_per_s": "compute",
            "l2_bytes": "device"}  # fmt: skip
-COLUMNS = ["name", "value", "unit", "working_set_bytes", "regime", "method", "reps", "status", "reason", "device",
-           "device_name", "sm_clock_mhz"]  # fmt: skip
+COLUMNS = list(contracts.CALIBRATION.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("calibrate", DEFAULTS, section)
+    cfg = stage_settings.merge("calibrate", defaults.section("calibrate"), section)
     stage_settings.require_ints(
         "calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16))
     )

@@ -12,7 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-COLUMNS = ["candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused", "backend"]
+from headroom.core import contracts
+
+COLUMNS = list(contracts.CANDIDATES.names)
 #: native backends: PyTorch SDPA with one backend forced (enable_gqa=True), RoPE applied by the
 #: same standalone Triton kernel the unfused candidates use. `math` is PyTorch's reference
 #: implementation: slow, but it runs anywhere (tests use it on the CPU).

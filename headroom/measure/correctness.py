@@ -26,32 +26,11 @@ from typing import Any
 import blake3
 import pandas as pd
 
-COLUMNS = [
-    "candidate",
-    "shape_key",
-    "rel_err",
-    "max_abs_err",
-    "tolerance",
-    "abs_tolerance",
-    "nan_count",
-    "unwritten_count",
-    "passed",
-    "status",
-    "reason",
-    "tile",
-    "fused",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "dtype",
-    "rotate_k",
-    "input_seed",
-]
-SHAPE_COLUMNS = ["shape_key", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype"]
+from headroom.core import contracts, defaults
+
+COLUMNS = list(contracts.CORRECTNESS.names)
+#: One row per distinct shape: the trace's shape columns (shape_key first).
+SHAPE_COLUMNS = ["shape_key", *(c for c in contracts.TRACE_COLUMNS if c not in ("invocation", "shape_key"))]
 # |out| <= max |v| for softmax-weighted averages of N(0, 1) values: a few units. An element still
 # holding this after the run was never written.
 SENTINEL = 1024.0
@@ -210,7 +189,7 @@ def check(
     device: str,
     tolerances_by_dtype: Mapping[str, tuple[float, float]],
     seed: int = 0,
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     make_fn: Callable = default_make_fn,
     inject_fault: str | None = None,
     log: logging.Logger | None = None,
@@ -221,6 +200,7 @@ def check(
     (default: headroom.measure.runner.runner, what every stage runs); tests pass a broken one.
     inject_fault: a candidate id whose output is corrupted (FAULT_INJECTION_NOTE).
     """
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     import torch
 
     from headroom.measure.runner import tables as candidate_tables

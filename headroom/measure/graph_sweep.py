@@ -24,31 +24,16 @@ from typing import Any
 
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
-DEFAULTS: dict[str, Any] = {
-    "regimes_l2": [0.25, 0.5, 2.0, 8.0],  # working sets as multiples of the device's L2
-    "tile": 0,  # index into the study's tiles
-    # Small enough that one input set fits in a quarter of the L2 (about 15 MB on an H200).
-    "shapes": [
-        {"phase": "decode", "batch": 2, "q_len": 1, "kv_len": 512},
-        {"phase": "prefill", "batch": 1, "q_len": 256, "kv_len": 256},
-    ],
-    "reps": 50,  # timed calls (eager) and timed replays (graph) per row
-    "warmup_reps": 10,
-    "graph_calls": 20,  # at least this many calls per captured graph
-}
-STAT_COLUMNS = ["median_us", "mean_us", "p10_us", "p90_us", "std_us", "rel_std_pct"]
-COLUMNS = [
-    "regime", "regime_multiple", "residency", "working_set_bytes", "target_bytes", "l2_bytes", "mode", "fused",
-    "tile", "candidate", "shape_key", "phase", "buffer_sets", "calls_per_graph", *STAT_COLUMNS, "reps",
-    "fusion_speedup", "status", "reason", "device",
-]  # fmt: skip
+STAT_COLUMNS = list(contracts.STAT_COLUMNS)
+COLUMNS = list(contracts.GRAPH_SWEEP.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("graph_sweep", DEFAULTS, section)
+    cfg = stage_settings.merge("graph_sweep", defaults.section("graph_sweep"), section)
     if not cfg["regimes_l2"] or not all(isinstance(m, int | float) and m > 0 for m in cfg["regimes_l2"]):
         raise ValueError(f"graph_sweep.regimes_l2 must be positive numbers, got {cfg['regimes_l2']!r}")
     stage_settings.require_ints(
@@ -146,7 +131,7 @@ def run(
             int(shape.kv_len),
             int(shape.head_dim),
             str(shape.dtype),
-            float(partition.get("rope_base", 10000.0)),
+            float(partition.get("rope_base", defaults.value("partition", "rope_base"))),
             "cuda",
         )
         nbytes = portfolio.set_bytes(shape)

@@ -49,35 +49,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULTS: dict[str, Any] = {
-    "dispatch_lookups": 200_000,  # lookups per timing of one policy's lookup
-    "dispatch_repeats": 3,  # timings per policy; the median is reported
-    "dispatch_clusters": 4,  # centroids of the clustered lookup (as policies.clusters)
-    "switch_reps": 100,  # timed calls per sequence (A,A.. / B,B.. / A,B,A,B..)
-    "switch_invocations": 4,  # trace invocations, evenly spaced, the switch is measured on
-    "switch_pairs": 2,  # seeded candidate pairs (different tiles) per invocation
-    "warmup_reps": 10,
-    "graph_calls": 20,
-    "compile_workers": 4,  # cold-compile children run side by side (16 cores on the H200 host)
-    "compile_timeout_s": 900,
-    "seed": 0,
-}
 KINDS = ("compile", "cache", "dispatch", "switch")
 DISPATCH_POLICIES = ("global", "exact-key", "bucketed", "clustered", "regret-aware")
-COLUMNS = [
-    "kind", "candidate", "candidate_b", "policy", "mode", "invocation", "shape_key", "value", "unit",
-    "compile_s", "cache_bytes", "specializations", "specialization_s", "toolchain_s", "first_call_s",
-    "alternating_us", "same_us", "penalty_pct", "raw_ns", "baseline_ns", "n", "compile_workers",
-    "status", "reason", "device",
-]  # fmt: skip
+COLUMNS = list(contracts.LIFECYCLE.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("lifecycle", DEFAULTS, section)
+    cfg = stage_settings.merge("lifecycle", defaults.section("lifecycle"), section)
     stage_settings.require_ints("lifecycle", cfg, (
         ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
         ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
@@ -239,7 +222,7 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
                 max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
             )
         cos, sin = tables[inv.head_dim]
-        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)
+        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
         rotate_k = inv.phase == "prefill"
         fa = portfolio.candidate_fn(a, cos, sin, rotate_k)
@@ -342,7 +325,7 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
         return [_row(kind, candidate=c.candidate, value=math.nan, unit=unit, status="skipped", reason=reason,
                      device=device) for c in cands for kind, unit in (("compile", "s"), ("cache", "bytes"))]  # fmt: skip
     first = trace.sort_values("invocation").drop_duplicates("shape_key")
-    shapes = first[list(portfolio._TRACE_COLUMNS)].to_dict("records")
+    shapes = first[list(contracts.TRACE_COLUMNS)].to_dict("records")
     shapes = [{k: (v.item() if hasattr(v, "item") else v) for k, v in s.items()} for s in shapes]
     workers = min(cfg["compile_workers"], len(cands))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -387,10 +370,11 @@ def run(
     section: dict[str, Any],
     *,
     device: str,
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     log: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """All lifecycle rows for the admitted ``candidates`` on ``trace`` (see the module docstring)."""
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     log = log or logging.getLogger("headroom.measure.lifecycle")
     cfg = settings(section)
     if device not in ("cuda", "interpret"):

@@ -34,42 +34,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import noise, timing
 
-DEFAULTS: dict[str, Any] = {
-    "runs": 3,
-    "reps": 280,  # timed calls per (mode, invocation, candidate)
-    "warmup_reps": 20,  # untimed calls (graph: untimed replays) before them
-    "mode": "both",  # eager | graph | both; without CUDA only eager runs
-    "graph_calls": 20,  # calls captured per CUDA graph, so a replay's launch is amortized
-    "flush_l2": False,  # NVBench-style cold timing: overwrite an L2-sized buffer before each sample
-    "seed": 0,  # candidate order and input data
-    "working_set_l2": timing.DEFAULT_WORKING_SET_L2,  # rotating input sets hold this many L2s
-    "max_buffer_sets": timing.DEFAULT_MAX_BUFFER_SETS,
-    "floor_factor": noise.DEFAULT_FLOOR_FACTOR,  # medians under this many floors are flagged
-}
 PHASES = ("prefill", "decode")
 _DTYPES = ("float16", "bfloat16", "float32")
-_TRACE_COLUMNS = (
-    "invocation",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "dtype",
-    "shape_key",
-)
 _FLOOR_WARMUP_CALLS = 3
-_CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused")
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    """The `portfolio:` config section merged onto DEFAULTS; ValueError names a bad key."""
-    cfg = stage_settings.merge("portfolio", DEFAULTS, section)
+    """The `portfolio:` config section merged onto the default study's; ValueError names a bad key."""
+    cfg = stage_settings.merge("portfolio", defaults.section("portfolio"), section)
     stage_settings.require_ints(
         "portfolio",
         cfg,
@@ -104,7 +80,7 @@ def modes_for(mode: str, device: str) -> tuple[str, ...]:
 
 
 def check_trace(trace: pd.DataFrame) -> None:
-    missing = [c for c in _TRACE_COLUMNS if c not in trace.columns]
+    missing = [c for c in contracts.TRACE_COLUMNS if c not in trace.columns]
     if missing:
         raise ValueError(f"trace lacks column(s) {missing}")
     if trace.empty:
@@ -248,12 +224,13 @@ def run(
     *,
     run: int,
     device: str,
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     log: logging.Logger | None = None,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Time every candidate of ``candidates`` (already admitted by correctness) on every
     invocation of ``trace``. Returns (rows, samples) as described in the module docstring."""
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     log = log or logging.getLogger("headroom.measure.portfolio")
     cfg = settings(section)
     if type(run) is not int or run < 1:
@@ -261,7 +238,7 @@ def run(
     if device not in ("cuda", "interpret"):
         raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
     check_trace(trace)
-    missing = [c for c in _CANDIDATE_COLUMNS if c not in candidates.columns]
+    missing = [c for c in contracts.CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing:
         raise ValueError(f"candidates lacks column(s) {missing}")
     if candidates.empty:
