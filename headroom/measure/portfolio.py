@@ -53,7 +53,7 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
             ("runs", 1),
             ("reps", 1),
             ("graph_calls", 1),
-            ("max_buffer_sets", 1),
+            ("max_buffer_sets", 2),  # rotation needs two sets at least (timing.buffer_sets)
             ("warmup_reps", 0),
             ("seed", 0),
         ),

@@ -268,7 +268,7 @@ def test_empty_window_fails_naming_the_file_and_the_column(tmp_path):
 
 
 def test_config_schema_and_defaults_name_the_same_keys():
-    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["trace"][
+    schema = yaml.safe_load((ROOT / "headroom" / "core" / "schema.yaml").read_text())["properties"]["trace"][
         "properties"
     ]
     assert set(schema) == set(defaults.section("trace"))
