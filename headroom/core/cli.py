@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from headroom import __version__
 from headroom.core import artifacts
 
 GATE_EXIT = {"stop": 0, "continue": 3, "no-decision": 4}
@@ -210,6 +211,7 @@ def cmd_trace_describe(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="headroom", description=__doc__.splitlines()[0])
     p.add_argument("--results", default="results", help="the pipeline's results folder (default: results)")
+    p.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("query", help="read-only SQL on results/catalog.duckdb")
