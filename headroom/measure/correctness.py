@@ -27,6 +27,7 @@ import blake3
 import pandas as pd
 
 from headroom.core import contracts, defaults
+from headroom.core.progress import Progress
 
 COLUMNS = list(contracts.CORRECTNESS.names)
 #: One row per distinct shape: the trace's shape columns (shape_key first).
@@ -182,6 +183,54 @@ def check_one(
     return row
 
 
+def _check_inputs(candidates: pd.DataFrame, inject_fault: str | None, log: logging.Logger) -> None:
+    for col in ("candidate", "tile", "fused"):
+        if col not in candidates.columns:
+            raise ValueError(f"candidates lacks column {col!r}")
+    if candidates.empty:
+        raise ValueError("candidates is empty: nothing to check")
+    if inject_fault is not None and inject_fault not in set(candidates["candidate"]):
+        raise ValueError(f"config key 'correctness.inject_fault': {inject_fault!r} is not a candidate id")
+    if inject_fault is not None:
+        log.warning("FAULT INJECTION: %s; corrupting %s", FAULT_INJECTION_NOTE, inject_fault)
+
+
+def _row(cand: Any, shape: Any, result: dict, tol: tuple[float, float], *, rotate_k: bool, seed: int) -> dict:
+    return {
+        "candidate": cand.candidate,
+        "shape_key": shape.shape_key,
+        **result,
+        "passed": result["status"] == "passed",
+        "tolerance": tol[0],
+        "abs_tolerance": tol[1],
+        "tile": int(cand.tile),
+        "fused": bool(cand.fused),
+        "phase": shape.phase,
+        "batch": int(shape.batch),
+        "q_len": int(shape.q_len),
+        "kv_len": int(shape.kv_len),
+        "heads_q": int(shape.heads_q),
+        "heads_kv": int(shape.heads_kv),
+        "head_dim": int(shape.head_dim),
+        "dtype": str(shape.dtype),
+        "rotate_k": rotate_k,
+        "input_seed": seed,
+    }
+
+
+def _log_result(log: logging.Logger, cand: Any, shape: Any, result: dict) -> None:
+    log.log(
+        logging.INFO if result["status"] == "passed" else logging.ERROR,
+        "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
+        result["status"].upper(),
+        cand.candidate,
+        shape.shape_key,
+        result["rel_err"],
+        result["max_abs_err"],
+        result["reason"],
+    )
+
+
 def check(
     candidates: pd.DataFrame,
     shape_rows: pd.DataFrame,
@@ -206,17 +255,10 @@ def check(
     from headroom.measure.runner import tables as candidate_tables
 
     log = log or logging.getLogger("headroom.measure.correctness")
-    for col in ("candidate", "tile", "fused"):
-        if col not in candidates.columns:
-            raise ValueError(f"candidates lacks column {col!r}")
-    if candidates.empty:
-        raise ValueError("candidates is empty: nothing to check")
-    if inject_fault is not None and inject_fault not in set(candidates["candidate"]):
-        raise ValueError(f"config key 'correctness.inject_fault': {inject_fault!r} is not a candidate id")
-    if inject_fault is not None:
-        log.warning("FAULT INJECTION: %s; corrupting %s", FAULT_INJECTION_NOTE, inject_fault)
+    _check_inputs(candidates, inject_fault, log)
     tdev = _torch_device(device)
     rows = []
+    progress = Progress(log, "correctness", len(shape_rows) * len(candidates), "checks")
     for shape in shape_rows.itertuples(index=False):
         dtype = str(shape.dtype)
         if dtype not in tolerances_by_dtype:
@@ -236,39 +278,9 @@ def check(
             if cand.candidate == inject_fault:
                 fn = corrupting(fn)
             result = check_one(fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base)
-            rows.append(
-                {
-                    "candidate": cand.candidate,
-                    "shape_key": shape.shape_key,
-                    **result,
-                    "passed": result["status"] == "passed",
-                    "tolerance": tol[0],
-                    "abs_tolerance": tol[1],
-                    "tile": int(cand.tile),
-                    "fused": bool(cand.fused),
-                    "phase": shape.phase,
-                    "batch": int(shape.batch),
-                    "q_len": int(shape.q_len),
-                    "kv_len": int(shape.kv_len),
-                    "heads_q": int(shape.heads_q),
-                    "heads_kv": int(shape.heads_kv),
-                    "head_dim": int(shape.head_dim),
-                    "dtype": dtype,
-                    "rotate_k": rotate_k,
-                    "input_seed": seed_i,
-                }
-            )
-            level = logging.INFO if result["status"] == "passed" else logging.ERROR
-            log.log(
-                level,
-                "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
-                result["status"].upper(),
-                cand.candidate,
-                shape.shape_key,
-                result["rel_err"],
-                result["max_abs_err"],
-                result["reason"],
-            )
+            rows.append(_row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i))
+            _log_result(log, cand, shape, result)
+            progress.step()
         if tdev == "cuda":
             torch.cuda.empty_cache()
     df = pd.DataFrame(rows, columns=COLUMNS)

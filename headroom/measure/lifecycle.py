@@ -51,6 +51,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
+from headroom.core.progress import Progress
 from headroom.measure import portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -61,17 +62,39 @@ COLUMNS = list(contracts.LIFECYCLE.names)
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     cfg = stage_settings.merge("lifecycle", defaults.section("lifecycle"), section)
-    stage_settings.require_ints("lifecycle", cfg, (
-        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("dispatch_clusters", 1), ("switch_reps", 1),
-        ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
-        ("compile_workers", 1), ("compile_timeout_s", 1), ("seed", 0)))  # fmt: skip
+    stage_settings.require_ints(
+        "lifecycle",
+        cfg,
+        (
+            ("dispatch_lookups", 1),
+            ("dispatch_repeats", 1),
+            ("dispatch_clusters", 1),
+            ("switch_reps", 1),
+            ("switch_invocations", 0),
+            ("switch_pairs", 0),
+            ("warmup_reps", 0),
+            ("graph_calls", 1),
+            ("compile_workers", 1),
+            ("compile_timeout_s", 1),
+            ("seed", 0),
+        ),
+    )
     return cfg
 
 
 def _row(kind: str, **fields: Any) -> dict[str, Any]:
     row = dict.fromkeys(COLUMNS)
-    row.update(kind=kind, candidate="", candidate_b="", policy="", mode="", invocation=-1, shape_key="",
-               status="ok", reason="")  # fmt: skip
+    row.update(
+        kind=kind,
+        candidate="",
+        candidate_b="",
+        policy="",
+        mode="",
+        invocation=-1,
+        shape_key="",
+        status="ok",
+        reason="",
+    )
     row.update(fields)
     return row
 
@@ -164,8 +187,18 @@ def dispatch_rows(trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any
             base.append(_loop_ns(nothing, keys) / n)
             raw.append(_loop_ns(fn, keys) / n)
         raw_ns, base_ns = float(np.median(raw)), float(np.median(base))
-        rows.append(_row("dispatch", policy=policy, value=max(0.0, raw_ns - base_ns), unit="ns", raw_ns=raw_ns,
-                         baseline_ns=base_ns, n=n * cfg["dispatch_repeats"], device=device))  # fmt: skip
+        rows.append(
+            _row(
+                "dispatch",
+                policy=policy,
+                value=max(0.0, raw_ns - base_ns),
+                unit="ns",
+                raw_ns=raw_ns,
+                baseline_ns=base_ns,
+                n=n * cfg["dispatch_repeats"],
+                device=device,
+            )
+        )
     return rows
 
 
@@ -216,6 +249,7 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     max_pos = int(trace["kv_len"].max())
     tables: dict[int, tuple] = {}
     rows = []
+    progress = Progress(log, "lifecycle switch", len(plan), "pairs")
     for inv, a, b in plan:
         if inv.head_dim not in tables:
             tables[inv.head_dim] = candidate_tables(
@@ -233,12 +267,31 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
             alt = harness.time(mode, _alternating(fa, fb), sets)
             med_alt = float(np.median(alt.samples_us))
             same = 0.5 * (med_a + med_b)
-            rows.append(_row("switch", candidate=a.candidate, candidate_b=b.candidate, mode=mode,
-                             invocation=int(inv.invocation), shape_key=inv.shape_key, value=med_alt - same, unit="us",
-                             alternating_us=med_alt, same_us=same, penalty_pct=100.0 * (med_alt - same) / same,
-                             n=3 * alt.timed_calls, device=device))  # fmt: skip
-        log.info("switch %s <-> %s on invocation %d: %s", a.candidate, b.candidate, inv.invocation,
-                 ", ".join(f"{r['mode']} {r['value']:+.3f} us" for r in rows[-len(harness.modes):]))  # fmt: skip
+            rows.append(
+                _row(
+                    "switch",
+                    candidate=a.candidate,
+                    candidate_b=b.candidate,
+                    mode=mode,
+                    invocation=int(inv.invocation),
+                    shape_key=inv.shape_key,
+                    value=med_alt - same,
+                    unit="us",
+                    alternating_us=med_alt,
+                    same_us=same,
+                    penalty_pct=100.0 * (med_alt - same) / same,
+                    n=3 * alt.timed_calls,
+                    device=device,
+                )
+            )
+        log.info(
+            "switch %s <-> %s on invocation %d: %s",
+            a.candidate,
+            b.candidate,
+            inv.invocation,
+            ", ".join(f"{r['mode']} {r['value']:+.3f} us" for r in rows[-len(harness.modes) :]),
+        )
+        progress.step()
     return rows
 
 
@@ -291,8 +344,14 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
         fn(q, k, v)
         sync()
         second = time.perf_counter() - t0
-        out.append({"shape_key": row.shape_key, "first_s": first, "second_s": second,
-                    "new_bytes": _dir_bytes(cache) - before})  # fmt: skip
+        out.append(
+            {
+                "shape_key": row.shape_key,
+                "first_s": first,
+                "second_s": second,
+                "new_bytes": _dir_bytes(cache) - before,
+            }
+        )
     return {"toolchain_s": toolchain_s, "cache_bytes": _dir_bytes(cache) - start_bytes, "shapes": out}
 
 
@@ -300,8 +359,11 @@ def _compile_one(
     cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, interpret: bool = False
 ) -> dict:
     """Run :func:`compile_child` for one candidate in a fresh process with an empty cache dir."""
-    spec = {"candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
-            "shapes": shapes, "rope_base": rope_base}  # fmt: skip
+    spec = {
+        "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
+        "shapes": shapes,
+        "rope_base": rope_base,
+    }
     with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
         env = {**os.environ, "TRITON_CACHE_DIR": cache}
         if interpret:
@@ -309,8 +371,15 @@ def _compile_one(
         else:
             env.pop("TRITON_INTERPRET", None)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        proc = subprocess.run([sys.executable, "-m", "headroom.measure.lifecycle"], input=json.dumps(spec), env=env,
-                              capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom.measure.lifecycle"],
+            input=json.dumps(spec),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=PROJECT_ROOT,
+        )
     if proc.returncode != 0:
         return {"error": f"cold-compile child exited {proc.returncode}: {proc.stderr.strip()[-800:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -322,16 +391,32 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
     cands = list(candidates.sort_values("candidate").itertuples(index=False))
     if device != "cuda":
         reason = "no CUDA device: the Triton interpreter compiles nothing and writes no cache"
-        return [_row(kind, candidate=c.candidate, value=math.nan, unit=unit, status="skipped", reason=reason,
-                     device=device) for c in cands for kind, unit in (("compile", "s"), ("cache", "bytes"))]  # fmt: skip
+        return [
+            _row(
+                kind,
+                candidate=c.candidate,
+                value=math.nan,
+                unit=unit,
+                status="skipped",
+                reason=reason,
+                device=device,
+            )
+            for c in cands
+            for kind, unit in (("compile", "s"), ("cache", "bytes"))
+        ]
     first = trace.sort_values("invocation").drop_duplicates("shape_key")
     shapes = first[list(contracts.TRACE_COLUMNS)].to_dict("records")
     shapes = [{k: (v.item() if hasattr(v, "item") else v) for k, v in s.items()} for s in shapes]
     workers = min(cfg["compile_workers"], len(cands))
+    progress = Progress(log, "lifecycle cold compile", len(cands), "candidates")
+
+    def compile_one(cand: Any) -> dict[str, Any]:
+        result = _compile_one(cand, shapes, rope_base, cfg["compile_timeout_s"])
+        progress.step()
+        return result
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(
-            pool.map(lambda c: _compile_one(c, shapes, rope_base, cfg["compile_timeout_s"]), cands)
-        )
+        results = list(pool.map(compile_one, cands))
     rows = []
     for cand, res in zip(cands, results, strict=True):
         common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
@@ -351,13 +436,28 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
             "n": len(res["shapes"]),
             **common,
         }
-        rows.append(_row("compile", value=total, unit="s", specializations=len(compiled),
-                         shape_key="; ".join(s["shape_key"] for s in compiled),
-                         specialization_s="; ".join(f"{x:.4f}" for x in spec_s), toolchain_s=res["toolchain_s"],
-                         first_call_s=float(sum(s["first_s"] for s in res["shapes"])), **detail))  # fmt: skip
+        rows.append(
+            _row(
+                "compile",
+                value=total,
+                unit="s",
+                specializations=len(compiled),
+                shape_key="; ".join(s["shape_key"] for s in compiled),
+                specialization_s="; ".join(f"{x:.4f}" for x in spec_s),
+                toolchain_s=res["toolchain_s"],
+                first_call_s=float(sum(s["first_s"] for s in res["shapes"])),
+                **detail,
+            )
+        )
         rows.append(_row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail))
-        log.info("cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
-                 cand.candidate, len(compiled), total, res["cache_bytes"], res["toolchain_s"])  # fmt: skip
+        log.info(
+            "cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
+            cand.candidate,
+            len(compiled),
+            total,
+            res["cache_bytes"],
+            res["toolchain_s"],
+        )
     return rows
 
 
@@ -392,8 +492,18 @@ def run(
         rows.extend(step())
         log.info("lifecycle %s: %.2f s wall", name, time.perf_counter() - t0)
     out = pd.DataFrame.from_records(rows, columns=COLUMNS)
-    for col in ("value", "compile_s", "cache_bytes", "toolchain_s", "first_call_s", "alternating_us", "same_us",
-                "penalty_pct", "raw_ns", "baseline_ns"):  # fmt: skip
+    for col in (
+        "value",
+        "compile_s",
+        "cache_bytes",
+        "toolchain_s",
+        "first_call_s",
+        "alternating_us",
+        "same_us",
+        "penalty_pct",
+        "raw_ns",
+        "baseline_ns",
+    ):
         out[col] = out[col].astype("float64")
     for col in ("specializations", "n", "compile_workers"):
         out[col] = out[col].astype("Int64")
