@@ -28,7 +28,7 @@ Long format, one row per figure; columns:
     same_us, penalty_pct (switch), raw_ns, baseline_ns (dispatch), n (calls or lookups behind the
     figure), compile_workers, status ('ok' | 'skipped' | 'failed'), reason, device.
 Exactly one compile and one cache row per candidate, so ``candidate, compile_s, cache_bytes`` of
-either kind is DESIGN.md's per-candidate table.
+either kind is the per-candidate table of the lifecycle contract (docs/architecture.md).
 """
 
 from __future__ import annotations
