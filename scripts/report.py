@@ -6,8 +6,19 @@ import pandas as pd
 from headroom.core.stage import run_stage
 
 # The report's inputs by name; portfolio and samples list one artifact per run.
-SINGLE = ("decision", "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
-          "policy_eval", "factorial", "roofline")  # fmt: skip
+SINGLE = (
+    "decision",
+    "environment",
+    "trace",
+    "candidates",
+    "correctness",
+    "lifecycle",
+    "graph_sweep",
+    "calibration",
+    "policy_eval",
+    "factorial",
+    "roofline",
+)
 
 
 def _benchmarks(folder: str) -> dict:

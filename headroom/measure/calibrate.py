@@ -31,6 +31,7 @@ from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
+# What calibrate measures, its unit and its regime: tables, so laid out by hand (hence fmt: skip).
 NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "graph_launch_us",
          "matmul_flops_per_s", "l2_bytes")  # fmt: skip
 UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eager_us": "us", "launch_graph_us": "us",
@@ -72,9 +73,21 @@ def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = No
     cfg = settings(section)
     if device != "cuda":
         reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
-        return _frame([{"name": n, "value": math.nan, "unit": UNITS[n], "regime": REGIMES[n], "status": "skipped",
-                        "reason": reason, "device": device, "device_name": portfolio.device_name(device)}
-                       for n in NAMES])  # fmt: skip
+        return _frame(
+            [
+                {
+                    "name": n,
+                    "value": math.nan,
+                    "unit": UNITS[n],
+                    "regime": REGIMES[n],
+                    "status": "skipped",
+                    "reason": reason,
+                    "device": device,
+                    "device_name": portfolio.device_name(device),
+                }
+                for n in NAMES
+            ]
+        )
     import torch
 
     from kernels import empty_kernel_launch
@@ -85,9 +98,22 @@ def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = No
     rows: list[dict] = []
 
     def add(name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
-        rows.append({"name": name, "value": float(value), "unit": UNITS[name], "working_set_bytes": working_set,
-                     "regime": REGIMES[name], "method": method, "reps": reps, "status": "ok", "reason": "",
-                     "device": device, "device_name": name_of_device, "sm_clock_mhz": clock.read()})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "value": float(value),
+                "unit": UNITS[name],
+                "working_set_bytes": working_set,
+                "regime": REGIMES[name],
+                "method": method,
+                "reps": reps,
+                "status": "ok",
+                "reason": "",
+                "device": device,
+                "device_name": name_of_device,
+                "sm_clock_mhz": clock.read(),
+            }
+        )
         log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
 
     reps, warm = cfg["reps"], cfg["warmup_reps"]
@@ -105,8 +131,13 @@ def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = No
     dst = torch.empty_like(src)
     graph = timing.Harness("cuda", warmup=warm, reps=reps, graph_calls=cfg["graph_calls"], replays=reps)
     t = float(np.median(graph.time("graph", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
-    add("l2_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n,
-        f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay", reps)  # fmt: skip
+    add(
+        "l2_bytes_per_s",
+        2 * 4 * n / (t * 1e-6),
+        2 * 4 * n,
+        f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay",
+        reps,
+    )
     del src, dst
     # Launch overheads: the harness floor, in both modes.
     anchor = torch.empty(16, device="cuda")
@@ -114,8 +145,13 @@ def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = No
     add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
     t = float(np.median(graph.time("graph", empty_kernel_launch, [(anchor,)]).samples_us))
     add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
-    add("graph_launch_us", graph.graph_launch_us(empty_kernel_launch, (anchor,)), 0,
-        "replay of a CUDA graph holding one empty Triton kernel", reps)  # fmt: skip
+    add(
+        "graph_launch_us",
+        graph.graph_launch_us(empty_kernel_launch, (anchor,)),
+        0,
+        "replay of a CUDA graph holding one empty Triton kernel",
+        reps,
+    )
     # Matmul rate: bf16 on random data (zeros run faster than real data).
     mn = cfg["matmul_n"]
     a = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)

@@ -269,6 +269,26 @@ def build(
         requests = read_request_log(path, cfg["columns"], cfg["arrival_format"])
     requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
 
+    stream, in_window = _window(requests, cfg, where)
+    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
+    df = _invocations(stream.take(picked), picked, requests, cfg, part)
+    provenance = {
+        "source": cfg["source"],
+        "source_blake3": None if path is None else artifacts.hash_file(path),
+        "source_bytes": None if path is None else path.stat().st_size,
+        "source_requests": len(requests),
+        "settings": cfg,
+        "window_invocations": int(in_window.size),
+        "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
+        "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
+        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
+    }
+    return df, provenance
+
+
+def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, np.ndarray]:
+    """The engine's invocation stream and the indices of those in `trace.window` (ValueError naming
+    the source when the window holds none, or fewer than `trace.invocations`)."""
     win, bat = cfg["window"], cfg["batching"]
     start_ns = round(win["start_s"] * NS_PER_S)
     end_ns = None if win["duration_s"] is None else start_ns + round(win["duration_s"] * NS_PER_S)
@@ -293,18 +313,24 @@ def build(
             f"{where}: trace.window holds {in_window.size} invocations, fewer than trace.invocations = "
             f"{cfg['invocations']}; widen the window or lower the count"
         )
-    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
-    sel = stream.take(picked)
+    return stream, in_window
 
+
+def _invocations(
+    sel: Any, picked: np.ndarray, requests: Requests, cfg: dict[str, Any], part: dict[str, Any]
+) -> pd.DataFrame:
+    """The trace's rows (contracts.TRACE) for the selected invocations of the stream."""
     is_prefill = sel.phase == PREFILL
-    summary = bat["kv_summary"]
+    summary = cfg["batching"]["kv_summary"]
     kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
     kv_len = round_up(kv_raw, cfg["round_to"])
     q_len = np.where(is_prefill, kv_len, 1)  # prefill: q_len = kv_len = context
     phase = np.where(is_prefill, "prefill", "decode")
     kv_summary = np.where(is_prefill, "exact", summary)
     n = len(sel)
-    df = pd.DataFrame(
+    heads = (part["heads_q"], part["heads_kv"], part["head_dim"], part["dtype"])
+    keys = zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
+    return pd.DataFrame(
         {
             "invocation": np.arange(n, dtype=np.int64),
             "phase": phase,
@@ -315,20 +341,7 @@ def build(
             "heads_kv": np.full(n, part["heads_kv"], np.int64),
             "head_dim": np.full(n, part["head_dim"], np.int64),
             "dtype": [part["dtype"]] * n,
-            "shape_key": [
-                shape_key(
-                    ph,
-                    int(b),
-                    int(q),
-                    int(kv),
-                    part["heads_q"],
-                    part["heads_kv"],
-                    part["head_dim"],
-                    part["dtype"],
-                    s,
-                )
-                for ph, b, q, kv, s in zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
-            ],
+            "shape_key": [shape_key(ph, int(b), int(q), int(kv), *heads, s) for ph, b, q, kv, s in keys],
             "arrival_s": sel.time_ns / NS_PER_S,
             "kv_summary": kv_summary,
             "kv_len_raw": kv_raw,
@@ -337,18 +350,6 @@ def build(
             "source_invocation": picked.astype(np.int64),
         }
     )
-    provenance = {
-        "source": cfg["source"],
-        "source_blake3": None if path is None else artifacts.hash_file(path),
-        "source_bytes": None if path is None else path.stat().st_size,
-        "source_requests": len(requests),
-        "settings": cfg,
-        "window_invocations": int(in_window.size),
-        "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
-        "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
-        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
-    }
-    return df, provenance
 
 
 # -- describe -------------------------------------------------------------------------------------
