@@ -67,38 +67,60 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
+def _skipped(device: str) -> pd.DataFrame:
+    reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
+    rows = [
+        {
+            "name": n,
+            "value": math.nan,
+            "unit": UNITS[n],
+            "regime": REGIMES[n],
+            "status": "skipped",
+            "reason": reason,
+            "device": device,
+            "device_name": portfolio.device_name(device),
+        }
+        for n in NAMES
+    ]
+    return _frame(rows)
+
+
 def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = None) -> pd.DataFrame:
     """Calibration rows (module docstring)."""
     log = log or logging.getLogger("headroom.measure.calibrate")
     cfg = settings(section)
     if device != "cuda":
-        reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
-        return _frame(
-            [
-                {
-                    "name": n,
-                    "value": math.nan,
-                    "unit": UNITS[n],
-                    "regime": REGIMES[n],
-                    "status": "skipped",
-                    "reason": reason,
-                    "device": device,
-                    "device_name": portfolio.device_name(device),
-                }
-                for n in NAMES
-            ]
-        )
+        return _skipped(device)
     import torch
 
-    from kernels import empty_kernel_launch
-
     l2 = timing.l2_bytes()
-    clock = portfolio.SmClock(device)
-    name_of_device = portfolio.device_name(device)
-    rows: list[dict] = []
+    rec = _Recorder(device, log)
+    eager = timing.Harness("cuda", warmup=cfg["warmup_reps"], reps=cfg["reps"])
+    graph = timing.Harness(
+        "cuda",
+        warmup=cfg["warmup_reps"],
+        reps=cfg["reps"],
+        graph_calls=cfg["graph_calls"],
+        replays=cfg["reps"],
+    )
+    _copies(rec, cfg, l2, eager, graph)
+    _launches(rec, cfg, eager, graph)
+    _matmul(rec, cfg)
+    rec.add("l2_bytes", l2, None, "torch.cuda.get_device_properties().L2_cache_size", 0)
+    torch.cuda.empty_cache()
+    return _frame(rec.rows)
 
-    def add(name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
-        rows.append(
+
+class _Recorder:
+    """Collects one row per calibrated figure, stamped with the device and its SM clock."""
+
+    def __init__(self, device: str, log: logging.Logger):
+        self.device, self.log, self.rows = device, log, []
+        self.clock = portfolio.SmClock(device)
+        self.device_name = portfolio.device_name(device)
+
+    def add(self, name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
+        self.rows.append(
             {
                 "name": name,
                 "value": float(value),
@@ -109,63 +131,70 @@ def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = No
                 "reps": reps,
                 "status": "ok",
                 "reason": "",
-                "device": device,
-                "device_name": name_of_device,
-                "sm_clock_mhz": clock.read(),
+                "device": self.device,
+                "device_name": self.device_name,
+                "sm_clock_mhz": self.clock.read(),
             }
         )
-        log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
+        self.log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
 
-    reps, warm = cfg["reps"], cfg["warmup_reps"]
-    eager = timing.Harness("cuda", warmup=warm, reps=reps)
+
+def _median_us(harness: timing.Harness, mode: str, fn, args: tuple) -> float:
+    return float(np.median(harness.time(mode, fn, [args]).samples_us))
+
+
+def _copies(rec: _Recorder, cfg: dict[str, Any], l2: int, eager, graph) -> None:
+    import torch
+
     # HBM: fp32 elements; a copy reads n and writes n bytes.
     n = int(cfg["hbm_copy_l2"] * l2) // 4
     src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    t = float(np.median(eager.time("eager", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
-    add("hbm_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n, "torch copy_ d2d, eager, CUDA events", reps)
-    del src, dst
+    t = _median_us(eager, "eager", lambda s, d: d.copy_(s), (src, torch.empty_like(src)))
+    rec.add(
+        "hbm_bytes_per_s",
+        2 * 4 * n / (t * 1e-6),
+        2 * 4 * n,
+        "torch copy_ d2d, eager, CUDA events",
+        cfg["reps"],
+    )
+    del src
     # L2: the same buffers over and over inside one graph, so they stay resident.
     n = int(cfg["l2_copy_l2"] * l2) // 8
     src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    graph = timing.Harness("cuda", warmup=warm, reps=reps, graph_calls=cfg["graph_calls"], replays=reps)
-    t = float(np.median(graph.time("graph", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
-    add(
-        "l2_bytes_per_s",
-        2 * 4 * n / (t * 1e-6),
-        2 * 4 * n,
-        f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay",
-        reps,
-    )
-    del src, dst
-    # Launch overheads: the harness floor, in both modes.
+    t = _median_us(graph, "graph", lambda s, d: d.copy_(s), (src, torch.empty_like(src)))
+    method = f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay"
+    rec.add("l2_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n, method, cfg["reps"])
+
+
+def _launches(rec: _Recorder, cfg: dict[str, Any], eager, graph) -> None:
+    """Launch overheads: the harness floor, in both modes."""
+    import torch
+
+    from kernels import empty_kernel_launch
+
     anchor = torch.empty(16, device="cuda")
-    t = float(np.median(eager.time("eager", empty_kernel_launch, [(anchor,)]).samples_us))
-    add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
-    t = float(np.median(graph.time("graph", empty_kernel_launch, [(anchor,)]).samples_us))
-    add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
-    add(
-        "graph_launch_us",
-        graph.graph_launch_us(empty_kernel_launch, (anchor,)),
-        0,
-        "replay of a CUDA graph holding one empty Triton kernel",
-        reps,
-    )
-    # Matmul rate: bf16 on random data (zeros run faster than real data).
+    reps = cfg["reps"]
+    t = _median_us(eager, "eager", empty_kernel_launch, (anchor,))
+    rec.add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
+    t = _median_us(graph, "graph", empty_kernel_launch, (anchor,))
+    rec.add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
+    t = graph.graph_launch_us(empty_kernel_launch, (anchor,))
+    rec.add("graph_launch_us", t, 0, "replay of a CUDA graph holding one empty Triton kernel", reps)
+
+
+def _matmul(rec: _Recorder, cfg: dict[str, Any]) -> None:
+    """Matmul rate: bf16 on random data (zeros run faster than real data)."""
+    import torch
+
     mn = cfg["matmul_n"]
     a = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
-    mm = timing.Harness("cuda", warmup=warm, reps=reps)
-    t = float(np.median(mm.time("eager", torch.matmul, [(a, b)]).samples_us))
-    add(
+    mm = timing.Harness("cuda", warmup=cfg["warmup_reps"], reps=cfg["reps"])
+    t = _median_us(mm, "eager", torch.matmul, (a, b))
+    rec.add(
         "matmul_flops_per_s",
         2 * mn**3 / (t * 1e-6),
         3 * mn * mn * 2,
         f"torch.matmul bf16 {mn}^3, eager",
-        reps,
+        cfg["reps"],
     )
-    del a, b
-    add("l2_bytes", l2, None, "torch.cuda.get_device_properties().L2_cache_size", 0)
-    torch.cuda.empty_cache()
-    return _frame(rows)
