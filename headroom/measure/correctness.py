@@ -144,34 +144,15 @@ def check_one(
         rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
     )
     try:
-        out = fn(q, k, v, out=torch.full_like(q, float("nan")))
-        if tdev == "cuda":
-            torch.cuda.synchronize()
-        if out.shape != q.shape:
-            raise ValueError(f"output shape {tuple(out.shape)} != {tuple(q.shape)}")
-        nan_count = int(out.isnan().sum())
-        second = fn(q, k, v, out=torch.full_like(q, SENTINEL))
-        if tdev == "cuda":
-            torch.cuda.synchronize()
-        unwritten = int((second == SENTINEL).sum())
+        out, nan_count, unwritten = _run_poisoned(fn, q, k, v, tdev)
     except Exception as exc:  # compile or launch failure: a failed check with its reason
-        row["reason"] = (
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-        )
+        message = str(exc).strip()
+        row["reason"] = f"{type(exc).__name__}: {message.splitlines()[0][:300] if message else ''}"
         return row
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     diff = out.to(torch.float64) - ref
-    rel = float(diff.norm() / ref.norm())
-    max_abs = float(diff.abs().max())
-    problems = []
-    if nan_count:
-        problems.append(f"{nan_count} NaN elements")
-    if unwritten:
-        problems.append(f"{unwritten} unwritten elements")
-    if not rel <= tol[0]:
-        problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
-    if not max_abs <= tol[1]:
-        problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
+    rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
+    problems = _problems(rel, max_abs, nan_count, unwritten, tol)
     row.update(
         rel_err=rel,
         max_abs_err=max_abs,
@@ -181,6 +162,37 @@ def check_one(
         reason="; ".join(problems),
     )
     return row
+
+
+def _run_poisoned(fn: Callable, q, k, v, tdev: str):
+    """Run fn into a NaN-filled output, then into a SENTINEL-filled one: (out, NaNs, unwritten)."""
+    import torch
+
+    out = fn(q, k, v, out=torch.full_like(q, float("nan")))
+    if tdev == "cuda":
+        torch.cuda.synchronize()
+    if out.shape != q.shape:
+        raise ValueError(f"output shape {tuple(out.shape)} != {tuple(q.shape)}")
+    nan_count = int(out.isnan().sum())
+    second = fn(q, k, v, out=torch.full_like(q, SENTINEL))
+    if tdev == "cuda":
+        torch.cuda.synchronize()
+    return out, nan_count, int((second == SENTINEL).sum())
+
+
+def _problems(
+    rel: float, max_abs: float, nan_count: int, unwritten: int, tol: tuple[float, float]
+) -> list[str]:
+    problems = []
+    if nan_count:
+        problems.append(f"{nan_count} NaN elements")
+    if unwritten:
+        problems.append(f"{unwritten} unwritten elements")
+    if not rel <= tol[0]:
+        problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
+    if not max_abs <= tol[1]:
+        problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
+    return problems
 
 
 def _check_inputs(candidates: pd.DataFrame, inject_fault: str | None, log: logging.Logger) -> None:
@@ -231,6 +243,14 @@ def _log_result(log: logging.Logger, cand: Any, shape: Any, result: dict) -> Non
     )
 
 
+def _tolerance(tolerances_by_dtype: Mapping[str, tuple[float, float]], dtype: str, shape_key: str):
+    if dtype not in tolerances_by_dtype:
+        raise ValueError(
+            f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} (shape {shape_key})"
+        )
+    return tolerances_by_dtype[dtype]
+
+
 def check(
     candidates: pd.DataFrame,
     shape_rows: pd.DataFrame,
@@ -261,12 +281,7 @@ def check(
     progress = Progress(log, "correctness", len(shape_rows) * len(candidates), "checks")
     for shape in shape_rows.itertuples(index=False):
         dtype = str(shape.dtype)
-        if dtype not in tolerances_by_dtype:
-            raise ValueError(
-                f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} "
-                f"(shape {shape.shape_key})"
-            )
-        tol = tolerances_by_dtype[dtype]
+        tol = _tolerance(tolerances_by_dtype, dtype, shape.shape_key)
         rotate_k = rotate_k_for(shape.phase)
         cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
         for cand in candidates.itertuples(index=False):

@@ -402,7 +402,7 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
                 device=device,
             )
             for c in cands
-            for kind, unit in (("compile", "s"), ("cache", "bytes"))
+            for kind, unit in _COMPILE_KINDS
         ]
     first = trace.sort_values("invocation").drop_duplicates("shape_key")
     shapes = first[list(contracts.TRACE_COLUMNS)].to_dict("records")
@@ -419,46 +419,46 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
         results = list(pool.map(compile_one, cands))
     rows = []
     for cand, res in zip(cands, results, strict=True):
-        common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
-        if "error" in res:
-            log.error("cold compile of %s failed: %s", cand.candidate, res["error"])
-            for kind, unit in (("compile", "s"), ("cache", "bytes")):
-                rows.append(
-                    _row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
-                )
-            continue
-        compiled = [s for s in res["shapes"] if s["new_bytes"] > 0]
-        spec_s = [max(0.0, s["first_s"] - s["second_s"]) for s in compiled]
-        total = float(sum(spec_s))
-        detail = {
-            "compile_s": total,
-            "cache_bytes": int(res["cache_bytes"]),
-            "n": len(res["shapes"]),
-            **common,
-        }
-        rows.append(
-            _row(
-                "compile",
-                value=total,
-                unit="s",
-                specializations=len(compiled),
-                shape_key="; ".join(s["shape_key"] for s in compiled),
-                specialization_s="; ".join(f"{x:.4f}" for x in spec_s),
-                toolchain_s=res["toolchain_s"],
-                first_call_s=float(sum(s["first_s"] for s in res["shapes"])),
-                **detail,
-            )
-        )
-        rows.append(_row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail))
-        log.info(
-            "cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
-            cand.candidate,
-            len(compiled),
-            total,
-            res["cache_bytes"],
-            res["toolchain_s"],
-        )
+        rows += _compile_result_rows(cand, res, workers, device, log)
     return rows
+
+
+_COMPILE_KINDS = (("compile", "s"), ("cache", "bytes"))
+
+
+def _compile_result_rows(cand: Any, res: dict[str, Any], workers: int, device: str, log) -> list[dict]:
+    """The compile row and the cache row of one candidate's cold compile (or two failed rows)."""
+    common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
+    if "error" in res:
+        log.error("cold compile of %s failed: %s", cand.candidate, res["error"])
+        return [
+            _row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
+            for kind, unit in _COMPILE_KINDS
+        ]
+    compiled = [s for s in res["shapes"] if s["new_bytes"] > 0]
+    spec_s = [max(0.0, s["first_s"] - s["second_s"]) for s in compiled]
+    total = float(sum(spec_s))
+    detail = {"compile_s": total, "cache_bytes": int(res["cache_bytes"]), "n": len(res["shapes"]), **common}
+    log.info(
+        "cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
+        cand.candidate,
+        len(compiled),
+        total,
+        res["cache_bytes"],
+        res["toolchain_s"],
+    )
+    compile_row = _row(
+        "compile",
+        value=total,
+        unit="s",
+        specializations=len(compiled),
+        shape_key="; ".join(s["shape_key"] for s in compiled),
+        specialization_s="; ".join(f"{x:.4f}" for x in spec_s),
+        toolchain_s=res["toolchain_s"],
+        first_call_s=float(sum(s["first_s"] for s in res["shapes"])),
+        **detail,
+    )
+    return [compile_row, _row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail)]
 
 
 # -- the stage ------------------------------------------------------------------------------------
