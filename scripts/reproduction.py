@@ -139,6 +139,12 @@ def per_mode(d: dict[str, pd.Series], unit="%") -> str:
 
 
 def build(studies: dict[str, Study]) -> str:
+    lines = _figures(studies) + _discussion(studies) + _wall_times(studies)
+    return "\n".join(lines)
+
+
+def _figures(studies: dict[str, Study]) -> list[str]:
+    """The title and the table of figures, L40S beside each H200 study."""
     names = list(studies)
     head = "| figure | L40S (published) | " + " | ".join(STUDIES.get(n, n) for n in names) + " |"
     lines = [
@@ -185,6 +191,13 @@ def build(studies: dict[str, Study]) -> str:
     row("correctness checks passed", L40S["checks"], lambda s: s.checks())
     row("timed calls (eager / all modes)", L40S["calls"], lambda s: "{:,} / {:,}".format(*s.calls()))
 
+    return lines
+
+
+def _discussion(studies: dict[str, Study]) -> list[str]:
+    """What agrees with the L40S study, what differs, and why (from the first study, then the real trace)."""
+    names = list(studies)
+    lines: list[str] = []
     lines += ["", "## What agrees, what differs, and why", ""]
     d = studies[names[0]]
     gap_graph = d.gap()["graph"]
@@ -241,6 +254,12 @@ def build(studies: dict[str, Study]) -> str:
         "intends. Timed calls: {:,} eager (L40S 403,200 for ten candidates; {} admitted here), "
         "{:,} with graph replay.".format(d.calls()[0], d.admitted(), d.calls()[1])
     )
+    return lines + _real_trace(studies)
+
+
+def _real_trace(studies: dict[str, Study]) -> list[str]:
+    names = list(studies)
+    lines: list[str] = []
     if len(names) > 1:
         r = studies[names[1]]
         lines += [
@@ -251,6 +270,12 @@ def build(studies: dict[str, Study]) -> str:
             "sizes, most test keys unseen in train: `headroom trace describe`), so exact-key dispatch "
             "falls back to global more often and bucketed or clustered policies carry the gain.",
         ]
+    return lines
+
+
+def _wall_times(studies: dict[str, Study]) -> list[str]:
+    names = list(studies)
+    lines: list[str] = []
     lines += [
         "",
         "## Wall time of the H200 runs",
@@ -274,7 +299,7 @@ def build(studies: dict[str, Study]) -> str:
         + ". (The analysis stages in this table ran on the GPU host too; replay reruns them on any CPU.)",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _arm_gap(study: Study, arm: str, mode: str) -> pd.Series:
