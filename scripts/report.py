@@ -30,6 +30,7 @@ def _benchmarks(folder: str) -> dict:
 
 
 def main(stage):
+    from headroom.core import defaults
     from headroom.report import build as report
 
     inputs = {name: stage.read(name) for name in SINGLE}
@@ -41,7 +42,7 @@ def main(stage):
         inputs,
         read,
         out_dir,
-        title=stage.params["report"].get("title", "headroom report"),
+        title=stage.params["report"].get("title", defaults.value("report", "title")),
         benchmarks=_benchmarks(stage.params["benchmarks"]),
     )
     stage.log.info("report: %s", ", ".join(sorted(map(str, paths.values()))))

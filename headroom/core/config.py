@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from headroom.core import defaults
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy, also in a wheel
 
@@ -143,7 +145,8 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
             f"config key 'trace.invocations': {n} invocations leave no train or no test invocation "
             f"at policies.train_fraction = {tf}"
         )
-    gs_tile = study["graph_sweep"].get("tile", 0)
+    sweep = study["graph_sweep"]
+    gs_tile = sweep["tile"] if "tile" in sweep else defaults.value("graph_sweep", "tile")
     if gs_tile >= len(study["tiles"]):
         raise ConfigError(
             f"config key 'graph_sweep.tile': {gs_tile} is not an index into tiles (0..{len(study['tiles']) - 1})"

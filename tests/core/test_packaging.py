@@ -44,6 +44,7 @@ CHECKS = textwrap.dedent(
     catalog.build(catalog.discover(results), f"{results}/catalog.duckdb", project_root=os.getcwd())
     study = config.load(sys.argv[2])
     config.validate_schema(study)
+    config.resolve(study, cuda_available=True)  # schema and semantic checks, as the Snakefile runs them
     study["policies"]["confidence"] = 0.3
     try:
         config.validate_schema(study)
