@@ -237,25 +237,17 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
 
 
 def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
-    from headroom.measure.runner import tables as candidate_tables
-
     plan = switch_plan(trace, candidates, cfg)
     if not plan:
         return []
     reps = cfg["switch_reps"] + cfg["switch_reps"] % 2  # even: as many A as B calls
     graph_calls = cfg["graph_calls"] + cfg["graph_calls"] % 2
     harness = timing.Harness(device, warmup=cfg["warmup_reps"], reps=reps, graph_calls=graph_calls)
-    tdev = "cuda" if device == "cuda" else "cpu"
-    max_pos = int(trace["kv_len"].max())
-    tables: dict[int, tuple] = {}
+    tables = portfolio.RopeTables(int(trace["kv_len"].max()), rope_base, device)
     rows = []
     progress = Progress(log, "lifecycle switch", len(plan), "pairs")
     for inv, a, b in plan:
-        if inv.head_dim not in tables:
-            tables[inv.head_dim] = candidate_tables(
-                max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
-            )
-        cos, sin = tables[inv.head_dim]
+        cos, sin = tables.get(inv)
         n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
         rotate_k = inv.phase == "prefill"

@@ -239,7 +239,7 @@ def run(
 
     t_start = time.perf_counter()
     bench = _Bench.start(cfg, candidates, run=run, device=device, log=log)
-    tables = _RopeTables(int(trace["kv_len"].max()), rope_base, device)
+    tables = RopeTables(int(trace["kv_len"].max()), rope_base, device)
     ordered = trace.sort_values("invocation", kind="mergesort")
     rows: list[dict] = []
     sample_frames: list[pd.DataFrame] = []
@@ -285,7 +285,7 @@ def _check_inputs(trace: pd.DataFrame, candidates: pd.DataFrame, run: int, devic
         raise ValueError("no admitted candidates to time: every candidate failed correctness")
 
 
-class _RopeTables:
+class RopeTables:
     """cos/sin tables per head_dim, built once per run on first use."""
 
     def __init__(self, max_pos: int, rope_base: float, device: str):
