@@ -8,7 +8,7 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "config/schema.yaml")
+validate(config, "headroom/core/schema.yaml")
 
 
 include: "rules/common.smk"

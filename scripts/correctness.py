@@ -5,6 +5,7 @@ from headroom.core.stage import run_stage
 
 def main(stage):
     # imported here, after run_stage has set TRITON_INTERPRET for the resolved device
+    from headroom.core import defaults
     from headroom.measure import correctness
 
     p = stage.params
@@ -14,7 +15,7 @@ def main(stage):
         correctness.shapes(stage.read("trace")),
         device=stage.device,
         tolerances_by_dtype=correctness.tolerances(section),
-        seed=int(section.get("seed", 0)),
+        seed=int(section.get("seed", defaults.value("correctness", "seed"))),
         rope_base=float(p["rope_base"]),
         inject_fault=section.get("inject_fault"),
         log=stage.log,

@@ -3,10 +3,11 @@ from headroom.core.stage import run_stage
 
 def main(stage):
     from headroom.analysis import policies
+    from headroom.core import defaults
 
     options = dict(stage.params["policies"])
     train_fraction = options.pop("train_fraction")
-    seed = options.pop("seed", 0)
+    seed = options.pop("seed", defaults.value("policies", "seed"))
     policy_eval = policies.evaluate(
         stage.read("trace"),
         stage.read_all("portfolio"),

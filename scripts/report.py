@@ -7,8 +7,19 @@ from headroom.core import artifacts
 from headroom.core.stage import run_stage
 
 # The report's inputs by name; portfolio and samples list one artifact per run.
-SINGLE = ("decision", "environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration",
-          "policy_eval", "factorial", "roofline")  # fmt: skip
+SINGLE = (
+    "decision",
+    "environment",
+    "trace",
+    "candidates",
+    "correctness",
+    "lifecycle",
+    "graph_sweep",
+    "calibration",
+    "policy_eval",
+    "factorial",
+    "roofline",
+)
 
 
 def _benchmarks(folder: str) -> dict:
@@ -20,6 +31,7 @@ def _benchmarks(folder: str) -> dict:
 
 
 def main(stage):
+    from headroom.core import defaults
     from headroom.report import build as report
 
     inputs = {name: stage.read(name) for name in SINGLE}
@@ -31,7 +43,7 @@ def main(stage):
         inputs,
         read,
         out_dir,
-        title=stage.params["report"].get("title", "headroom report"),
+        title=stage.params["report"].get("title", defaults.value("report", "title")),
         benchmarks=_benchmarks(stage.params["benchmarks"]),
     )
     for path in paths.values():  # `headroom verify` covers the report too

@@ -1,2 +1,4 @@
-"""The spine every stage shares: artifacts (atomic Parquet writes with BLAKE3 and provenance), the
-stage harness scripts run through, study config, settings merges, the catalog, replay and the CLI."""
+"""The spine every stage shares: artifacts (atomic Parquet writes with BLAKE3 and provenance),
+contracts (one schema per artifact kind), the stage harness scripts run through, study config with
+its schema (package data) and the default study (defaults), settings merges, progress lines, the
+catalog, replay and the CLI."""

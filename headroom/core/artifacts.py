@@ -31,6 +31,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headroom.core import contracts
+
 SIDECAR_SUFFIX = ".blake3"
 META_KIND = b"headroom.kind"
 META_PROVENANCE = b"headroom.provenance"
@@ -129,10 +131,15 @@ def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:
 def write(
     data: pd.DataFrame | pa.Table, path: str | os.PathLike, *, kind: str, provenance: dict[str, Any]
 ) -> str:
-    """Write `data` to `path` atomically with provenance; record and return its BLAKE3."""
+    """Write `data` to `path` atomically with provenance; record and return its BLAKE3.
+
+    A `kind` with a contract in `headroom.core.contracts` is checked against it first (ValueError
+    naming the kind, the column and the types; nothing is written)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = to_table(data)
+    if kind in contracts.CONTRACTS:
+        contracts.check(kind, table)
+    path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(table.schema.metadata or {})
     meta[META_KIND] = kind.encode()
     meta[META_FORMAT] = FORMAT_VERSION

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from headroom import __version__
 from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
 
@@ -386,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Also accepted after the verb (`headroom gate --study x`); SUPPRESS keeps the global value otherwise.
     study = argparse.ArgumentParser(add_help=False)
     study.add_argument("--study", default=argparse.SUPPRESS, help="the study to work on")
+    p.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("query", parents=[study], help="read-only SQL on results/catalog.duckdb")

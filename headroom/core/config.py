@@ -7,15 +7,19 @@ One place decides which device a study runs on and which shape set it uses:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from headroom.core import defaults
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = PROJECT_ROOT / "config" / "schema.yaml"
+SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy, also in a wheel
 
 #: head_dim values the kernels support (kernels.attention validates the same set).
 SUPPORTED_HEAD_DIMS = (32, 64, 128)
@@ -145,7 +149,8 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
             f"config key 'trace.invocations': {n} invocations leave no train or no test invocation "
             f"at policies.train_fraction = {tf}"
         )
-    gs_tile = study["graph_sweep"].get("tile", 0)
+    sweep = study["graph_sweep"]
+    gs_tile = sweep["tile"] if "tile" in sweep else defaults.value("graph_sweep", "tile")
     if gs_tile >= len(study["tiles"]):
         raise ConfigError(
             f"config key 'graph_sweep.tile': {gs_tile} is not an index into tiles (0..{len(study['tiles']) - 1})"
@@ -177,9 +182,41 @@ def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> di
         # The configured (GPU) study must be valid too, even when this machine runs only its smoke
         # overlay: a bad value must not wait for the first GPU run to be found.
         check_semantics({**study, "device": "cuda"}, check_dtype=requested == "auto")
-        study = deep_merge(study, config.get("smoke") or {})
-        validate_schema(study)
+        overlay = config.get("smoke") or {}
+        study = deep_merge(study, overlay)
+        with _named_in(overlay):
+            validate_schema(study)
+            check_semantics({**study, "device": device})
     study["device"] = device
-    if device != "replay":
+    if device == "cuda":
         check_semantics(study)
     return study
+
+
+_KEY_IN_MESSAGE = re.compile(r"config key '([^']+)'")
+
+
+@contextlib.contextmanager
+def _named_in(overlay: dict[str, Any]):
+    """A ConfigError about a key the `smoke` overlay sets names it `smoke.<key>`: that is where to fix it."""
+    try:
+        yield
+    except ConfigError as exc:
+        match = _KEY_IN_MESSAGE.search(str(exc))
+        if not match or not _sets(overlay, match.group(1)):
+            raise
+        key = match.group(1)
+        raise ConfigError(str(exc).replace(f"config key '{key}'", f"config key 'smoke.{key}'", 1)) from None
+
+
+def _sets(overlay: dict[str, Any], key: str) -> bool:
+    """Whether the overlay sets `key` (e.g. 'portfolio.reps', 'tiles[2].block_n') or a list holding it."""
+    node: Any = overlay
+    for part in re.split(r"\.|\[", key):
+        if isinstance(node, list):
+            return True
+        part = part.rstrip("]")
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from headroom import __version__
-from headroom.core import artifacts
+from headroom.core import artifacts, contracts
 
 VERSIONED_PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "snakemake")
 
@@ -130,7 +130,9 @@ class Stage:
         return prov
 
     def write(self, name: str, data: Any, *, extra_provenance: dict[str, Any] | None = None) -> str:
-        """Write the named output artifact; its kind is `name`. Returns its BLAKE3."""
+        """Write the named output artifact; its kind is `name`, which must have a contract in
+        `headroom.core.contracts` (checked before writing). Returns its BLAKE3."""
+        contracts.contract(name)
         path = self.output_path(name)
         digest = artifacts.write(data, path, kind=name, provenance=self.provenance(extra_provenance))
         self.log.info("wrote %s (%d rows, blake3 %s)", path, len(data), digest[:16])

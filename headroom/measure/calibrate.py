@@ -27,17 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
-DEFAULTS: dict[str, Any] = {
-    "reps": 50,
-    "warmup_reps": 5,
-    "hbm_copy_l2": 16.0,  # each side of the HBM copy holds this many L2s: reads and writes miss
-    "l2_copy_l2": 0.25,  # source + destination of the L2 copy: a quarter of the L2, surely resident
-    "graph_calls": 100,  # L2 copies / empty kernels per captured graph
-    "matmul_n": 8192,
-}
+# What calibrate measures, its unit and its regime: tables, so laid out by hand (hence fmt: skip).
 NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "graph_launch_us",
          "matmul_flops_per_s", "l2_bytes")  # fmt: skip
 UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eager_us": "us", "launch_graph_us": "us",
@@ -45,12 +39,11 @@ UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eage
 REGIMES = {"hbm_bytes_per_s": "hbm", "l2_bytes_per_s": "l2-resident", "launch_eager_us": "launch",
            "launch_graph_us": "launch", "graph_launch_us": "launch", "matmul_flops_per_s": "compute",
            "l2_bytes": "device"}  # fmt: skip
-COLUMNS = ["name", "value", "unit", "working_set_bytes", "regime", "method", "reps", "status", "reason", "device",
-           "device_name", "sm_clock_mhz"]  # fmt: skip
+COLUMNS = list(contracts.CALIBRATION.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("calibrate", DEFAULTS, section)
+    cfg = stage_settings.merge("calibrate", defaults.section("calibrate"), section)
     stage_settings.require_ints(
         "calibrate", cfg, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16))
     )
@@ -74,70 +67,134 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
+def _skipped(device: str) -> pd.DataFrame:
+    reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
+    rows = [
+        {
+            "name": n,
+            "value": math.nan,
+            "unit": UNITS[n],
+            "regime": REGIMES[n],
+            "status": "skipped",
+            "reason": reason,
+            "device": device,
+            "device_name": portfolio.device_name(device),
+        }
+        for n in NAMES
+    ]
+    return _frame(rows)
+
+
 def run(section: dict[str, Any], *, device: str, log: logging.Logger | None = None) -> pd.DataFrame:
     """Calibration rows (module docstring)."""
     log = log or logging.getLogger("headroom.measure.calibrate")
     cfg = settings(section)
     if device != "cuda":
-        reason = "no CUDA device: the interpreter has no memory hierarchy or launch path to calibrate"
-        return _frame([{"name": n, "value": math.nan, "unit": UNITS[n], "regime": REGIMES[n], "status": "skipped",
-                        "reason": reason, "device": device, "device_name": portfolio.device_name(device)}
-                       for n in NAMES])  # fmt: skip
+        return _skipped(device)
+    import torch
+
+    l2 = timing.l2_bytes()
+    rec = _Recorder(device, log)
+    eager = timing.Harness("cuda", warmup=cfg["warmup_reps"], reps=cfg["reps"])
+    graph = timing.Harness(
+        "cuda",
+        warmup=cfg["warmup_reps"],
+        reps=cfg["reps"],
+        graph_calls=cfg["graph_calls"],
+        replays=cfg["reps"],
+    )
+    _copies(rec, cfg, l2, eager, graph)
+    _launches(rec, cfg, eager, graph)
+    _matmul(rec, cfg)
+    rec.add("l2_bytes", l2, None, "torch.cuda.get_device_properties().L2_cache_size", 0)
+    torch.cuda.empty_cache()
+    return _frame(rec.rows)
+
+
+class _Recorder:
+    """Collects one row per calibrated figure, stamped with the device and its SM clock."""
+
+    def __init__(self, device: str, log: logging.Logger):
+        self.device, self.log, self.rows = device, log, []
+        self.clock = portfolio.SmClock(device)
+        self.device_name = portfolio.device_name(device)
+
+    def add(self, name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
+        self.rows.append(
+            {
+                "name": name,
+                "value": float(value),
+                "unit": UNITS[name],
+                "working_set_bytes": working_set,
+                "regime": REGIMES[name],
+                "method": method,
+                "reps": reps,
+                "status": "ok",
+                "reason": "",
+                "device": self.device,
+                "device_name": self.device_name,
+                "sm_clock_mhz": self.clock.read(),
+            }
+        )
+        self.log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
+
+
+def _median_us(harness: timing.Harness, mode: str, fn, args: tuple) -> float:
+    return float(np.median(harness.time(mode, fn, [args]).samples_us))
+
+
+def _copies(rec: _Recorder, cfg: dict[str, Any], l2: int, eager, graph) -> None:
+    import torch
+
+    # HBM: fp32 elements; a copy reads n and writes n bytes.
+    n = int(cfg["hbm_copy_l2"] * l2) // 4
+    src = torch.randn(n, device="cuda")
+    t = _median_us(eager, "eager", lambda s, d: d.copy_(s), (src, torch.empty_like(src)))
+    rec.add(
+        "hbm_bytes_per_s",
+        2 * 4 * n / (t * 1e-6),
+        2 * 4 * n,
+        "torch copy_ d2d, eager, CUDA events",
+        cfg["reps"],
+    )
+    del src
+    # L2: the same buffers over and over inside one graph, so they stay resident.
+    n = int(cfg["l2_copy_l2"] * l2) // 8
+    src = torch.randn(n, device="cuda")
+    t = _median_us(graph, "graph", lambda s, d: d.copy_(s), (src, torch.empty_like(src)))
+    method = f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay"
+    rec.add("l2_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n, method, cfg["reps"])
+
+
+def _launches(rec: _Recorder, cfg: dict[str, Any], eager, graph) -> None:
+    """Launch overheads: the harness floor, in both modes."""
     import torch
 
     from kernels import empty_kernel_launch
 
-    l2 = timing.l2_bytes()
-    clock = portfolio.SmClock(device)
-    name_of_device = portfolio.device_name(device)
-    rows: list[dict] = []
-
-    def add(name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
-        rows.append({"name": name, "value": float(value), "unit": UNITS[name], "working_set_bytes": working_set,
-                     "regime": REGIMES[name], "method": method, "reps": reps, "status": "ok", "reason": "",
-                     "device": device, "device_name": name_of_device, "sm_clock_mhz": clock.read()})  # fmt: skip
-        log.info("calibrate %-20s %.4g %s (working set %s bytes)", name, value, UNITS[name], working_set)
-
-    reps, warm = cfg["reps"], cfg["warmup_reps"]
-    eager = timing.Harness("cuda", warmup=warm, reps=reps)
-    # HBM: fp32 elements; a copy reads n and writes n bytes.
-    n = int(cfg["hbm_copy_l2"] * l2) // 4
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    t = float(np.median(eager.time("eager", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
-    add("hbm_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n, "torch copy_ d2d, eager, CUDA events", reps)
-    del src, dst
-    # L2: the same buffers over and over inside one graph, so they stay resident.
-    n = int(cfg["l2_copy_l2"] * l2) // 8
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    graph = timing.Harness("cuda", warmup=warm, reps=reps, graph_calls=cfg["graph_calls"], replays=reps)
-    t = float(np.median(graph.time("graph", lambda s, d: d.copy_(s), [(src, dst)]).samples_us))
-    add("l2_bytes_per_s", 2 * 4 * n / (t * 1e-6), 2 * 4 * n,
-        f"torch copy_ d2d, {cfg['graph_calls']} per CUDA graph replay", reps)  # fmt: skip
-    del src, dst
-    # Launch overheads: the harness floor, in both modes.
     anchor = torch.empty(16, device="cuda")
-    t = float(np.median(eager.time("eager", empty_kernel_launch, [(anchor,)]).samples_us))
-    add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
-    t = float(np.median(graph.time("graph", empty_kernel_launch, [(anchor,)]).samples_us))
-    add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
-    add("graph_launch_us", graph.graph_launch_us(empty_kernel_launch, (anchor,)), 0,
-        "replay of a CUDA graph holding one empty Triton kernel", reps)  # fmt: skip
-    # Matmul rate: bf16 on random data (zeros run faster than real data).
+    reps = cfg["reps"]
+    t = _median_us(eager, "eager", empty_kernel_launch, (anchor,))
+    rec.add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
+    t = _median_us(graph, "graph", empty_kernel_launch, (anchor,))
+    rec.add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
+    t = graph.graph_launch_us(empty_kernel_launch, (anchor,))
+    rec.add("graph_launch_us", t, 0, "replay of a CUDA graph holding one empty Triton kernel", reps)
+
+
+def _matmul(rec: _Recorder, cfg: dict[str, Any]) -> None:
+    """Matmul rate: bf16 on random data (zeros run faster than real data)."""
+    import torch
+
     mn = cfg["matmul_n"]
     a = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(mn, mn, device="cuda", dtype=torch.bfloat16)
-    mm = timing.Harness("cuda", warmup=warm, reps=reps)
-    t = float(np.median(mm.time("eager", torch.matmul, [(a, b)]).samples_us))
-    add(
+    mm = timing.Harness("cuda", warmup=cfg["warmup_reps"], reps=cfg["reps"])
+    t = _median_us(mm, "eager", torch.matmul, (a, b))
+    rec.add(
         "matmul_flops_per_s",
         2 * mn**3 / (t * 1e-6),
         3 * mn * mn * 2,
         f"torch.matmul bf16 {mn}^3, eager",
-        reps,
+        cfg["reps"],
     )
-    del a, b
-    add("l2_bytes", l2, None, "torch.cuda.get_device_properties().L2_cache_size", 0)
-    torch.cuda.empty_cache()
-    return _frame(rows)

@@ -13,18 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-COLUMNS = [
-    "candidate",
-    "tile",
-    "block_m",
-    "block_n",
-    "num_warps",
-    "num_stages",
-    "fused",
-    "backend",
-    "rope",
-    "generation",
-]
+from headroom.core import contracts
+
+COLUMNS = list(contracts.CANDIDATES.names)
 #: RoPE placements (kernels.ROPE_MODES): `fused` in the artifact is True when RoPE runs inside the
 #: attention kernel (fused, q_fused), which is what the policies' fusion arms split on.
 ROPE_PLACEMENTS = ("unfused", "fused", "q_fused")

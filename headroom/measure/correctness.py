@@ -24,40 +24,20 @@ before `run_stage` has set TRITON_INTERPRET, and Triton fixes the mode when kern
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import blake3
 import pandas as pd
 
-COLUMNS = [
-    "candidate",
-    "shape_key",
-    "rel_err",
-    "max_abs_err",
-    "tolerance",
-    "abs_tolerance",
-    "nan_count",
-    "unwritten_count",
-    "passed",
-    "status",
-    "reason",
-    "tile",
-    "fused",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "dtype",
-    "rotate_k",
-    "input_seed",
-]
-SHAPE_COLUMNS = ["shape_key", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype"]
+from headroom.core import contracts, defaults
+from headroom.core.progress import Progress
+
+COLUMNS = list(contracts.CORRECTNESS.names)
+#: One row per distinct shape: the trace's shape columns (shape_key first).
+SHAPE_COLUMNS = ["shape_key", *(c for c in contracts.TRACE_COLUMNS if c not in ("invocation", "shape_key"))]
 # |out| <= max |v| for softmax-weighted averages of N(0, 1) values: a few units. An element still
 # holding this after the run was never written.
 SENTINEL = 1024.0
@@ -131,7 +111,8 @@ def rotate_k_for(phase: str) -> bool:
 
 def input_seed(seed: int, candidate: str, shape_key: str) -> int:
     """A distinct, reproducible seed for each (candidate, shape_key) check."""
-    digest = hashlib.blake2b(f"{seed}|{candidate}|{shape_key}".encode(), digest_size=8).digest()
+    # BLAKE3, the project's one hash: stable across processes and Python versions (hash() is not).
+    digest = blake3.blake3(f"{seed}|{candidate}|{shape_key}".encode()).digest(length=8)
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
@@ -198,38 +179,19 @@ def check_one(
         rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
     )
     try:
-        out = fn(q, k, v, out=torch.full_like(q, float("nan")))
-        if tdev == "cuda":
-            torch.cuda.synchronize()
-        if out.shape != q.shape:
-            raise ValueError(f"output shape {tuple(out.shape)} != {tuple(q.shape)}")
-        nan_count = int(out.isnan().sum())
-        second = fn(q, k, v, out=torch.full_like(q, SENTINEL))
-        if tdev == "cuda":
-            torch.cuda.synchronize()
-        unwritten = int((second == SENTINEL).sum())
+        out, nan_count, unwritten = _run_poisoned(fn, q, k, v, tdev)
     except Exception as exc:  # cannot run this shape: unsupported; any other failure: an error
         why = unsupported_reason(exc, native=native)
         if why is not None:
             row.update(status="unsupported", reason=why)
             return row
-        row["reason"] = (
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-        )
+        message = str(exc).strip()
+        row["reason"] = f"{type(exc).__name__}: {message.splitlines()[0][:300] if message else ''}"
         return row
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     diff = out.to(torch.float64) - ref
-    rel = float(diff.norm() / ref.norm())
-    max_abs = float(diff.abs().max())
-    problems = []
-    if nan_count:
-        problems.append(f"{nan_count} NaN elements")
-    if unwritten:
-        problems.append(f"{unwritten} unwritten elements")
-    if not rel <= tol[0]:
-        problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
-    if not max_abs <= tol[1]:
-        problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
+    rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
+    problems = _problems(rel, max_abs, nan_count, unwritten, tol)
     row.update(
         rel_err=rel,
         max_abs_err=max_abs,
@@ -241,6 +203,93 @@ def check_one(
     return row
 
 
+def _run_poisoned(fn: Callable, q, k, v, tdev: str):
+    """Run fn into a NaN-filled output, then into a SENTINEL-filled one: (out, NaNs, unwritten)."""
+    import torch
+
+    out = fn(q, k, v, out=torch.full_like(q, float("nan")))
+    if tdev == "cuda":
+        torch.cuda.synchronize()
+    if out.shape != q.shape:
+        raise ValueError(f"output shape {tuple(out.shape)} != {tuple(q.shape)}")
+    nan_count = int(out.isnan().sum())
+    second = fn(q, k, v, out=torch.full_like(q, SENTINEL))
+    if tdev == "cuda":
+        torch.cuda.synchronize()
+    return out, nan_count, int((second == SENTINEL).sum())
+
+
+def _problems(
+    rel: float, max_abs: float, nan_count: int, unwritten: int, tol: tuple[float, float]
+) -> list[str]:
+    problems = []
+    if nan_count:
+        problems.append(f"{nan_count} NaN elements")
+    if unwritten:
+        problems.append(f"{unwritten} unwritten elements")
+    if not rel <= tol[0]:
+        problems.append(f"rel_err {rel:.3e} > {tol[0]:.1e}")
+    if not max_abs <= tol[1]:
+        problems.append(f"max_abs_err {max_abs:.3e} > {tol[1]:.1e}")
+    return problems
+
+
+def _check_inputs(candidates: pd.DataFrame, inject_fault: str | None, log: logging.Logger) -> None:
+    for col in ("candidate", "tile", "fused"):
+        if col not in candidates.columns:
+            raise ValueError(f"candidates lacks column {col!r}")
+    if candidates.empty:
+        raise ValueError("candidates is empty: nothing to check")
+    if inject_fault is not None and inject_fault not in set(candidates["candidate"]):
+        raise ValueError(f"config key 'correctness.inject_fault': {inject_fault!r} is not a candidate id")
+    if inject_fault is not None:
+        log.warning("FAULT INJECTION: %s; corrupting %s", FAULT_INJECTION_NOTE, inject_fault)
+
+
+def _row(cand: Any, shape: Any, result: dict, tol: tuple[float, float], *, rotate_k: bool, seed: int) -> dict:
+    return {
+        "candidate": cand.candidate,
+        "shape_key": shape.shape_key,
+        **result,
+        "passed": result["status"] == "passed",
+        "tolerance": tol[0],
+        "abs_tolerance": tol[1],
+        "tile": int(cand.tile),
+        "fused": bool(cand.fused),
+        "phase": shape.phase,
+        "batch": int(shape.batch),
+        "q_len": int(shape.q_len),
+        "kv_len": int(shape.kv_len),
+        "heads_q": int(shape.heads_q),
+        "heads_kv": int(shape.heads_kv),
+        "head_dim": int(shape.head_dim),
+        "dtype": str(shape.dtype),
+        "rotate_k": rotate_k,
+        "input_seed": seed,
+    }
+
+
+def _log_result(log: logging.Logger, cand: Any, shape: Any, result: dict) -> None:
+    log.log(
+        {"passed": logging.INFO, "unsupported": logging.WARNING}.get(result["status"], logging.ERROR),
+        "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
+        result["status"].upper(),
+        cand.candidate,
+        shape.shape_key,
+        result["rel_err"],
+        result["max_abs_err"],
+        result["reason"],
+    )
+
+
+def _tolerance(tolerances_by_dtype: Mapping[str, tuple[float, float]], dtype: str, shape_key: str):
+    if dtype not in tolerances_by_dtype:
+        raise ValueError(
+            f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} (shape {shape_key})"
+        )
+    return tolerances_by_dtype[dtype]
+
+
 def check(
     candidates: pd.DataFrame,
     shape_rows: pd.DataFrame,
@@ -248,7 +297,7 @@ def check(
     device: str,
     tolerances_by_dtype: Mapping[str, tuple[float, float]],
     seed: int = 0,
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     make_fn: Callable = default_make_fn,
     inject_fault: str | None = None,
     log: logging.Logger | None = None,
@@ -259,31 +308,20 @@ def check(
     (default: headroom.measure.runner.runner, what every stage runs); tests pass a broken one.
     inject_fault: a candidate id whose output is corrupted (FAULT_INJECTION_NOTE).
     """
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     import torch
 
     from headroom.measure.runner import is_native
     from headroom.measure.runner import tables as candidate_tables
 
     log = log or logging.getLogger("headroom.measure.correctness")
-    for col in ("candidate", "tile", "fused"):
-        if col not in candidates.columns:
-            raise ValueError(f"candidates lacks column {col!r}")
-    if candidates.empty:
-        raise ValueError("candidates is empty: nothing to check")
-    if inject_fault is not None and inject_fault not in set(candidates["candidate"]):
-        raise ValueError(f"config key 'correctness.inject_fault': {inject_fault!r} is not a candidate id")
-    if inject_fault is not None:
-        log.warning("FAULT INJECTION: %s; corrupting %s", FAULT_INJECTION_NOTE, inject_fault)
+    _check_inputs(candidates, inject_fault, log)
     tdev = _torch_device(device)
     rows = []
+    progress = Progress(log, "correctness", len(shape_rows) * len(candidates), "checks")
     for shape in shape_rows.itertuples(index=False):
         dtype = str(shape.dtype)
-        if dtype not in tolerances_by_dtype:
-            raise ValueError(
-                f"config key 'correctness.tolerances' has no entry for dtype {dtype!r} "
-                f"(shape {shape.shape_key})"
-            )
-        tol = tolerances_by_dtype[dtype]
+        tol = _tolerance(tolerances_by_dtype, dtype, shape.shape_key)
         rotate_k = rotate_k_for(shape.phase)
         cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
         for cand in candidates.itertuples(index=False):
@@ -297,41 +335,9 @@ def check(
             result = check_one(
                 fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=is_native(cand)
             )
-            rows.append(
-                {
-                    "candidate": cand.candidate,
-                    "shape_key": shape.shape_key,
-                    **result,
-                    "passed": result["status"] == "passed",
-                    "tolerance": tol[0],
-                    "abs_tolerance": tol[1],
-                    "tile": int(cand.tile),
-                    "fused": bool(cand.fused),
-                    "phase": shape.phase,
-                    "batch": int(shape.batch),
-                    "q_len": int(shape.q_len),
-                    "kv_len": int(shape.kv_len),
-                    "heads_q": int(shape.heads_q),
-                    "heads_kv": int(shape.heads_kv),
-                    "head_dim": int(shape.head_dim),
-                    "dtype": dtype,
-                    "rotate_k": rotate_k,
-                    "input_seed": seed_i,
-                }
-            )
-            level = {"passed": logging.INFO, "unsupported": logging.WARNING}.get(
-                result["status"], logging.ERROR
-            )
-            log.log(
-                level,
-                "%s %s %s rel_err=%.2e max_abs_err=%.2e %s",
-                result["status"].upper(),
-                cand.candidate,
-                shape.shape_key,
-                result["rel_err"],
-                result["max_abs_err"],
-                result["reason"],
-            )
+            rows.append(_row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i))
+            _log_result(log, cand, shape, result)
+            progress.step()
         if tdev == "cuda":
             torch.cuda.empty_cache()
     df = pd.DataFrame(rows, columns=COLUMNS)

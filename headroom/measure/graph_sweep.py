@@ -24,31 +24,16 @@ from typing import Any
 
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import portfolio, timing
 
-DEFAULTS: dict[str, Any] = {
-    "regimes_l2": [0.25, 0.5, 2.0, 8.0],  # working sets as multiples of the device's L2
-    "tile": 0,  # index into the study's tiles
-    # Small enough that one input set fits in a quarter of the L2 (about 15 MB on an H200).
-    "shapes": [
-        {"phase": "decode", "batch": 2, "q_len": 1, "kv_len": 512},
-        {"phase": "prefill", "batch": 1, "q_len": 256, "kv_len": 256},
-    ],
-    "reps": 50,  # timed calls (eager) and timed replays (graph) per row
-    "warmup_reps": 10,
-    "graph_calls": 20,  # at least this many calls per captured graph
-}
-STAT_COLUMNS = ["median_us", "mean_us", "p10_us", "p90_us", "std_us", "rel_std_pct"]
-COLUMNS = [
-    "regime", "regime_multiple", "residency", "working_set_bytes", "target_bytes", "l2_bytes", "mode", "fused",
-    "tile", "candidate", "shape_key", "phase", "buffer_sets", "calls_per_graph", *STAT_COLUMNS, "reps",
-    "fusion_speedup", "status", "reason", "device",
-]  # fmt: skip
+STAT_COLUMNS = list(contracts.STAT_COLUMNS)
+COLUMNS = list(contracts.GRAPH_SWEEP.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("graph_sweep", DEFAULTS, section)
+    cfg = stage_settings.merge("graph_sweep", defaults.section("graph_sweep"), section)
     if not cfg["regimes_l2"] or not all(isinstance(m, int | float) and m > 0 for m in cfg["regimes_l2"]):
         raise ValueError(f"graph_sweep.regimes_l2 must be positive numbers, got {cfg['regimes_l2']!r}")
     stage_settings.require_ints(
@@ -69,11 +54,24 @@ def sweep_shapes(cfg: dict[str, Any], partition: dict[str, Any]) -> pd.DataFrame
 
     rows = []
     for i, s in enumerate(cfg["shapes"]):
-        row = {"invocation": i, "phase": s["phase"], "batch": int(s["batch"]), "q_len": int(s["q_len"]),
-               "kv_len": int(s["kv_len"])}  # fmt: skip
+        row = {
+            "invocation": i,
+            "phase": s["phase"],
+            "batch": int(s["batch"]),
+            "q_len": int(s["q_len"]),
+            "kv_len": int(s["kv_len"]),
+        }
         row.update({k: partition[k] for k in ("heads_q", "heads_kv", "head_dim", "dtype")})
-        row["shape_key"] = shape_key(row["phase"], row["batch"], row["q_len"], row["kv_len"], row["heads_q"],
-                                     row["heads_kv"], row["head_dim"], row["dtype"])  # fmt: skip
+        row["shape_key"] = shape_key(
+            row["phase"],
+            row["batch"],
+            row["q_len"],
+            row["kv_len"],
+            row["heads_q"],
+            row["heads_kv"],
+            row["head_dim"],
+            row["dtype"],
+        )
         rows.append(row)
     df = pd.DataFrame(rows)
     try:
@@ -90,8 +88,12 @@ def regime_label(multiple: float) -> str:
 def fusion_speedups(df: pd.DataFrame) -> pd.DataFrame:
     """Per (shape_key, regime, mode) of the ok rows: unfused_us, fused_us, speedup = unfused / fused."""
     ok = df[df["status"] == "ok"]
-    piv = ok.pivot_table(index=["shape_key", "regime", "regime_multiple", "mode"], columns="fused",
-                         values="median_us", aggfunc="first")  # fmt: skip
+    piv = ok.pivot_table(
+        index=["shape_key", "regime", "regime_multiple", "mode"],
+        columns="fused",
+        values="median_us",
+        aggfunc="first",
+    )
     if piv.empty or False not in piv.columns or True not in piv.columns:
         return pd.DataFrame(
             columns=["shape_key", "regime", "regime_multiple", "mode", "unfused_us", "fused_us", "speedup"]
@@ -116,63 +118,16 @@ def run(
     shapes = sweep_shapes(cfg, partition)
     pair = candidates[candidates["tile"] == cfg["tile"]]
     by_fused = {bool(c.fused): c for c in pair.itertuples(index=False)}
-    skip_reason = ""
-    if device != "cuda":
-        skip_reason = "no CUDA device: graph replay and L2 working-set regimes need a GPU"
-    elif set(by_fused) != {False, True}:
-        skip_reason = (f"tile {cfg['tile']} lacks an admitted {'fused' if True not in by_fused else 'unfused'} "
-                       "candidate (correctness), so fused vs unfused cannot be compared")  # fmt: skip
-    l2 = timing.l2_bytes() if device == "cuda" else None
-    rows = []
+    skip_reason = _skip_reason(device, by_fused, cfg["tile"])
     if skip_reason:
         log.warning("graph_sweep skipped: %s", skip_reason)
-        for shape in shapes.itertuples(index=False):
-            for multiple in cfg["regimes_l2"]:
-                for mode in timing.MODES:
-                    for fused in (False, True):
-                        c = by_fused.get(fused)
-                        rows.append({"regime": regime_label(multiple), "regime_multiple": float(multiple), "mode": mode,
-                                     "fused": fused, "tile": cfg["tile"], "candidate": c.candidate if c else "",
-                                     "shape_key": shape.shape_key, "phase": shape.phase, "status": "skipped",
-                                     "reason": skip_reason, "device": device})  # fmt: skip
-        return _frame(rows)
-
-    import torch
-
-    from headroom.measure.runner import tables as candidate_tables
-
-    for shape in shapes.itertuples(index=False):
-        cos, sin = candidate_tables(
-            int(shape.kv_len),
-            int(shape.head_dim),
-            str(shape.dtype),
-            float(partition.get("rope_base", 10000.0)),
-            "cuda",
-        )
-        nbytes = portfolio.set_bytes(shape)
-        for multiple in cfg["regimes_l2"]:
-            target = multiple * l2
-            n_sets = max(1, round(target / nbytes))
-            calls = n_sets * math.ceil(cfg["graph_calls"] / n_sets)
-            harness = timing.Harness("cuda", warmup=max(cfg["warmup_reps"], n_sets), reps=cfg["reps"],
-                                     graph_calls=calls, replays=cfg["reps"])  # fmt: skip
-            sets = portfolio.input_sets(shape, n_sets, "cuda", seed=int(shape.invocation))
-            ws = n_sets * nbytes
-            for mode in timing.MODES:
-                for fused in (False, True):
-                    c = by_fused[fused]
-                    m = harness.time(
-                        mode, portfolio.candidate_fn(c, cos, sin, shape.phase == "prefill"), sets
-                    )
-                    rows.append({"regime": regime_label(multiple), "regime_multiple": float(multiple),
-                                 "residency": "l2-resident" if ws <= l2 else "spilled", "working_set_bytes": ws,
-                                 "target_bytes": int(target), "l2_bytes": l2, "mode": mode, "fused": fused,
-                                 "tile": cfg["tile"], "candidate": c.candidate, "shape_key": shape.shape_key,
-                                 "phase": shape.phase, "buffer_sets": n_sets, "calls_per_graph": calls,
-                                 **timing.summarize(m.samples_us), "reps": int(m.samples_us.size), "status": "ok",
-                                 "reason": "", "device": device})  # fmt: skip
-            del sets
-            torch.cuda.empty_cache()
+        return _frame(_skipped_rows(shapes, cfg, by_fused, skip_reason, device))
+    rope_base = float(partition.get("rope_base", defaults.value("partition", "rope_base")))
+    rows = [
+        row
+        for shape in shapes.itertuples(index=False)
+        for row in _sweep_shape(shape, cfg, by_fused, rope_base)
+    ]
     out = _frame(rows)
     sp = fusion_speedups(out)
     key = ["shape_key", "regime", "mode"]
@@ -180,6 +135,101 @@ def run(
     out = out.rename(columns={"speedup": "fusion_speedup"})[COLUMNS]
     log.info("graph_sweep fusion speedup (unfused / fused):\n%s", speedup_table(out).to_string(index=False))
     return out
+
+
+def _skip_reason(device: str, by_fused: dict[bool, Any], tile: int) -> str:
+    if device != "cuda":
+        return "no CUDA device: graph replay and L2 working-set regimes need a GPU"
+    if set(by_fused) != {False, True}:
+        lacking = "fused" if True not in by_fused else "unfused"
+        return (
+            f"tile {tile} lacks an admitted {lacking} candidate (correctness), "
+            "so fused vs unfused cannot be compared"
+        )
+    return ""
+
+
+def _skipped_rows(
+    shapes: pd.DataFrame, cfg: dict[str, Any], by_fused, reason: str, device: str
+) -> list[dict]:
+    rows = []
+    for shape in shapes.itertuples(index=False):
+        for multiple in cfg["regimes_l2"]:
+            for mode in timing.MODES:
+                for fused in (False, True):
+                    c = by_fused.get(fused)
+                    rows.append(
+                        {
+                            "regime": regime_label(multiple),
+                            "regime_multiple": float(multiple),
+                            "mode": mode,
+                            "fused": fused,
+                            "tile": cfg["tile"],
+                            "candidate": c.candidate if c else "",
+                            "shape_key": shape.shape_key,
+                            "phase": shape.phase,
+                            "status": "skipped",
+                            "reason": reason,
+                            "device": device,
+                        }
+                    )
+    return rows
+
+
+def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rope_base: float) -> list[dict]:
+    """Every regime x mode x fused for one shape, on CUDA."""
+    import torch
+
+    from headroom.measure.runner import tables as candidate_tables
+
+    l2 = timing.l2_bytes()
+    cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype), rope_base, "cuda")
+    nbytes = portfolio.set_bytes(shape)
+    rows = []
+    for multiple in cfg["regimes_l2"]:
+        target = multiple * l2
+        n_sets = max(1, round(target / nbytes))
+        calls = n_sets * math.ceil(cfg["graph_calls"] / n_sets)
+        # graph_sweep.reps counts timed calls in eager mode and timed replays in graph mode.
+        harness = timing.Harness(
+            "cuda",
+            warmup=max(cfg["warmup_reps"], n_sets),
+            reps=cfg["reps"],
+            graph_calls=calls,
+            replays=cfg["reps"],
+        )
+        sets = portfolio.input_sets(shape, n_sets, "cuda", seed=int(shape.invocation))
+        ws = n_sets * nbytes
+        for mode in timing.MODES:
+            for fused in (False, True):
+                c = by_fused[fused]
+                m = harness.time(mode, portfolio.candidate_fn(c, cos, sin, shape.phase == "prefill"), sets)
+                rows.append(
+                    {
+                        "regime": regime_label(multiple),
+                        "regime_multiple": float(multiple),
+                        "residency": "l2-resident" if ws <= l2 else "spilled",
+                        "working_set_bytes": ws,
+                        "target_bytes": int(target),
+                        "l2_bytes": l2,
+                        "mode": mode,
+                        "fused": fused,
+                        "tile": cfg["tile"],
+                        "candidate": c.candidate,
+                        "shape_key": shape.shape_key,
+                        "phase": shape.phase,
+                        "buffer_sets": n_sets,
+                        "calls_per_graph": calls,
+                        **timing.summarize(m.samples_us),
+                        "reps": int(m.samples_us.size),
+                        "status": "ok",
+                        "reason": "",
+                        "device": "cuda",
+                    }
+                )
+        del sets
+        torch.cuda.empty_cache()
+    return rows
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

@@ -33,7 +33,7 @@ Long format, one row per figure; columns:
     same_us, penalty_pct (switch), raw_ns, baseline_ns (dispatch), n (calls or lookups behind the
     figure), compile_workers, status ('ok' | 'skipped' | 'failed'), reason, device.
 Exactly one compile and one cache row per candidate, so ``candidate, compile_s, cache_bytes`` of
-either kind is DESIGN.md's per-candidate table.
+either kind is the per-candidate table of the lifecycle contract (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -56,45 +56,52 @@ import numpy as np
 import pandas as pd
 
 from headroom.analysis import registry
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
+from headroom.core.progress import Progress
 from headroom.measure import portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULTS: dict[str, Any] = {
-    "dispatch_lookups": 200_000,  # lookups per timing of one policy's lookup
-    "dispatch_repeats": 3,  # timings per policy; the median is reported
-    "switch_reps": 100,  # timed calls per sequence (A,A.. / B,B.. / A,B,A,B..)
-    "switch_invocations": 4,  # trace invocations, evenly spaced, the switch is measured on
-    "switch_pairs": 2,  # seeded candidate pairs (different tiles) per invocation
-    "warmup_reps": 10,
-    "graph_calls": 20,
-    "compile_workers": 4,  # cold-compile children run side by side (16 cores on the H200 host)
-    "compile_timeout_s": 900,
-    "plan_reps": 20,  # plan builds timed per (candidate, shape); the median is reported
-    "seed": 0,
-}
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
 DISPATCH_POLICIES = tuple(registry.REGISTRY)  # every policy the analysis scores, oracle aside
-COLUMNS = [
-    "kind", "candidate", "candidate_b", "policy", "mode", "invocation", "shape_key", "value", "unit",
-    "compile_s", "cache_bytes", "specializations", "specialization_s", "toolchain_s", "first_call_s",
-    "alternating_us", "same_us", "penalty_pct", "raw_ns", "baseline_ns", "n", "compile_workers",
-    "status", "reason", "device",
-]  # fmt: skip
+COLUMNS = list(contracts.LIFECYCLE.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("lifecycle", DEFAULTS, section)
-    stage_settings.require_ints("lifecycle", cfg, (
-        ("dispatch_lookups", 1), ("dispatch_repeats", 1), ("switch_reps", 1), ("switch_invocations", 0), ("switch_pairs", 0), ("warmup_reps", 0), ("graph_calls", 1),
-        ("compile_workers", 1), ("compile_timeout_s", 1), ("plan_reps", 1), ("seed", 0)))  # fmt: skip
+    cfg = stage_settings.merge("lifecycle", defaults.section("lifecycle"), section)
+    stage_settings.require_ints(
+        "lifecycle",
+        cfg,
+        (
+            ("dispatch_lookups", 1),
+            ("dispatch_repeats", 1),
+            ("switch_reps", 1),
+            ("switch_invocations", 0),
+            ("switch_pairs", 0),
+            ("warmup_reps", 0),
+            ("graph_calls", 1),
+            ("compile_workers", 1),
+            ("compile_timeout_s", 1),
+            ("plan_reps", 1),
+            ("seed", 0),
+        ),
+    )
     return cfg
 
 
 def _row(kind: str, **fields: Any) -> dict[str, Any]:
     row = dict.fromkeys(COLUMNS)
-    row.update(kind=kind, candidate="", candidate_b="", policy="", mode="", invocation=-1, shape_key="",
-               status="ok", reason="")  # fmt: skip
+    row.update(
+        kind=kind,
+        candidate="",
+        candidate_b="",
+        policy="",
+        mode="",
+        invocation=-1,
+        shape_key="",
+        status="ok",
+        reason="",
+    )
     row.update(fields)
     return row
 
@@ -165,8 +172,18 @@ def dispatch_rows(
             base.append(_loop_ns(nothing, keys) / n)
             raw.append(_loop_ns(fn, keys) / n)
         raw_ns, base_ns = float(np.median(raw)), float(np.median(base))
-        rows.append(_row("dispatch", policy=policy, value=max(0.0, raw_ns - base_ns), unit="ns", raw_ns=raw_ns,
-                         baseline_ns=base_ns, n=n * cfg["dispatch_repeats"], device=device))  # fmt: skip
+        rows.append(
+            _row(
+                "dispatch",
+                policy=policy,
+                value=max(0.0, raw_ns - base_ns),
+                unit="ns",
+                raw_ns=raw_ns,
+                baseline_ns=base_ns,
+                n=n * cfg["dispatch_repeats"],
+                device=device,
+            )
+        )
     return rows
 
 
@@ -205,25 +222,18 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
 
 
 def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
-    from headroom.measure.runner import tables as candidate_tables
-
     plan = switch_plan(trace, candidates, cfg)
     if not plan:
         return []
     reps = cfg["switch_reps"] + cfg["switch_reps"] % 2  # even: as many A as B calls
     graph_calls = cfg["graph_calls"] + cfg["graph_calls"] % 2
     harness = timing.Harness(device, warmup=cfg["warmup_reps"], reps=reps, graph_calls=graph_calls)
-    tdev = "cuda" if device == "cuda" else "cpu"
-    max_pos = int(trace["kv_len"].max())
-    tables: dict[int, tuple] = {}
+    tables = portfolio.RopeTables(int(trace["kv_len"].max()), rope_base, device)
     rows = []
+    progress = Progress(log, "lifecycle switch", len(plan), "pairs")
     for inv, a, b in plan:
-        if inv.head_dim not in tables:
-            tables[inv.head_dim] = candidate_tables(
-                max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
-            )
-        cos, sin = tables[inv.head_dim]
-        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)
+        cos, sin = tables.get(inv)
+        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
         rotate_k = inv.phase == "prefill"
         fa = portfolio.candidate_fn(a, cos, sin, rotate_k)
@@ -234,12 +244,31 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
             alt = harness.time(mode, _alternating(fa, fb), sets)
             med_alt = float(np.median(alt.samples_us))
             same = 0.5 * (med_a + med_b)
-            rows.append(_row("switch", candidate=a.candidate, candidate_b=b.candidate, mode=mode,
-                             invocation=int(inv.invocation), shape_key=inv.shape_key, value=med_alt - same, unit="us",
-                             alternating_us=med_alt, same_us=same, penalty_pct=100.0 * (med_alt - same) / same,
-                             n=3 * alt.timed_calls, device=device))  # fmt: skip
-        log.info("switch %s <-> %s on invocation %d: %s", a.candidate, b.candidate, inv.invocation,
-                 ", ".join(f"{r['mode']} {r['value']:+.3f} us" for r in rows[-len(harness.modes):]))  # fmt: skip
+            rows.append(
+                _row(
+                    "switch",
+                    candidate=a.candidate,
+                    candidate_b=b.candidate,
+                    mode=mode,
+                    invocation=int(inv.invocation),
+                    shape_key=inv.shape_key,
+                    value=med_alt - same,
+                    unit="us",
+                    alternating_us=med_alt,
+                    same_us=same,
+                    penalty_pct=100.0 * (med_alt - same) / same,
+                    n=3 * alt.timed_calls,
+                    device=device,
+                )
+            )
+        log.info(
+            "switch %s <-> %s on invocation %d: %s",
+            a.candidate,
+            b.candidate,
+            inv.invocation,
+            ", ".join(f"{r['mode']} {r['value']:+.3f} us" for r in rows[-len(harness.modes) :]),
+        )
+        progress.step()
     return rows
 
 
@@ -337,8 +366,14 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
         fn(q, k, v)
         sync()
         second = time.perf_counter() - t0
-        out.append({"shape_key": row.shape_key, "first_s": first, "second_s": second,
-                    "new_bytes": _dir_bytes(cache) - before})  # fmt: skip
+        out.append(
+            {
+                "shape_key": row.shape_key,
+                "first_s": first,
+                "second_s": second,
+                "new_bytes": _dir_bytes(cache) - before,
+            }
+        )
     return {"toolchain_s": toolchain_s, "cache_bytes": _dir_bytes(cache) - start_bytes, "shapes": out}
 
 
@@ -346,8 +381,11 @@ def _compile_one(
     cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, interpret: bool = False
 ) -> dict:
     """Run :func:`compile_child` for one candidate in a fresh process with an empty cache dir."""
-    spec = {"candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
-            "shapes": shapes, "rope_base": rope_base}  # fmt: skip
+    spec = {
+        "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
+        "shapes": shapes,
+        "rope_base": rope_base,
+    }
     with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
         env = {**os.environ, "TRITON_CACHE_DIR": cache}
         if interpret:
@@ -355,8 +393,15 @@ def _compile_one(
         else:
             env.pop("TRITON_INTERPRET", None)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        proc = subprocess.run([sys.executable, "-m", "headroom.measure.lifecycle"], input=json.dumps(spec), env=env,
-                              capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom.measure.lifecycle"],
+            input=json.dumps(spec),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=PROJECT_ROOT,
+        )
     if proc.returncode != 0:
         return {"error": f"cold-compile child exited {proc.returncode}: {proc.stderr.strip()[-800:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -368,43 +413,74 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
     cands = list(candidates.sort_values("candidate").itertuples(index=False))
     if device != "cuda":
         reason = "no CUDA device: the Triton interpreter compiles nothing and writes no cache"
-        return [_row(kind, candidate=c.candidate, value=math.nan, unit=unit, status="skipped", reason=reason,
-                     device=device) for c in cands for kind, unit in (("compile", "s"), ("cache", "bytes"))]  # fmt: skip
+        return [
+            _row(
+                kind,
+                candidate=c.candidate,
+                value=math.nan,
+                unit=unit,
+                status="skipped",
+                reason=reason,
+                device=device,
+            )
+            for c in cands
+            for kind, unit in _COMPILE_KINDS
+        ]
     first = trace.sort_values("invocation").drop_duplicates("shape_key")
-    shapes = first[list(portfolio._TRACE_COLUMNS)].to_dict("records")
+    shapes = first[list(contracts.TRACE_COLUMNS)].to_dict("records")
     shapes = [{k: (v.item() if hasattr(v, "item") else v) for k, v in s.items()} for s in shapes]
     workers = min(cfg["compile_workers"], len(cands))
+    progress = Progress(log, "lifecycle cold compile", len(cands), "candidates")
+
+    def compile_one(cand: Any) -> dict[str, Any]:
+        result = _compile_one(cand, shapes, rope_base, cfg["compile_timeout_s"])
+        progress.step()
+        return result
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(
-            pool.map(lambda c: _compile_one(c, shapes, rope_base, cfg["compile_timeout_s"]), cands)
-        )
+        results = list(pool.map(compile_one, cands))
     rows = []
     for cand, res in zip(cands, results, strict=True):
-        common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
-        if "error" in res:
-            log.error("cold compile of %s failed: %s", cand.candidate, res["error"])
-            for kind, unit in (("compile", "s"), ("cache", "bytes")):
-                rows.append(
-                    _row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
-                )
-            continue
-        compiled = [s for s in res["shapes"] if s["new_bytes"] > 0]
-        spec_s = [max(0.0, s["first_s"] - s["second_s"]) for s in compiled]
-        total = float(sum(spec_s))
-        detail = {
-            "compile_s": total,
-            "cache_bytes": int(res["cache_bytes"]),
-            "n": len(res["shapes"]),
-            **common,
-        }
-        rows.append(_row("compile", value=total, unit="s", specializations=len(compiled),
-                         shape_key="; ".join(s["shape_key"] for s in compiled),
-                         specialization_s="; ".join(f"{x:.4f}" for x in spec_s), toolchain_s=res["toolchain_s"],
-                         first_call_s=float(sum(s["first_s"] for s in res["shapes"])), **detail))  # fmt: skip
-        rows.append(_row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail))
-        log.info("cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
-                 cand.candidate, len(compiled), total, res["cache_bytes"], res["toolchain_s"])  # fmt: skip
+        rows += _compile_result_rows(cand, res, workers, device, log)
     return rows
+
+
+_COMPILE_KINDS = (("compile", "s"), ("cache", "bytes"))
+
+
+def _compile_result_rows(cand: Any, res: dict[str, Any], workers: int, device: str, log) -> list[dict]:
+    """The compile row and the cache row of one candidate's cold compile (or two failed rows)."""
+    common = {"candidate": cand.candidate, "compile_workers": workers, "device": device}
+    if "error" in res:
+        log.error("cold compile of %s failed: %s", cand.candidate, res["error"])
+        return [
+            _row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
+            for kind, unit in _COMPILE_KINDS
+        ]
+    compiled = [s for s in res["shapes"] if s["new_bytes"] > 0]
+    spec_s = [max(0.0, s["first_s"] - s["second_s"]) for s in compiled]
+    total = float(sum(spec_s))
+    detail = {"compile_s": total, "cache_bytes": int(res["cache_bytes"]), "n": len(res["shapes"]), **common}
+    log.info(
+        "cold compile %s: %d specializations, %.2f s, %d cache bytes (toolchain %.2f s)",
+        cand.candidate,
+        len(compiled),
+        total,
+        res["cache_bytes"],
+        res["toolchain_s"],
+    )
+    compile_row = _row(
+        "compile",
+        value=total,
+        unit="s",
+        specializations=len(compiled),
+        shape_key="; ".join(s["shape_key"] for s in compiled),
+        specialization_s="; ".join(f"{x:.4f}" for x in spec_s),
+        toolchain_s=res["toolchain_s"],
+        first_call_s=float(sum(s["first_s"] for s in res["shapes"])),
+        **detail,
+    )
+    return [compile_row, _row("cache", value=float(res["cache_bytes"]), unit="bytes", **detail)]
 
 
 # -- the stage ------------------------------------------------------------------------------------
@@ -417,11 +493,12 @@ def run(
     *,
     device: str,
     policies: dict[str, Any],
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     log: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """All lifecycle rows for the admitted ``candidates`` on ``trace`` (see the module docstring);
     ``policies``: train_fraction, clusters and seed of config ``policies`` (the dispatch fits)."""
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     log = log or logging.getLogger("headroom.measure.lifecycle")
     cfg = settings(section)
     if device not in ("cuda", "interpret"):
@@ -445,8 +522,18 @@ def run(
         rows.extend(step())
         log.info("lifecycle %s: %.2f s wall", name, time.perf_counter() - t0)
     out = pd.DataFrame.from_records(rows, columns=COLUMNS)
-    for col in ("value", "compile_s", "cache_bytes", "toolchain_s", "first_call_s", "alternating_us", "same_us",
-                "penalty_pct", "raw_ns", "baseline_ns"):  # fmt: skip
+    for col in (
+        "value",
+        "compile_s",
+        "cache_bytes",
+        "toolchain_s",
+        "first_call_s",
+        "alternating_us",
+        "same_us",
+        "penalty_pct",
+        "raw_ns",
+        "baseline_ns",
+    ):
         out[col] = out[col].astype("float64")
     for col in ("specializations", "n", "compile_workers"):
         out[col] = out[col].astype("Int64")

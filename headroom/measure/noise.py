@@ -23,9 +23,10 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from headroom.core import defaults
+
 KEY = ["run", "mode", "invocation", "candidate"]
 # A median within this many times the empty-kernel floor measures the harness, not the kernel.
-DEFAULT_FLOOR_FACTOR = 3.0
 
 
 def _require(df: pd.DataFrame, columns: list[str], name: str) -> None:
@@ -132,7 +133,7 @@ def stability_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def floor_flags(rows: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.DataFrame:
+def floor_flags(rows: pd.DataFrame, factor: float) -> pd.DataFrame:
     """Rows whose median_us < factor * floor_us, with floor_ratio = median_us / floor_us: there the
     harness (launch path, event records), not the kernel, dominates the figure."""
     if factor <= 0:
@@ -143,11 +144,12 @@ def floor_flags(rows: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR) -> pd.
     return out[out["median_us"] < factor * out["floor_us"]].reset_index(drop=True)
 
 
-def run_summary(
-    rows: pd.DataFrame, samples: pd.DataFrame, factor: float = DEFAULT_FLOOR_FACTOR
-) -> pd.DataFrame:
+def run_summary(rows: pd.DataFrame, samples: pd.DataFrame, factor: float | None = None) -> pd.DataFrame:
     """One row per (run, mode): measurements, samples, median / p90 / max rel_std_pct and the
-    number of rows within ``factor`` times the floor."""
+    number of rows within ``factor`` times the floor (left out: the default study's
+    `portfolio.floor_factor`)."""
+    if factor is None:
+        factor = defaults.value("portfolio", "floor_factor")
     rs = rel_std(samples)
     flags = floor_flags(rows, factor) if "floor_us" in rows.columns else rows.iloc[0:0]
     records = []

@@ -28,48 +28,25 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import noise, timing
 
-DEFAULTS: dict[str, Any] = {
-    "runs": 3,
-    "reps": 280,  # timed calls per (mode, invocation, candidate)
-    "warmup_reps": 20,  # untimed calls (graph: untimed replays) before them
-    "mode": "both",  # eager | graph | both; without CUDA only eager runs
-    "graph_calls": 20,  # calls captured per CUDA graph, so a replay's launch is amortized
-    "flush_l2": False,  # NVBench-style cold timing: overwrite an L2-sized buffer before each sample
-    "seed": 0,  # candidate order and input data
-    "working_set_l2": timing.DEFAULT_WORKING_SET_L2,  # rotating input sets hold this many L2s
-    "max_buffer_sets": timing.DEFAULT_MAX_BUFFER_SETS,
-    "floor_factor": noise.DEFAULT_FLOOR_FACTOR,  # medians under this many floors are flagged
-}
 PHASES = ("prefill", "decode")
 _DTYPES = ("float16", "bfloat16", "float32")
-_TRACE_COLUMNS = (
-    "invocation",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "dtype",
-    "shape_key",
-)
 _FLOOR_WARMUP_CALLS = 3
-_CANDIDATE_COLUMNS = ("candidate", "tile", "block_m", "block_n", "num_warps", "num_stages", "fused")
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    """The `portfolio:` config section merged onto DEFAULTS; ValueError names a bad key."""
-    cfg = stage_settings.merge("portfolio", DEFAULTS, section)
+    """The `portfolio:` config section merged onto the default study's; ValueError names a bad key."""
+    cfg = stage_settings.merge("portfolio", defaults.section("portfolio"), section)
     stage_settings.require_ints(
         "portfolio",
         cfg,
@@ -77,7 +54,7 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
             ("runs", 1),
             ("reps", 1),
             ("graph_calls", 1),
-            ("max_buffer_sets", 1),
+            ("max_buffer_sets", 2),  # rotation needs two sets at least (timing.buffer_sets)
             ("warmup_reps", 0),
             ("seed", 0),
         ),
@@ -104,7 +81,7 @@ def modes_for(mode: str, device: str) -> tuple[str, ...]:
 
 
 def check_trace(trace: pd.DataFrame) -> None:
-    missing = [c for c in _TRACE_COLUMNS if c not in trace.columns]
+    missing = [c for c in contracts.TRACE_COLUMNS if c not in trace.columns]
     if missing:
         raise ValueError(f"trace lacks column(s) {missing}")
     if trace.empty:
@@ -248,146 +225,31 @@ def run(
     *,
     run: int,
     device: str,
-    rope_base: float = 10000.0,
+    rope_base: float | None = None,
     log: logging.Logger | None = None,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Time every candidate of ``candidates`` (already admitted by correctness) on every
     invocation of ``trace``. Returns (rows, samples) as described in the module docstring."""
+    rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     log = log or logging.getLogger("headroom.measure.portfolio")
     cfg = settings(section)
-    if type(run) is not int or run < 1:
-        raise ValueError(f"run must be a positive int, got {run!r}")
-    if device not in ("cuda", "interpret"):
-        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
-    check_trace(trace)
-    missing = [c for c in _CANDIDATE_COLUMNS if c not in candidates.columns]
-    if missing:
-        raise ValueError(f"candidates lacks column(s) {missing}")
-    if candidates.empty:
-        raise ValueError("no admitted candidates to time: every candidate failed correctness")
+    _check_inputs(trace, candidates, run, device)
     import torch
 
-    from headroom.measure.runner import tables as candidate_tables
-
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()
-    modes = modes_for(cfg["mode"], device)
-    if modes != (("eager", "graph") if cfg["mode"] == "both" else (cfg["mode"],)):
-        log.warning(
-            "portfolio.mode=%s needs CUDA for graph mode; timing eager only on %s", cfg["mode"], device
-        )
-    harness = timing.Harness(
-        device,
-        warmup=cfg["warmup_reps"],
-        reps=cfg["reps"],
-        graph_calls=cfg["graph_calls"],
-        flush_l2=cfg["flush_l2"],
-    )
-    l2 = timing.l2_bytes()
-    clock = SmClock(device)
-    facts = {
-        "run": run,
-        "pid": os.getpid(),
-        "started_at": started_at,
-        "device": device,
-        "device_name": device_name(device),
-        "triton_cache_dir": triton_cache_dir(),
-        "flush_l2": cfg["flush_l2"],
-        "timing_method": "cuda_events" if device == "cuda" else "host_clock",
-    }
-    log.info(
-        "portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
-        run,
-        facts["pid"],
-        facts["device_name"],
-        modes,
-        l2,
-        facts["triton_cache_dir"],
-        clock.read(),
-    )
-    floor, graph_launch = measure_floor(harness, modes, device)
-    log.info(
-        "harness floor (empty Triton kernel): %s; one-call graph replay %.2f us",
-        ", ".join(f"{m} {v:.2f} us" for m, v in floor.items()),
-        graph_launch,
-    )
-
-    tdev = "cuda" if device == "cuda" else "cpu"
-    tables: dict[int, tuple] = {}
-    max_pos = int(trace["kv_len"].max())
-    cands = list(candidates.sort_values("candidate").itertuples(index=False))
+    bench = _Bench.start(cfg, candidates, run=run, device=device, log=log)
+    tables = RopeTables(int(trace["kv_len"].max()), rope_base, device)
     ordered = trace.sort_values("invocation", kind="mergesort")
     rows: list[dict] = []
     sample_frames: list[pd.DataFrame] = []
-    timed_calls = 0
     bar = _progress(len(ordered), progress)
     for index, inv in enumerate(ordered.itertuples(index=False)):
-        if inv.head_dim not in tables:
-            tables[inv.head_dim] = candidate_tables(
-                max_pos, int(inv.head_dim), str(inv.dtype), rope_base, tdev
-            )
-        cos, sin = tables[inv.head_dim]
-        nbytes = set_bytes(inv)
-        n_sets = timing.buffer_sets(
-            nbytes, l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"]
-        )
-        data_seed = int(np.random.SeedSequence([cfg["seed"], run, int(inv.invocation)]).generate_state(1)[0])
-        sets = input_sets(inv, n_sets, device, seed=data_seed)
-        order = candidate_order(len(cands), seed=cfg["seed"], run=run, index=index)
-        rotate_k = inv.phase == "prefill"
-        for mode in modes:
-            for position, ci in enumerate(order):
-                cand = cands[ci]
-                m = harness.time(mode, candidate_fn(cand, cos, sin, rotate_k), sets)
-                stats = timing.summarize(m.samples_us)
-                timed_calls += m.timed_calls
-                rows.append(
-                    {
-                        **facts,
-                        "mode": mode,
-                        "invocation": int(inv.invocation),
-                        "shape_key": inv.shape_key,
-                        "phase": inv.phase,
-                        "candidate": cand.candidate,
-                        "tile": int(cand.tile),
-                        "fused": bool(cand.fused),
-                        "backend": str(getattr(cand, "backend", "triton")),
-                        "position": position,
-                        **stats,
-                        "reps": int(m.samples_us.size),
-                        "timed_calls": m.timed_calls,
-                        "calls_per_sample": m.calls_per_sample,
-                        "graph_replay_us": float(np.median(m.replay_us))
-                        if m.replay_us is not None
-                        else math.nan,
-                        "buffer_sets": m.buffer_sets,
-                        "set_bytes": nbytes,
-                        "working_set_bytes": nbytes * m.buffer_sets,
-                        "floor_us": floor[mode],
-                        "graph_launch_us": graph_launch,
-                    }
-                )
-                sample_frames.append(
-                    pd.DataFrame(
-                        {
-                            "run": run,
-                            "mode": mode,
-                            "invocation": int(inv.invocation),
-                            "candidate": cand.candidate,
-                            "rep": np.arange(m.samples_us.size, dtype=np.int64),
-                            "position": position,
-                            "latency_us": m.samples_us,
-                            "calls": m.calls_per_sample,
-                        }
-                    )
-                )
-        sm = clock.read()
-        for r in rows[len(rows) - len(modes) * len(cands) :]:
-            r["sm_clock_mhz"] = sm
-        del sets
+        inv_rows, inv_samples = bench.time_invocation(inv, index, tables.get(inv))
+        rows += inv_rows
+        sample_frames += inv_samples
         bar.update(1)
-        bar.set_postfix_str(f"{timed_calls / max(time.perf_counter() - t_start, 1e-9):,.0f} calls/s")
+        bar.set_postfix_str(f"{bench.timed_calls / max(time.perf_counter() - t_start, 1e-9):,.0f} calls/s")
     bar.close()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -402,12 +264,170 @@ def run(
         run,
         len(out),
         len(samples),
-        timed_calls,
+        bench.timed_calls,
         wall_s,
     )
     summary = noise.run_summary(out, samples, cfg["floor_factor"])
     log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
     return out, samples
+
+
+def _check_inputs(trace: pd.DataFrame, candidates: pd.DataFrame, run: int, device: str) -> None:
+    if type(run) is not int or run < 1:
+        raise ValueError(f"run must be a positive int, got {run!r}")
+    if device not in ("cuda", "interpret"):
+        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
+    check_trace(trace)
+    missing = [c for c in contracts.CANDIDATE_COLUMNS if c not in candidates.columns]
+    if missing:
+        raise ValueError(f"candidates lacks column(s) {missing}")
+    if candidates.empty:
+        raise ValueError("no admitted candidates to time: every candidate failed correctness")
+
+
+class RopeTables:
+    """cos/sin tables per head_dim, built once per run on first use."""
+
+    def __init__(self, max_pos: int, rope_base: float, device: str):
+        self.max_pos, self.rope_base = max_pos, rope_base
+        self.tdev = "cuda" if device == "cuda" else "cpu"
+        self._tables: dict[int, tuple] = {}
+
+    def get(self, inv: Any) -> tuple:
+        from headroom.measure.runner import tables as candidate_tables
+
+        if inv.head_dim not in self._tables:
+            self._tables[inv.head_dim] = candidate_tables(
+                self.max_pos, int(inv.head_dim), str(inv.dtype), self.rope_base, self.tdev
+            )
+        return self._tables[inv.head_dim]
+
+
+@dataclass
+class _Bench:
+    """One run's timing set-up: the harness, the candidates, the run's facts and its floor."""
+
+    cfg: dict[str, Any]
+    run: int
+    device: str
+    modes: tuple[str, ...]
+    harness: timing.Harness
+    cands: list
+    facts: dict[str, Any]
+    floor: dict[str, float]
+    graph_launch: float
+    l2: int
+    clock: SmClock
+    timed_calls: int = 0
+
+    @classmethod
+    def start(cls, cfg, candidates, *, run: int, device: str, log: logging.Logger) -> _Bench:
+        modes = modes_for(cfg["mode"], device)
+        if modes != (("eager", "graph") if cfg["mode"] == "both" else (cfg["mode"],)):
+            log.warning(
+                "portfolio.mode=%s needs CUDA for graph mode; timing eager only on %s", cfg["mode"], device
+            )
+        harness = timing.Harness(
+            device,
+            warmup=cfg["warmup_reps"],
+            reps=cfg["reps"],
+            graph_calls=cfg["graph_calls"],
+            flush_l2=cfg["flush_l2"],
+        )
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        l2, clock = timing.l2_bytes(), SmClock(device)
+        facts = {
+            "run": run,
+            "pid": os.getpid(),
+            "started_at": started_at,
+            "device": device,
+            "device_name": device_name(device),
+            "triton_cache_dir": triton_cache_dir(),
+            "flush_l2": cfg["flush_l2"],
+            "timing_method": "cuda_events" if device == "cuda" else "host_clock",
+        }
+        log.info(
+            "portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
+            run,
+            facts["pid"],
+            facts["device_name"],
+            modes,
+            l2,
+            facts["triton_cache_dir"],
+            clock.read(),
+        )
+        floor, graph_launch = measure_floor(harness, modes, device)
+        log.info(
+            "harness floor (empty Triton kernel): %s; one-call graph replay %.2f us",
+            ", ".join(f"{m} {v:.2f} us" for m, v in floor.items()),
+            graph_launch,
+        )
+        cands = list(candidates.sort_values("candidate").itertuples(index=False))
+        return cls(cfg, run, device, modes, harness, cands, facts, floor, graph_launch, l2, clock)
+
+    def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[pd.DataFrame]]:
+        """Every mode x every candidate (in this invocation's seeded order) on one invocation."""
+        cfg, cos, sin = self.cfg, *rope
+        nbytes = set_bytes(inv)
+        n_sets = timing.buffer_sets(
+            nbytes, self.l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"]
+        )
+        seeds = [cfg["seed"], self.run, int(inv.invocation)]
+        data_seed = int(np.random.SeedSequence(seeds).generate_state(1)[0])
+        sets = input_sets(inv, n_sets, self.device, seed=data_seed)
+        order = candidate_order(len(self.cands), seed=cfg["seed"], run=self.run, index=index)
+        rotate_k = inv.phase == "prefill"
+        rows, samples = [], []
+        for mode in self.modes:
+            for position, ci in enumerate(order):
+                cand = self.cands[ci]
+                m = self.harness.time(mode, candidate_fn(cand, cos, sin, rotate_k), sets)
+                self.timed_calls += m.timed_calls
+                rows.append(self._row(mode, inv, cand, position, m, nbytes))
+                samples.append(self._samples(mode, inv, cand, position, m))
+        sm = self.clock.read()
+        for r in rows:
+            r["sm_clock_mhz"] = sm
+        del sets
+        return rows, samples
+
+    def _row(self, mode: str, inv: Any, cand: Any, position: int, m: Any, nbytes: int) -> dict[str, Any]:
+        return {
+            **self.facts,
+            "mode": mode,
+            "invocation": int(inv.invocation),
+            "shape_key": inv.shape_key,
+            "phase": inv.phase,
+            "candidate": cand.candidate,
+            "tile": int(cand.tile),
+            "fused": bool(cand.fused),
+            "backend": str(getattr(cand, "backend", "triton")),
+            "position": position,
+            **timing.summarize(m.samples_us),
+            "reps": int(m.samples_us.size),
+            "timed_calls": m.timed_calls,
+            "calls_per_sample": m.calls_per_sample,
+            "graph_replay_us": float(np.median(m.replay_us)) if m.replay_us is not None else math.nan,
+            "buffer_sets": m.buffer_sets,
+            "set_bytes": nbytes,
+            "working_set_bytes": nbytes * m.buffer_sets,
+            "floor_us": self.floor[mode],
+            "graph_launch_us": self.graph_launch,
+        }
+
+    def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "run": self.run,
+                "mode": mode,
+                "invocation": int(inv.invocation),
+                "candidate": cand.candidate,
+                "rep": np.arange(m.samples_us.size, dtype=np.int64),
+                "position": position,
+                "latency_us": m.samples_us,
+                "calls": m.calls_per_sample,
+            }
+        )
 
 
 def _progress(total: int, enabled: bool):

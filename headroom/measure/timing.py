@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headroom.core import defaults
+
 MODES = ("eager", "graph")
 # Default: together the rotating buffer sets hold twice the L2, so under any eviction order close
 # to LRU a set is gone from the L2 before its next use.
-DEFAULT_WORKING_SET_L2 = 2.0
-DEFAULT_MAX_BUFFER_SETS = 128
 # Calls made once on a side stream before capture: CUDA Graph capture needs every kernel compiled
 # and every lazy allocation done, and PyTorch's docs ask for warm-up on a side stream.
 _CAPTURE_WARMUP_CALLS = 3
@@ -61,15 +61,20 @@ def buffer_sets(
     set_bytes: int,
     l2: int,
     *,
-    working_set_l2: float = DEFAULT_WORKING_SET_L2,
-    max_sets: int = DEFAULT_MAX_BUFFER_SETS,
+    working_set_l2: float | None = None,
+    max_sets: int | None = None,
 ) -> int:
     """How many distinct input sets to rotate among: enough that together they hold
-    ``working_set_l2`` times the L2 (at least 2, at most ``max_sets``).
+    ``working_set_l2`` times the L2 (at least 2, at most ``max_sets``); either left out is the
+    default study's `portfolio.working_set_l2` / `portfolio.max_buffer_sets`.
 
     >>> buffer_sets(10 << 20, 60 << 20)   # 10 MiB sets, 60 MiB L2 -> 120 MiB in 12 sets
     12
     """
+    if working_set_l2 is None:
+        working_set_l2 = defaults.value("portfolio", "working_set_l2")
+    if max_sets is None:
+        max_sets = defaults.value("portfolio", "max_buffer_sets")
     if set_bytes <= 0:
         raise ValueError(f"set_bytes must be positive, got {set_bytes}")
     if l2 < 0:

@@ -27,47 +27,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.core import artifacts
+from headroom.core import artifacts, contracts, defaults
 from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, Requests, read_request_log, simulate
 
-#: Columns every trace has (DESIGN.md's contract first, then this module's additions).
-COLUMNS = (
-    "invocation", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype",
-    "shape_key", "arrival_s", "kv_summary", "kv_len_raw", "request", "source_invocation",
-)  # fmt: skip
+#: Columns every trace has, in order (the contract in headroom/core/contracts.py).
+COLUMNS = contracts.TRACE.names
 
-#: Defaults of the `trace:` config section; a study's section is merged onto these.
-DEFAULTS: dict[str, Any] = {
-    "source": "synthetic",
-    "invocations": 48,  # None keeps the whole window (library use; a study names a count)
-    "sampler": "stride",  # stride: evenly spaced over the window; head: the first N
-    "seed": 0,
-    "round_to": 16,  # q_len/kv_len rounded up to a multiple: block sizes are multiples of 16
-    "synthetic": {
-        "requests": 64,
-        "mean_gap_s": 0.1,
-        "prompt_tokens": [128, 512, 1024, 2048],
-        "generated_tokens": [2, 32],
-    },
-    "columns": {
-        "arrival": "TIMESTAMP",
-        "context_tokens": "ContextTokens",
-        "generated_tokens": "GeneratedTokens",
-    },
-    "arrival_format": None,  # None: ISO 8601 timestamps, or numbers of seconds
-    "tokens": {"scale": 1.0, "max_kv_len": None},
-    "batching": {"max_batch": 64, "decode_step_s": 0.02, "kv_summary": "max"},
-    "window": {"start_s": 0.0, "duration_s": None, "max_invocations": None},
-}
 SAMPLERS = ("stride", "head")
 KV_SUMMARIES = ("max", "mean")
 PARTITION_KEYS = ("heads_q", "heads_kv", "head_dim", "dtype")
 
 
 def shape_key(
-    phase: str, batch: int, q_len: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int, dtype: str,
+    phase: str,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    heads_q: int,
+    heads_kv: int,
+    head_dim: int,
+    dtype: str,
     kv_summary: str = "exact",
-) -> str:  # fmt: skip
+) -> str:
     """Canonical shape key, e.g. 'prefill|b1|q512|kv512|h32/8|d128|bfloat16' or, for a decode
     batch whose sequences' kv_len are summarized by their maximum, 'decode|b4|q1|kvmax1040|...'.
     Equal shapes (and summaries) give equal keys; nothing else goes into the key."""
@@ -79,108 +60,128 @@ def shape_key(
 
 
 def settings(trace_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The `trace:` section merged onto DEFAULTS and checked; ValueError names the key."""
-    unknown = sorted(set(trace_cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"config key 'trace.{unknown[0]}': unknown; known keys: {sorted(DEFAULTS)}")
-    cfg = copy.deepcopy(DEFAULTS)
-    for key, value in trace_cfg.items():
-        if isinstance(DEFAULTS[key], dict):
-            if not isinstance(value, dict):
-                raise ValueError(f"config key 'trace.{key}': expected a mapping, got {value!r}")
-            bad = sorted(set(value) - set(DEFAULTS[key]))
-            if bad:
-                raise ValueError(
-                    f"config key 'trace.{key}.{bad[0]}': unknown; known keys: {sorted(DEFAULTS[key])}"
-                )
-            cfg[key].update(value)
-        else:
-            cfg[key] = copy.deepcopy(value)
-
-    def need(ok: bool, key: str, what: str, value: Any = None) -> None:
-        if not ok:
-            if value is None:
-                value = cfg
-                for part in key.split("."):
-                    value = value[part]
-            raise ValueError(f"config key 'trace.{key}': {value!r} {what}")
-
-    def pos_int(key: str, value: Any) -> None:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-        need(ok, key, "must be an integer >= 1", value)
-
-    def pos_num(value: Any) -> bool:
-        return (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value > 0
-        )
-
-    need(isinstance(cfg["source"], str) and cfg["source"] != "", "source", "must be 'synthetic' or a path")
-    if cfg["invocations"] is not None:
-        pos_int("invocations", cfg["invocations"])
-    need(cfg["sampler"] in SAMPLERS, "sampler", f"must be one of {SAMPLERS}")
-    need(isinstance(cfg["seed"], int) and cfg["seed"] >= 0, "seed", "must be an integer >= 0")
-    pos_int("round_to", cfg["round_to"])
-    syn = cfg["synthetic"]
-    pos_int("synthetic.requests", syn["requests"])
-    need(pos_num(syn["mean_gap_s"]), "synthetic.mean_gap_s", "must be a number > 0")
-    prompts = syn["prompt_tokens"]
-    need(
-        isinstance(prompts, list) and len(prompts) > 0, "synthetic.prompt_tokens", "must be a non-empty list"
+    """The `trace:` section merged onto the default study's and checked; ValueError names the key."""
+    cfg = _merge(trace_cfg)
+    check = _Checker(cfg)
+    check.need(
+        isinstance(cfg["source"], str) and cfg["source"] != "", "source", "must be 'synthetic' or a path"
     )
-    for i, p in enumerate(prompts):
-        pos_int(f"synthetic.prompt_tokens[{i}]", p)
-    gen = syn["generated_tokens"]
-    need(isinstance(gen, list) and len(gen) == 2, "synthetic.generated_tokens", "must be [min, max]")
-    pos_int("synthetic.generated_tokens[0]", gen[0])
-    pos_int("synthetic.generated_tokens[1]", gen[1])
-    need(gen[0] <= gen[1], "synthetic.generated_tokens", "must be [min, max] with min <= max")
-    need(
+    if cfg["invocations"] is not None:
+        check.pos_int("invocations")
+    check.need(cfg["sampler"] in SAMPLERS, "sampler", f"must be one of {SAMPLERS}")
+    check.need(isinstance(cfg["seed"], int) and cfg["seed"] >= 0, "seed", "must be an integer >= 0")
+    check.pos_int("round_to")
+    check.need(
         all(isinstance(v, str) and v for v in cfg["columns"].values()),
-        "columns", "must map each role to a non-empty column name",
-    )  # fmt: skip
-    need(
+        "columns",
+        "must map each role to a non-empty column name",
+    )
+    check.need(
         cfg["arrival_format"] is None or isinstance(cfg["arrival_format"], str),
         "arrival_format",
         "must be a strptime format or null",
     )
-    tok = cfg["tokens"]
-    need(pos_num(tok["scale"]), "tokens.scale", "must be a number > 0")
-    if tok["max_kv_len"] is not None:
-        pos_int("tokens.max_kv_len", tok["max_kv_len"])
-        need(
-            tok["max_kv_len"] >= 2,
-            "tokens.max_kv_len",
-            "must leave room for a prompt token and a generated token (>= 2)",
-        )
-        need(
-            tok["max_kv_len"] % cfg["round_to"] == 0,
-            "tokens.max_kv_len",
-            f"must be a multiple of trace.round_to = {cfg['round_to']}",
-        )
-    bat = cfg["batching"]
-    pos_int("batching.max_batch", bat["max_batch"])
-    need(
-        pos_num(bat["decode_step_s"]) and round(bat["decode_step_s"] * NS_PER_S) >= 1,
+    _check_synthetic(check, cfg["synthetic"])
+    _check_tokens(check, cfg["tokens"], cfg["round_to"])
+    _check_batching(check, cfg["batching"])
+    _check_window(check, cfg["window"])
+    return cfg
+
+
+def _merge(trace_cfg: dict[str, Any]) -> dict[str, Any]:
+    """`trace_cfg` over the default study's `trace:` section, one level deep; unknown keys refused."""
+    base = defaults.section("trace")
+    unknown = sorted(set(trace_cfg) - set(base))
+    if unknown:
+        raise ValueError(f"config key 'trace.{unknown[0]}': unknown; known keys: {sorted(base)}")
+    for key, value in trace_cfg.items():
+        if isinstance(base[key], dict):
+            if not isinstance(value, dict):
+                raise ValueError(f"config key 'trace.{key}': expected a mapping, got {value!r}")
+            bad = sorted(set(value) - set(base[key]))
+            if bad:
+                raise ValueError(
+                    f"config key 'trace.{key}.{bad[0]}': unknown; known keys: {sorted(base[key])}"
+                )
+            base[key].update(copy.deepcopy(value))
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def _is_pos_num(value: Any) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
+
+
+class _Checker:
+    """Checks on the merged `trace:` section; each failure names `trace.<key>` and the value."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        self.cfg = cfg
+
+    def value(self, key: str) -> Any:
+        value = self.cfg
+        for part in key.replace("[", ".").replace("]", "").split("."):
+            value = value[int(part)] if isinstance(value, list) else value[part]
+        return value
+
+    def need(self, ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ValueError(f"config key 'trace.{key}': {self.value(key)!r} {what}")
+
+    def pos_int(self, key: str) -> None:
+        value = self.value(key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        self.need(ok, key, "must be an integer >= 1")
+
+
+def _check_synthetic(check: _Checker, syn: dict[str, Any]) -> None:
+    check.pos_int("synthetic.requests")
+    check.need(_is_pos_num(syn["mean_gap_s"]), "synthetic.mean_gap_s", "must be a number > 0")
+    prompts = syn["prompt_tokens"]
+    ok = isinstance(prompts, list) and len(prompts) > 0
+    check.need(ok, "synthetic.prompt_tokens", "must be a non-empty list")
+    for i in range(len(prompts)):
+        check.pos_int(f"synthetic.prompt_tokens[{i}]")
+    gen = syn["generated_tokens"]
+    check.need(isinstance(gen, list) and len(gen) == 2, "synthetic.generated_tokens", "must be [min, max]")
+    check.pos_int("synthetic.generated_tokens[0]")
+    check.pos_int("synthetic.generated_tokens[1]")
+    check.need(gen[0] <= gen[1], "synthetic.generated_tokens", "must be [min, max] with min <= max")
+
+
+def _check_tokens(check: _Checker, tok: dict[str, Any], round_to: int) -> None:
+    check.need(_is_pos_num(tok["scale"]), "tokens.scale", "must be a number > 0")
+    if tok["max_kv_len"] is None:
+        return
+    check.pos_int("tokens.max_kv_len")
+    room = "must leave room for a prompt token and a generated token (>= 2)"
+    check.need(tok["max_kv_len"] >= 2, "tokens.max_kv_len", room)
+    multiple = f"must be a multiple of trace.round_to = {round_to}"
+    check.need(tok["max_kv_len"] % round_to == 0, "tokens.max_kv_len", multiple)
+
+
+def _check_batching(check: _Checker, bat: dict[str, Any]) -> None:
+    check.pos_int("batching.max_batch")
+    step = bat["decode_step_s"]
+    check.need(
+        _is_pos_num(step) and round(step * NS_PER_S) >= 1,
         "batching.decode_step_s",
         "must be a number >= 1e-9",
     )
-    need(bat["kv_summary"] in KV_SUMMARIES, "batching.kv_summary", f"must be one of {KV_SUMMARIES}")
-    win = cfg["window"]
-    need(
-        isinstance(win["start_s"], int | float)
-        and not isinstance(win["start_s"], bool)
-        and win["start_s"] >= 0,
-        "window.start_s",
-        "must be a number >= 0",
-    )
+    check.need(bat["kv_summary"] in KV_SUMMARIES, "batching.kv_summary", f"must be one of {KV_SUMMARIES}")
+
+
+def _check_window(check: _Checker, win: dict[str, Any]) -> None:
+    start = win["start_s"]
+    ok = isinstance(start, int | float) and not isinstance(start, bool) and start >= 0
+    check.need(ok, "window.start_s", "must be a number >= 0")
     if win["duration_s"] is not None:
-        need(pos_num(win["duration_s"]), "window.duration_s", "must be a number > 0 or null")
+        check.need(_is_pos_num(win["duration_s"]), "window.duration_s", "must be a number > 0 or null")
     if win["max_invocations"] is not None:
-        pos_int("window.max_invocations", win["max_invocations"])
-    return cfg
+        check.pos_int("window.max_invocations")
 
 
 def _partition(partition: dict[str, Any]) -> dict[str, Any]:
@@ -268,6 +269,26 @@ def build(
         requests = read_request_log(path, cfg["columns"], cfg["arrival_format"])
     requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
 
+    stream, in_window = _window(requests, cfg, where)
+    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
+    df = _invocations(stream.take(picked), picked, requests, cfg, part)
+    provenance = {
+        "source": cfg["source"],
+        "source_blake3": None if path is None else artifacts.hash_file(path),
+        "source_bytes": None if path is None else path.stat().st_size,
+        "source_requests": len(requests),
+        "settings": cfg,
+        "window_invocations": int(in_window.size),
+        "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
+        "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
+        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
+    }
+    return df, provenance
+
+
+def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, np.ndarray]:
+    """The engine's invocation stream and the indices of those in `trace.window` (ValueError naming
+    the source when the window holds none, or fewer than `trace.invocations`)."""
     win, bat = cfg["window"], cfg["batching"]
     start_ns = round(win["start_s"] * NS_PER_S)
     end_ns = None if win["duration_s"] is None else start_ns + round(win["duration_s"] * NS_PER_S)
@@ -292,18 +313,24 @@ def build(
             f"{where}: trace.window holds {in_window.size} invocations, fewer than trace.invocations = "
             f"{cfg['invocations']}; widen the window or lower the count"
         )
-    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
-    sel = stream.take(picked)
+    return stream, in_window
 
+
+def _invocations(
+    sel: Any, picked: np.ndarray, requests: Requests, cfg: dict[str, Any], part: dict[str, Any]
+) -> pd.DataFrame:
+    """The trace's rows (contracts.TRACE) for the selected invocations of the stream."""
     is_prefill = sel.phase == PREFILL
-    summary = bat["kv_summary"]
+    summary = cfg["batching"]["kv_summary"]
     kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
     kv_len = round_up(kv_raw, cfg["round_to"])
     q_len = np.where(is_prefill, kv_len, 1)  # prefill: q_len = kv_len = context
     phase = np.where(is_prefill, "prefill", "decode")
     kv_summary = np.where(is_prefill, "exact", summary)
     n = len(sel)
-    df = pd.DataFrame(
+    heads = (part["heads_q"], part["heads_kv"], part["head_dim"], part["dtype"])
+    keys = zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
+    return pd.DataFrame(
         {
             "invocation": np.arange(n, dtype=np.int64),
             "phase": phase,
@@ -314,20 +341,7 @@ def build(
             "heads_kv": np.full(n, part["heads_kv"], np.int64),
             "head_dim": np.full(n, part["head_dim"], np.int64),
             "dtype": [part["dtype"]] * n,
-            "shape_key": [
-                shape_key(
-                    ph,
-                    int(b),
-                    int(q),
-                    int(kv),
-                    part["heads_q"],
-                    part["heads_kv"],
-                    part["head_dim"],
-                    part["dtype"],
-                    s,
-                )
-                for ph, b, q, kv, s in zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
-            ],
+            "shape_key": [shape_key(ph, int(b), int(q), int(kv), *heads, s) for ph, b, q, kv, s in keys],
             "arrival_s": sel.time_ns / NS_PER_S,
             "kv_summary": kv_summary,
             "kv_len_raw": kv_raw,
@@ -336,18 +350,6 @@ def build(
             "source_invocation": picked.astype(np.int64),
         }
     )
-    provenance = {
-        "source": cfg["source"],
-        "source_blake3": None if path is None else artifacts.hash_file(path),
-        "source_bytes": None if path is None else path.stat().st_size,
-        "source_requests": len(requests),
-        "settings": cfg,
-        "window_invocations": int(in_window.size),
-        "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
-        "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
-        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
-    }
-    return df, provenance
 
 
 # -- describe -------------------------------------------------------------------------------------

@@ -310,21 +310,13 @@ def read_request_log(
     return Requests(arrival - arrival[0], context, generated, np.arange(1, len(table) + 1, dtype=np.int64))
 
 
-def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
-    """All invocations that start before end_ns (None: until every request is done), in order."""
-    if max_batch < 1 or decode_step_ns < 1:
-        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
-    arrival, context, generated = requests.arrival_ns, requests.context, requests.generated
-    n = len(arrival)
-    if end_ns is not None:
-        n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
-    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
-    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
-
-    # Between two changes of the active set every tick has the same batch, and every kv_len
-    # grows by one per tick; so the model runs event to event and emits ticks a segment at a time.
+def _segments(eligible, context, generated, max_batch: int, end_tick: int | None) -> tuple[list, ...]:
+    """The engine, event to event: between two changes of the active set every tick has the same
+    batch and every kv_len grows by one per tick, so it emits (start, stop, batch, max base, sum
+    of bases) per segment; a request's kv_len at tick t is its base + t."""
+    n = len(eligible)
     seg_start, seg_stop, seg_batch, seg_max, seg_sum = [], [], [], [], []
-    active: dict[int, int] = {}  # request -> base; its kv_len at tick t is base + t
+    active: dict[int, int] = {}  # request -> base
     finishing: list[tuple[int, int]] = []  # heap of (first tick it is no longer active, request)
     tick, nxt_req = 0, 0
     while end_tick is None or tick < end_tick:
@@ -351,7 +343,11 @@ def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns:
         seg_max.append(max(bases))
         seg_sum.append(sum(bases))
         tick = stop
+    return seg_start, seg_stop, seg_batch, seg_max, seg_sum
 
+
+def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.ndarray, ...]:
+    """Segments expanded to one decode invocation per tick: (tick, batch, kv max, kv mean)."""
     start = np.asarray(seg_start, dtype=np.int64)
     length = np.asarray(seg_stop, dtype=np.int64) - start
     first = np.repeat(np.cumsum(length) - length, length)
@@ -359,7 +355,21 @@ def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns:
     d_batch = np.repeat(np.asarray(seg_batch, dtype=np.int64), length)
     d_max = np.repeat(np.asarray(seg_max, dtype=np.int64), length) + ticks
     d_mean = (np.repeat(np.asarray(seg_sum, dtype=np.int64), length) + d_batch * ticks) / d_batch
+    return ticks, d_batch, d_max, d_mean
 
+
+def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
+    """All invocations that start before end_ns (None: until every request is done), in order."""
+    if max_batch < 1 or decode_step_ns < 1:
+        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
+    arrival, context = requests.arrival_ns, requests.context
+    n = len(arrival)
+    if end_ns is not None:
+        n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
+    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
+    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
+    segments = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
+    ticks, d_batch, d_max, d_mean = _decode_ticks(*segments)
     p_time = arrival[:n]
     p = n
     d = len(ticks)

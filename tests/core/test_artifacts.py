@@ -26,11 +26,11 @@ PROV = {"rule": "test", "params": {"a": 1}, "inputs": {"x.parquet": "00"}, "code
 
 def test_roundtrip_with_provenance_and_recorded_hash(tmp_path):
     path = tmp_path / "a" / "trace.parquet"
-    digest = artifacts.write(_frame(), path, kind="trace", provenance=PROV)
+    digest = artifacts.write(_frame(), path, kind="test_table", provenance=PROV)
     assert digest == artifacts.hash_file(path) == artifacts.recorded_hash(path)
     pd.testing.assert_frame_equal(artifacts.read(path), _frame())
     assert artifacts.read_provenance(path) == PROV
-    assert artifacts.read_kind(path) == "trace"
+    assert artifacts.read_kind(path) == "test_table"
 
 
 def test_identical_data_gives_identical_bytes(tmp_path):

@@ -58,7 +58,7 @@ def test_bfloat16_is_refused_on_the_interpreter():
     cfg = _bad(
         lambda c: c.update(device="interpret", smoke={**c["smoke"], "partition": {"dtype": "bfloat16"}})
     )
-    with pytest.raises(hconfig.ConfigError, match="'partition.dtype'"):
+    with pytest.raises(hconfig.ConfigError, match="'smoke.partition.dtype'"):
         hconfig.resolve(cfg)
 
 
@@ -79,10 +79,27 @@ def test_auto_with_cuda_keeps_the_default_study():
     )
 
 
-def test_smoke_overlay_is_validated_too():
+def test_smoke_overlay_is_validated_too_and_its_keys_keep_their_prefix():
     cfg = _bad(lambda c: c["smoke"]["portfolio"].update(reps=0))
-    with pytest.raises(hconfig.ConfigError, match="'portfolio.reps'"):
+    with pytest.raises(hconfig.ConfigError, match="config key 'smoke.portfolio.reps'"):
         hconfig.resolve(cfg, cuda_available=False)
+    # a semantic check on a value the overlay sets
+    cfg = _bad(lambda c: c["smoke"]["partition"].update(heads_q=3))
+    with pytest.raises(hconfig.ConfigError, match="config key 'smoke.partition.heads_q'"):
+        hconfig.resolve(cfg, cuda_available=False)
+    # a key the overlay does not set keeps its own name
+    cfg = _bad(lambda c: c["smoke"]["trace"].update(invocations=1))
+    with pytest.raises(hconfig.ConfigError, match="config key 'smoke.trace.invocations'"):
+        hconfig.resolve(cfg, cuda_available=False)
+    cfg = _bad(lambda c: c["policies"].update(train_fraction=1.5))
+    with pytest.raises(hconfig.ConfigError, match="config key 'policies.train_fraction'"):
+        hconfig.resolve(cfg, cuda_available=False)
+
+
+def test_unknown_key_in_a_graph_sweep_shape_is_refused():
+    cfg = _bad(lambda c: c["graph_sweep"]["shapes"][1].update(kv_lne=256))
+    with pytest.raises(hconfig.ConfigError, match=r"'graph_sweep.shapes\[1\]'.*kv_lne"):
+        hconfig.resolve(cfg, cuda_available=True)
 
 
 @pytest.mark.parametrize(

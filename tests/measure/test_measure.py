@@ -36,11 +36,21 @@ def tiny_trace() -> pd.DataFrame:
     rows = [("prefill", 1, 16, 16), ("decode", 1, 1, 32), ("prefill", 1, 32, 32)]
     return pd.DataFrame(
         [
-            {"invocation": i, "phase": ph, "batch": b, "q_len": q, "kv_len": kv, "heads_q": 2, "heads_kv": 1,
-             "head_dim": 32, "dtype": "float32", "shape_key": f"{ph}|b{b}|q{q}|kv{kv}|h2/1|d32|float32"}
+            {
+                "invocation": i,
+                "phase": ph,
+                "batch": b,
+                "q_len": q,
+                "kv_len": kv,
+                "heads_q": 2,
+                "heads_kv": 1,
+                "head_dim": 32,
+                "dtype": "float32",
+                "shape_key": f"{ph}|b{b}|q{q}|kv{kv}|h2/1|d32|float32",
+            }
             for i, (ph, b, q, kv) in enumerate(rows)
         ]
-    )  # fmt: skip
+    )
 
 
 def tiny_candidates() -> pd.DataFrame:
@@ -88,7 +98,7 @@ def three_runs(tmp_path_factory):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for run in (1, 2, 3)
     ]
     for p in procs:
@@ -315,11 +325,23 @@ def test_graph_sweep_and_calibrate_skip_without_cuda():
 def test_graph_sweep_speedups_on_hand_made_rows():
     rows = pd.DataFrame(
         [
-            {"shape_key": "s", "regime": "0.25xL2", "regime_multiple": 0.25, "mode": m, "fused": f, "median_us": us,
-             "status": "ok"}
-            for m, f, us in (("eager", False, 30.0), ("eager", True, 10.0), ("graph", False, 11.0), ("graph", True, 10.0))
+            {
+                "shape_key": "s",
+                "regime": "0.25xL2",
+                "regime_multiple": 0.25,
+                "mode": m,
+                "fused": f,
+                "median_us": us,
+                "status": "ok",
+            }
+            for m, f, us in (
+                ("eager", False, 30.0),
+                ("eager", True, 10.0),
+                ("graph", False, 11.0),
+                ("graph", True, 10.0),
+            )
         ]
-    )  # fmt: skip
+    )
     table = graph_sweep.speedup_table(rows).iloc[0]
     assert table["eager_speedup"] == pytest.approx(3.0) and table["graph_speedup"] == pytest.approx(1.1)
 
@@ -328,11 +350,21 @@ def _cuda_trace() -> pd.DataFrame:
     rows = [("prefill", 1, 256, 256), ("decode", 4, 1, 1024)]
     return pd.DataFrame(
         [
-            {"invocation": i, "phase": ph, "batch": b, "q_len": q, "kv_len": kv, "heads_q": 8, "heads_kv": 2,
-             "head_dim": 64, "dtype": "bfloat16", "shape_key": f"{ph}|b{b}|q{q}|kv{kv}|h8/2|d64|bfloat16"}
+            {
+                "invocation": i,
+                "phase": ph,
+                "batch": b,
+                "q_len": q,
+                "kv_len": kv,
+                "heads_q": 8,
+                "heads_kv": 2,
+                "head_dim": 64,
+                "dtype": "bfloat16",
+                "shape_key": f"{ph}|b{b}|q{q}|kv{kv}|h8/2|d64|bfloat16",
+            }
             for i, (ph, b, q, kv) in enumerate(rows)
         ]
-    )  # fmt: skip
+    )
 
 
 def _cuda_candidates() -> pd.DataFrame:
@@ -343,8 +375,14 @@ def _cuda_candidates() -> pd.DataFrame:
 @pytest.mark.gpu
 @cuda_only
 def test_portfolio_both_modes_on_cuda():
-    rows, samples = portfolio.run(_cuda_trace(), _cuda_candidates(), {"reps": 40, "warmup_reps": 5, "graph_calls": 10},
-                                  run=1, device="cuda", progress=False)  # fmt: skip
+    rows, samples = portfolio.run(
+        _cuda_trace(),
+        _cuda_candidates(),
+        {"reps": 40, "warmup_reps": 5, "graph_calls": 10},
+        run=1,
+        device="cuda",
+        progress=False,
+    )
     assert set(rows["mode"]) == {"eager", "graph"} and len(rows) == 2 * 2 * 2
     graph = rows[rows["mode"] == "graph"]
     assert (

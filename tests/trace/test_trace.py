@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from headroom.core import artifacts, config
+from headroom.core import artifacts, config, contracts, defaults
 from headroom.trace import invocations as trace
 from headroom.trace.invocations import (
     COLUMNS,
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AZURE = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
 PART = {"heads_q": 32, "heads_kv": 8, "head_dim": 128, "dtype": "bfloat16"}
 SMALL = {"heads_q": 4, "heads_kv": 2, "head_dim": 32, "dtype": "float32"}
-REQUIRED = ("invocation", "phase", "batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim", "dtype", "shape_key")  # fmt: skip
+REQUIRED = contracts.TRACE_COLUMNS
 
 
 def log_csv(tmp_path: Path, arrivals_s, context, generated) -> str:
@@ -174,7 +174,7 @@ def test_synthetic_sessions_prefill_then_decode_with_growing_kv_len():
     # first served, each with kv_len running from context + 1 to context + generated.
     cfg = {"invocations": None, "round_to": 1, "batching": {"max_batch": 1}, "synthetic": {"requests": 12}}
     df = build_trace(cfg, PART)
-    req = trace.synthetic_requests({**trace.DEFAULTS["synthetic"], "requests": 12}, seed=0)
+    req = trace.synthetic_requests({**defaults.section("trace")["synthetic"], "requests": 12}, seed=0)
     decode_kv = df.loc[df["phase"] == "decode", "kv_len"].tolist()
     expected = [c + k for c, g in zip(req.context, req.generated, strict=True) for k in range(1, g + 1)]
     assert decode_kv == expected
@@ -268,11 +268,11 @@ def test_empty_window_fails_naming_the_file_and_the_column(tmp_path):
 
 
 def test_config_schema_and_defaults_name_the_same_keys():
-    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["trace"][
+    schema = yaml.safe_load((ROOT / "headroom" / "core" / "schema.yaml").read_text())["properties"]["trace"][
         "properties"
     ]
-    assert set(schema) == set(trace.DEFAULTS)
-    for key, default in trace.DEFAULTS.items():
+    assert set(schema) == set(defaults.section("trace"))
+    for key, default in defaults.section("trace").items():
         if isinstance(default, dict):
             assert set(schema[key]["properties"]) == set(default), key
     study = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -333,7 +333,7 @@ def test_script_writes_byte_identical_traces_with_the_source_hash(tmp_path, monk
     source_hash = artifacts.hash_file(ROOT / AZURE)
     assert prov["extra"]["source_blake3"] == source_hash and prov["inputs"] == {AZURE: source_hash}
     assert prov["extra"]["settings"]["tokens"] == {"scale": 0.03125, "max_kv_len": 64}
-    assert prov["extra"]["settings"]["columns"] == trace.DEFAULTS["columns"]
+    assert prov["extra"]["settings"]["columns"] == defaults.section("trace")["columns"]
     assert len(artifacts.read(tmp_path / "a" / "trace.parquet")) == 12
 
 

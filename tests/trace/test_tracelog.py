@@ -98,6 +98,7 @@ def test_end_ns_cuts_the_stream_without_changing_what_comes_before():
     assert cut.kv_max.tolist() == full.kv_max[keep].tolist()
 
 
+# One bad log per line, with the message it must give: a table (hence the fmt: skip below).
 @pytest.mark.parametrize(
     ("rows", "header", "match"),
     [

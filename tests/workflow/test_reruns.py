@@ -1,4 +1,4 @@
-"""Rerun behaviour, read from Snakemake's own dry-run plan (DESIGN.md, "Rerun behaviour")."""
+"""Rerun behaviour, read from Snakemake's own dry-run plan (docs/architecture.md, "Reruns")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,223 @@
+"""The contract between stages: one schema per artifact kind.
+
+Each kind lists its *required* columns (every artifact of that kind has them, with that type) and
+its *known optional* columns (typed; checked when present). A stage may add more columns freely:
+they are neither required nor checked. Units are in the names: `_us` microseconds, `_s` seconds,
+`_bytes` bytes, `_pct` percent.
+
+`artifacts.write` checks a table against its kind's contract before anything reaches the disk, and
+readers import their column lists from here, so a column is named in one place. Types are compared
+by family (any integer width is an integer, `string` and `large_string` are strings), and a column
+whose values are all missing (Arrow type `null`) satisfies any type: there is nothing to contradict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STR, INT, FLOAT, BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+
+@dataclass(frozen=True)
+class Contract:
+    """An artifact kind's known columns (in the order its stage writes them) and which are required."""
+
+    kind: str
+    columns: tuple[tuple[str, pa.DataType], ...]
+    required: frozenset[str]
+
+    @property
+    def required_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns if name in self.required)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every known column, in the order the producing stage writes them."""
+        return tuple(name for name, _ in self.columns)
+
+    def schema(self) -> pa.Schema:
+        return pa.schema(list(self.columns))
+
+    def check(self, data: pa.Table | pa.Schema) -> None:
+        """ValueError naming the kind, the column and the expected/actual type on the first breach.
+
+        Given a table (not only its schema), a column whose values are all missing (null or NaN,
+        e.g. a `reason` column of skipped rows that pandas typed float) satisfies any type."""
+        schema = data if isinstance(data, pa.Schema) else data.schema
+        present = {f.name: f.type for f in schema}
+        missing = [name for name in self.required_names if name not in present]
+        if missing:
+            raise ValueError(
+                f"artifact kind {self.kind!r}: missing required column(s) {missing} "
+                f"(contract in headroom/core/contracts.py)"
+            )
+        for name, expected in self.columns:
+            actual = present.get(name)
+            if actual is None or same_family(expected, actual):
+                continue
+            if isinstance(data, pa.Table) and _all_missing(data.column(name)):
+                continue
+            raise ValueError(
+                f"artifact kind {self.kind!r}: column {name!r} has type {actual}, "
+                f"expected {_family_name(expected)} (contract in headroom/core/contracts.py)"
+            )
+
+
+def _all_missing(column: pa.ChunkedArray) -> bool:
+    return pc.all(pc.is_null(column, nan_is_null=True)).as_py() is not False
+
+
+def _contract(kind: str, columns: str, *, required: str) -> Contract:
+    """Columns as 'a b c' (types from _T); `required` names the subset every artifact has."""
+    names, must = columns.split(), required.split()
+    unknown = [name for name in must if name not in names]
+    if unknown:
+        raise AssertionError(f"contract {kind}: required {unknown} not among its columns")
+    return Contract(kind, tuple((name, _T[name]) for name in names), frozenset(must))
+
+
+_FAMILIES = (
+    ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+    ("integer", pa.types.is_integer),
+    ("floating point", pa.types.is_floating),
+    ("boolean", pa.types.is_boolean),
+)
+
+
+def _family_name(t: pa.DataType) -> str:
+    return next((name for name, test in _FAMILIES if test(t)), str(t))
+
+
+def same_family(expected: pa.DataType, actual: pa.DataType) -> bool:
+    if pa.types.is_null(actual):
+        return True
+    if pa.types.is_dictionary(actual):
+        actual = actual.value_type
+    return _family_name(expected) == _family_name(actual)
+
+
+# A table: one line per group of related columns reads better than the formatter's one per column.
+_T = {
+    # shapes
+    "invocation": INT, "phase": STR, "batch": INT, "q_len": INT, "kv_len": INT, "heads_q": INT,
+    "heads_kv": INT, "head_dim": INT, "dtype": STR, "shape_key": STR, "arrival_s": FLOAT,
+    "kv_summary": STR, "kv_len_raw": FLOAT, "request": INT, "source_invocation": INT,
+    # candidates
+    "candidate": STR, "tile": INT, "block_m": INT, "block_n": INT, "num_warps": INT, "num_stages": INT,
+    "fused": BOOL, "backend": STR, "rope": STR, "generation": INT,
+    # correctness
+    "rel_err": FLOAT, "max_abs_err": FLOAT, "tolerance": FLOAT, "abs_tolerance": FLOAT, "nan_count": INT,
+    "unwritten_count": INT, "passed": BOOL, "status": STR, "reason": STR, "rotate_k": BOOL,
+    "input_seed": INT,
+    # timing
+    "run": INT, "pid": INT, "mode": STR, "median_us": FLOAT, "mean_us": FLOAT, "p10_us": FLOAT,
+    "p90_us": FLOAT, "std_us": FLOAT, "rel_std_pct": FLOAT, "reps": INT, "rep": INT, "position": INT,
+    "latency_us": FLOAT, "calls": INT, "timed_calls": INT, "calls_per_sample": INT, "device": STR,
+    "working_set_bytes": INT, "l2_bytes": INT, "regime": STR, "regime_multiple": FLOAT,
+    "residency": STR, "target_bytes": INT, "buffer_sets": INT, "calls_per_graph": INT,
+    "fusion_speedup": FLOAT,
+    # lifecycle
+    "kind": STR, "candidate_b": STR, "policy": STR, "value": FLOAT, "unit": STR, "compile_s": FLOAT,
+    "cache_bytes": FLOAT, "n": INT, "specializations": INT, "specialization_s": STR, "toolchain_s": FLOAT,
+    "first_call_s": FLOAT, "alternating_us": FLOAT, "same_us": FLOAT, "penalty_pct": FLOAT, "raw_ns": FLOAT,
+    "baseline_ns": FLOAT, "compile_workers": INT,
+    # calibration
+    "name": STR, "method": STR, "device_name": STR, "sm_clock_mhz": FLOAT,
+    # environment
+    "environment_id": STR, "gpu_name": STR, "sm_count": INT, "memory_bytes": INT,
+    # analysis
+    "fusion": STR, "test_us": FLOAT, "gain_vs_global_pct": FLOAT, "gap_to_oracle_pct": FLOAT,
+    "net_gain_pct": FLOAT, "ci_low": FLOAT, "ci_high": FLOAT, "predicted_us": FLOAT, "measured_us": FLOAT,
+    "verdict": STR,
+}  # fmt: skip
+
+_TRACE = "invocation phase batch q_len kv_len heads_q heads_kv head_dim dtype shape_key"
+_CANDIDATE = "candidate tile block_m block_n num_warps num_stages fused"
+_STATS = "median_us mean_us p10_us p90_us std_us rel_std_pct"
+
+TRACE = _contract(
+    "trace", f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation", required=_TRACE
+)
+# rope and generation came with generation-2 kernels: absent in older studies (generation 1).
+CANDIDATES = _contract("candidates", f"{_CANDIDATE} backend rope generation", required=_CANDIDATE)
+CORRECTNESS = _contract(
+    "correctness",
+    "candidate shape_key rel_err max_abs_err tolerance abs_tolerance nan_count unwritten_count passed status "
+    "reason tile fused phase batch q_len kv_len heads_q heads_kv head_dim dtype rotate_k input_seed",
+    required="candidate shape_key rel_err max_abs_err tolerance nan_count unwritten_count passed",
+)
+PORTFOLIO = _contract(
+    "portfolio",
+    "run pid device mode invocation shape_key phase candidate tile fused backend position "
+    f"{_STATS} reps timed_calls calls_per_sample working_set_bytes",
+    required="run pid mode invocation shape_key candidate tile fused median_us mean_us p10_us p90_us std_us reps",
+)
+PORTFOLIO_SAMPLES = _contract(
+    "portfolio_samples",
+    "run mode invocation candidate rep position latency_us calls",
+    required="run mode invocation candidate rep position latency_us",
+)
+LIFECYCLE = _contract(
+    "lifecycle",
+    "kind candidate candidate_b policy mode invocation shape_key value unit compile_s cache_bytes "
+    "specializations specialization_s toolchain_s first_call_s alternating_us same_us penalty_pct raw_ns "
+    "baseline_ns n compile_workers status reason device",
+    required="candidate compile_s cache_bytes",
+)
+GRAPH_SWEEP = _contract(
+    "graph_sweep",
+    "regime regime_multiple residency working_set_bytes target_bytes l2_bytes mode fused tile candidate "
+    f"shape_key phase buffer_sets calls_per_graph {_STATS} reps fusion_speedup status reason device",
+    required="regime working_set_bytes l2_bytes mode fused tile shape_key median_us status",
+)
+CALIBRATION = _contract(
+    "calibration",
+    "name value unit working_set_bytes regime method reps status reason device device_name sm_clock_mhz",
+    required="name value unit",
+)
+ENVIRONMENT = _contract(
+    "environment", "device gpu_name sm_count l2_bytes memory_bytes environment_id", required="device"
+)
+# The analysis artifacts: the stage contract's required columns; the analysis stages add more.
+_POLICY_EVAL = (
+    "run mode policy fusion test_us gain_vs_global_pct gap_to_oracle_pct net_gain_pct ci_low ci_high"
+)
+POLICY_EVAL = _contract("policy_eval", _POLICY_EVAL, required=_POLICY_EVAL)
+FACTORIAL = _contract("factorial", "run mode policy", required="run mode policy")
+ROOFLINE = _contract(
+    "roofline",
+    "candidate shape_key mode predicted_us measured_us",
+    required="candidate shape_key mode predicted_us",
+)
+DECISION = _contract("decision", "verdict reason", required="verdict reason")
+
+#: What a reader of a trace or a candidates table may rely on; the timing statistics of a row.
+TRACE_COLUMNS = TRACE.required_names
+CANDIDATE_COLUMNS = CANDIDATES.required_names
+STAT_COLUMNS = ("median_us", "mean_us", "p10_us", "p90_us", "std_us", "rel_std_pct")
+
+CONTRACTS: dict[str, Contract] = {
+    c.kind: c
+    for c in (
+        TRACE, CANDIDATES, CORRECTNESS, PORTFOLIO, PORTFOLIO_SAMPLES, LIFECYCLE, GRAPH_SWEEP, CALIBRATION,
+        ENVIRONMENT, POLICY_EVAL, FACTORIAL, ROOFLINE, DECISION,
+    )
+}  # fmt: skip
+
+
+def contract(kind: str) -> Contract:
+    try:
+        return CONTRACTS[kind]
+    except KeyError:
+        raise ValueError(
+            f"artifact kind {kind!r} has no contract; add one to headroom/core/contracts.py "
+            f"(known kinds: {sorted(CONTRACTS)})"
+        ) from None
+
+
+def check(kind: str, data: pa.Table | pa.Schema) -> None:
+    """Check a table (or a schema) against the contract of `kind` (ValueError naming what is wrong)."""
+    contract(kind).check(data)

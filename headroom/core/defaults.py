@@ -1,0 +1,45 @@
+"""The default study, `config/config.yaml`: the one place a default value lives.
+
+A stage merges its config section onto `section(name)`, so a library call that leaves a key out
+gets the documented default study's value, never a second copy of it kept in code (a test checks
+that no module holds a default of its own, and that the schema's defaults equal this file).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = PROJECT_ROOT / "config" / "config.yaml"
+
+
+@functools.cache
+def _study() -> dict[str, Any]:
+    try:
+        with open(DEFAULT_CONFIG) as fh:
+            return yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{DEFAULT_CONFIG}: the default study is not here; the pipeline stages run from a checkout "
+            f"of the headroom repository (an installed wheel only reads results)"
+        ) from None
+
+
+def study() -> dict[str, Any]:
+    """The default study (a fresh copy, smoke overlay included as its `smoke` key)."""
+    return copy.deepcopy(_study())
+
+
+def section(name: str) -> dict[str, Any]:
+    """The default study's `name` section (a fresh copy)."""
+    return copy.deepcopy(_study()[name])
+
+
+def value(name: str, key: str) -> Any:
+    """One default, e.g. value('partition', 'rope_base')."""
+    return copy.deepcopy(_study()[name][key])
