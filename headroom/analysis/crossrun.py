@@ -35,6 +35,7 @@ from scipy import stats
 
 from headroom.analysis import registry
 from headroom.analysis.costs import LifecycleCosts
+from headroom.core import defaults
 
 FUSION_ARMS = ("off", "on", "free")
 NATIVE_ARM = "native"
@@ -52,17 +53,22 @@ TRACE_COLUMNS = (
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
 
 
+def _default(key: str):
+    return defaults.value("policies", key)
+
+
 @dataclass(frozen=True)
 class Options:
     """Tunables of ``evaluate``; the keys of config ``policies:`` besides train_fraction and seed."""
 
-    clusters: int = 4  # k of `clustered`; capped by the number of distinct train shapes
-    random_draws: int = 200  # seeded draws averaged by `random`
-    bootstrap_resamples: int = 2000  # resamples of test invocations per mode
-    confidence: float = 0.95  # two-sided CI level; `regret-aware` uses its one-sided z
-    deployment_invocations: int = 1_000_000  # horizon over which compile time is amortized
-    layers_per_forward: int = 32  # calls one plan serves: a plan per batch, a run per layer
-    validation_fraction: float = 0.34  # last part of train that selects the best deployable policy
+    # Every default is the default study's (config/config.yaml `policies:`, where each is explained).
+    clusters: int = field(default_factory=lambda: _default("clusters"))
+    random_draws: int = field(default_factory=lambda: _default("random_draws"))
+    bootstrap_resamples: int = field(default_factory=lambda: _default("bootstrap_resamples"))
+    confidence: float = field(default_factory=lambda: _default("confidence"))
+    deployment_invocations: int = field(default_factory=lambda: _default("deployment_invocations"))
+    layers_per_forward: int = field(default_factory=lambda: _default("layers_per_forward"))
+    validation_fraction: float = field(default_factory=lambda: _default("validation_fraction"))
 
     @classmethod
     def from_mapping(cls, options: Mapping) -> Options:

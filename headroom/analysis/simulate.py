@@ -27,6 +27,7 @@ from scipy import stats
 from headroom.analysis import crossrun, decision, figures
 from headroom.analysis.costs import LifecycleCosts
 from headroom.analysis.crossrun import ModeData, Options
+from headroom.core import defaults
 
 
 @dataclass(frozen=True)
@@ -231,11 +232,12 @@ THRESHOLD_KEYS = {
     "policy_gain": "max_policy_gain_pct",
     "fusion_speedup": "max_graph_fusion_speedup",
 }
-DEFAULT_THRESHOLDS = {
-    "max_gap_to_oracle_pct": 1.0,
-    "max_policy_gain_pct": 1.0,
-    "max_graph_fusion_speedup": 1.10,
-}
+
+
+def _default_thresholds() -> dict[str, float]:
+    """The default study's decision thresholds (config/config.yaml)."""
+    decision = defaults.section("decision")
+    return {key: decision[key] for key in THRESHOLD_KEYS.values()}
 
 
 @dataclass
@@ -469,7 +471,7 @@ def fast_decide(
 ) -> dict[str, np.ndarray]:
     """One mode decided alone, per seed: '<figure>_state' and 'verdict' (as ``decision.decide`` with
     this mode's figures only: Holm over its 2 (eager) or 3 (graph) decided figures)."""
-    thr = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
+    thr = {**_default_thresholds(), **(thresholds or {})}
     decided = [f for f in THRESHOLD_KEYS if f != "fusion_speedup" or mode == "graph"]
     alpha = 1.0 - confidence
     pv = np.stack([
@@ -562,7 +564,7 @@ def config_options(bootstrap_resamples: int | None = None) -> tuple[Options, dic
     if bootstrap_resamples:
         pol["bootstrap_resamples"] = bootstrap_resamples
     pol.pop("confidence", None)
-    return Options.from_mapping(pol), {**DEFAULT_THRESHOLDS, **cfg.get("decision", {})}
+    return Options.from_mapping(pol), {**_default_thresholds(), **cfg.get("decision", {})}
 
 
 def load_study(study_dir, mode: str, bootstrap_resamples: int | None = 200) -> Study:

@@ -40,7 +40,7 @@ from headroom.core import artifacts
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CATALOG_NAME = "catalog.duckdb"
-DEFAULT_STUDY = "default"
+FLAT_LAYOUT_STUDY = "default"  # the study of a flat results/ folder (no study subfolders)
 # A temporary catalog modified this recently belongs to a build in progress, not a killed one.
 REBUILD_FRESH_S = 120.0
 # How every reader opens the catalog: read-only, no file reachable (no allowed path, no temp
@@ -98,7 +98,7 @@ def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: b
     except ValueError:
         raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
     if flat or len(rel.parts) < 2:
-        return DEFAULT_STUDY
+        return FLAT_LAYOUT_STUDY
     return rel.parts[0]
 
 
@@ -106,11 +106,11 @@ def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
     """{study: its folder} for every study with an artifact on disk, sorted by name."""
     root = Path(results_dir)
     if is_flat(root):
-        return {DEFAULT_STUDY: root}
+        return {FLAT_LAYOUT_STUDY: root}
     out = {}
     for path in discover(root):
         name = study_of(path, root, flat=False)
-        if name != DEFAULT_STUDY or len(path.relative_to(root).parts) > 1:
+        if name != FLAT_LAYOUT_STUDY or len(path.relative_to(root).parts) > 1:
             out.setdefault(name, root / name)
     return dict(sorted(out.items()))
 
