@@ -17,9 +17,9 @@ rule kernel_bench:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=8000,
         runtime=30,
-        **GPU_RESOURCES,
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
     shell:

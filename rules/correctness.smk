@@ -18,9 +18,9 @@ rule correctness:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=4000,
         runtime=30,
-        **GPU_RESOURCES,
     params:
         device=device,
         correctness=cfg("correctness"),

@@ -20,13 +20,15 @@ rule portfolio:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=4000,
         runtime=30,
-        **GPU_RESOURCES,
     params:
         device=device,
         # `runs` is left out: adding a run must not rerun the runs already measured.
-        portfolio=lambda wildcards: {k: v for k, v in STUDIES[wildcards.study]["portfolio"].items() if k != "runs"},
+        portfolio=lambda wildcards: {
+            k: v for k, v in STUDIES[wildcards.study]["portfolio"].items() if k != "runs"
+        },
         rope_base=cfg("partition", "rope_base", default=10000.0),
     script:
         "../scripts/portfolio.py"
@@ -51,9 +53,9 @@ rule lifecycle:
     # four compile workers measure cold compile time; about 3.4 GB resident on the H200
     threads: 4
     resources:
+        **GPU_RESOURCES,
         mem_mb=6000,
         runtime=30,
-        **GPU_RESOURCES,
     params:
         device=device,
         lifecycle=cfg("lifecycle"),
@@ -79,9 +81,9 @@ rule graph_sweep:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=4000,
         runtime=30,
-        **GPU_RESOURCES,
     params:
         device=device,
         graph_sweep=cfg("graph_sweep"),
@@ -105,9 +107,9 @@ rule calibrate:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=4000,
         runtime=15,
-        **GPU_RESOURCES,
     params:
         device=device,
         calibrate=cfg("calibrate"),

@@ -14,9 +14,9 @@ rule environment:
         "../envs/gpu.yaml"
     threads: 1
     resources:
+        **GPU_RESOURCES,
         mem_mb=2000,
         runtime=10,
-        **GPU_RESOURCES,
     params:
         device=device,
     script:

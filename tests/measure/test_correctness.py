@@ -226,7 +226,9 @@ def test_pipeline_gate_end_to_end(tmp_path):
     assert "failed correctness: t0-128x64-w8s3-fused" in log
     assert not (project / "results/default/correctness.parquet").exists()
 
-    snakemake(project, "results/default/correctness.parquet", "--config", fault, "on_correctness_failure=exclude")
+    snakemake(
+        project, "results/default/correctness.parquet", "--config", fault, "on_correctness_failure=exclude"
+    )
     from headroom.core import artifacts
 
     res = artifacts.read(project / "results/default/correctness.parquet")
