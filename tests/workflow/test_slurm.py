@@ -22,6 +22,7 @@ from tests.pipeline import SNAKEMAKE, copy_project, env, headroom
 pytestmark = pytest.mark.slow
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 
 
 def _why_not() -> str | None:
@@ -86,9 +87,14 @@ def slurm(tmp_path_factory):
     reason = _why_not()
     if reason:
         pytest.skip(reason)
+    if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
+        pytest.skip(f"this machine has a Slurm configuration of its own ({SYSTEM_CONF}); not touching it")
     folder = tmp_path_factory.mktemp("slurm")
     conf = _slurm_conf(folder)
-    os.environ["SLURM_CONF"] = str(conf)  # every Slurm command (and each job) reads this cluster
+    os.environ["SLURM_CONF"] = str(conf)  # the daemons and every Slurm command read this cluster
+    # srun inside a batch job reads the default path, not SLURM_CONF: link it for the test's lifetime
+    SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
+    SYSTEM_CONF.symlink_to(conf)
     started: list[int] = []
     munge_pid = Path("/run/munge/munged.pid")
     if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:  # no munged running yet
@@ -116,6 +122,10 @@ def slurm(tmp_path_factory):
             pytest.skip(f"the single-node Slurm did not come up (node state {state!r}):\n{log}")
         yield folder
     finally:
+        for name in ("slurmctld", "slurmd"):
+            pid = _pid(folder / f"{name}.pid")
+            if pid and pid not in started:
+                started.append(pid)
         for pid in reversed(started):  # only what this fixture started, by pid
             if pid:
                 try:
@@ -123,6 +133,7 @@ def slurm(tmp_path_factory):
                 except ProcessLookupError:
                     pass
         os.environ.pop("SLURM_CONF", None)
+        SYSTEM_CONF.unlink(missing_ok=True)
 
 
 def _test_profile(project: Path) -> Path:
@@ -131,6 +142,7 @@ def _test_profile(project: Path) -> Path:
     cfg.pop("software-deployment-method")
     cfg["slurm-init-seconds-before-status-checks"] = 2
     cfg["seconds-between-status-checks"] = 3
+    cfg["slurm-keep-successful-logs"] = True  # the test reads them
     out = project / "profiles/slurm-test"
     out.mkdir()
     (out / "config.yaml").write_text(yaml.safe_dump(cfg))
