@@ -30,11 +30,12 @@ localrules:
     replay,
 
 
-# Every artifact of every study is a target, not only the catalog and the reports: a plain run
-# rebuilds an intermediate artifact that was deleted, even when what was made from it still exists.
+# Every artifact of every study (and its hash sidecar) is a target, not only the catalog and the
+# reports: a plain run rebuilds an intermediate artifact that was deleted, even when what was made
+# from it still exists.
 rule all:
     default_target: True
     input:
         f"{R}/catalog.duckdb",
-        [p for name in STUDIES for p in artifacts_of(name)],
+        [p + ext for name in STUDIES for p in artifacts_of(name) for ext in ("", ".blake3")],
         expand(f"{R}/{{study}}/report/{{page}}", study=list(STUDIES), page=["index.html", "report.md"]),

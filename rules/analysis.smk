@@ -12,8 +12,8 @@ rule policies:
         lifecycle=f"{S}/lifecycle.parquet",
         code=src("scripts/policies.py"),
     output:
-        policy_eval=artifact(f"{S}/policy_eval.parquet"),
-        factorial=artifact(f"{S}/factorial.parquet"),
+        **artifact(policy_eval=f"{S}/policy_eval.parquet"),
+        **artifact(factorial=f"{S}/factorial.parquet"),
     log:
         f"{S}/logs/policies.log",
     benchmark:
@@ -39,7 +39,7 @@ rule roofline:
         environment=f"{S}/environment.parquet",
         code=src("scripts/roofline.py"),
     output:
-        roofline=artifact(f"{S}/roofline.parquet"),
+        **artifact(roofline=f"{S}/roofline.parquet"),
     log:
         f"{S}/logs/roofline.log",
     benchmark:
@@ -64,7 +64,7 @@ rule decision:
         environment=f"{S}/environment.parquet",
         code=src("scripts/decision.py"),
     output:
-        decision=artifact(f"{S}/decision.parquet"),
+        **artifact(decision=f"{S}/decision.parquet"),
     log:
         f"{S}/logs/decision.log",
     benchmark:

@@ -77,11 +77,21 @@ def per_run(pattern):
 ARTIFACTS = []
 
 
-def artifact(pattern):
+def register(pattern):
     """Register an artifact pattern and return it."""
     if pattern not in ARTIFACTS:
         ARTIFACTS.append(pattern)
     return pattern
+
+
+def artifact(**named):
+    """A rule's named artifact outputs (registered), each with its BLAKE3 sidecar as an output too:
+    a deleted sidecar makes Snakemake rebuild the artifact, as a deleted artifact does."""
+    out = {}
+    for name, pattern in named.items():
+        out[name] = register(pattern)
+        out[f"{name}_blake3"] = f"{pattern}.blake3"
+    return out
 
 
 def artifacts_of(name):

@@ -7,7 +7,7 @@ rule correctness:
         candidates=f"{S}/candidates.parquet",
         code=src("scripts/correctness.py"),
     output:
-        correctness=artifact(f"{S}/correctness.parquet"),
+        **artifact(correctness=f"{S}/correctness.parquet"),
     log:
         f"{S}/logs/correctness.log",
     benchmark:

@@ -8,8 +8,8 @@ rule portfolio:
         correctness=f"{S}/correctness.parquet",
         code=src("scripts/portfolio.py"),
     output:
-        portfolio=artifact(f"{S}/portfolio/run-{{run}}.parquet"),
-        portfolio_samples=artifact(f"{S}/portfolio/run-{{run}}-samples.parquet"),
+        **artifact(portfolio=f"{S}/portfolio/run-{{run}}.parquet"),
+        **artifact(portfolio_samples=f"{S}/portfolio/run-{{run}}-samples.parquet"),
     log:
         f"{S}/logs/portfolio/run-{{run}}.log",
     benchmark:
@@ -41,7 +41,7 @@ rule lifecycle:
         correctness=f"{S}/correctness.parquet",
         code=src("scripts/lifecycle.py"),
     output:
-        lifecycle=artifact(f"{S}/lifecycle.parquet"),
+        **artifact(lifecycle=f"{S}/lifecycle.parquet"),
     log:
         f"{S}/logs/lifecycle.log",
     benchmark:
@@ -70,7 +70,7 @@ rule graph_sweep:
         correctness=f"{S}/correctness.parquet",
         code=src("scripts/graph_sweep.py"),
     output:
-        graph_sweep=artifact(f"{S}/graph_sweep.parquet"),
+        **artifact(graph_sweep=f"{S}/graph_sweep.parquet"),
     log:
         f"{S}/logs/graph_sweep.log",
     benchmark:
@@ -96,7 +96,7 @@ rule calibrate:
     input:
         code=src("scripts/calibrate.py"),
     output:
-        calibration=artifact(f"{S}/calibration.parquet"),
+        **artifact(calibration=f"{S}/calibration.parquet"),
     log:
         f"{S}/logs/calibrate.log",
     benchmark:

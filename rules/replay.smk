@@ -11,6 +11,7 @@ rule replay:
         code=src("scripts/replay.py"),
     output:
         artifact=f"{S}/{{artifact}}.parquet",
+        sidecar=f"{S}/{{artifact}}.parquet.blake3",
     log:
         f"{S}/logs/replay/{{artifact}}.log",
     wildcard_constraints:
@@ -27,6 +28,6 @@ rule replay:
 
 
 for _name in hreplay.MEASURED:
-    artifact(f"{S}/{_name}.parquet")
-artifact(f"{S}/portfolio/run-{{run}}.parquet")
-artifact(f"{S}/portfolio/run-{{run}}-samples.parquet")
+    register(f"{S}/{_name}.parquet")
+register(f"{S}/portfolio/run-{{run}}.parquet")
+register(f"{S}/portfolio/run-{{run}}-samples.parquet")

@@ -3,7 +3,7 @@ rule environment:
     input:
         code=src("scripts/environment.py"),
     output:
-        environment=artifact(f"{S}/environment.parquet"),
+        **artifact(environment=f"{S}/environment.parquet"),
     log:
         f"{S}/logs/environment.log",
     benchmark:
@@ -27,7 +27,7 @@ rule candidates:
     input:
         code=src("scripts/candidates.py"),
     output:
-        candidates=artifact(f"{S}/candidates.parquet"),
+        **artifact(candidates=f"{S}/candidates.parquet"),
     log:
         f"{S}/logs/candidates.log",
     benchmark:

@@ -15,7 +15,7 @@ rule trace:
         source=trace_source,
         code=src("scripts/trace.py"),
     output:
-        trace=artifact(f"{S}/trace.parquet"),
+        **artifact(trace=f"{S}/trace.parquet"),
     log:
         f"{S}/logs/trace.log",
     benchmark:

@@ -35,7 +35,9 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         # results/<study>/ (scripts/reference_study.sh), or a whole results/ folder of the flat
         # layout the first reference studies were packed in
         results = Path(tmp) / "results"
-        studies = [p for p in results.iterdir() if (p / "trace.parquet").is_file()] if results.is_dir() else []
+        studies = (
+            [p for p in results.iterdir() if (p / "trace.parquet").is_file()] if results.is_dir() else []
+        )
         if not (results / "trace.parquet").is_file() and len(studies) == 1:
             results = studies[0]
         names = [f"{n}.parquet" for n in MEASURED]

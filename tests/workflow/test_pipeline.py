@@ -176,13 +176,22 @@ def test_device_artifacts_share_one_environment_and_record_placement(pipeline_ru
     assert envs == {env_row["environment_id"]}
 
 
-@pytest.mark.parametrize("rel", ["results/default/policy_eval.parquet", "results/default/roofline.parquet"])
-def test_a_deleted_intermediate_artifact_is_rebuilt_by_a_plain_run(pipeline_clone, rel):
+@pytest.mark.parametrize(
+    "deleted",
+    [
+        ["results/default/policy_eval.parquet", "results/default/policy_eval.parquet.blake3"],
+        ["results/default/roofline.parquet"],
+        ["results/default/decision.parquet.blake3"],  # the hash sidecar alone
+    ],
+    ids=["artifact-and-sidecar", "artifact", "sidecar"],
+)
+def test_a_deleted_intermediate_artifact_is_rebuilt_by_a_plain_run(pipeline_clone, deleted):
     # what `verify`'s hash-error advice says to do: delete it and run the pipeline again
-    (pipeline_clone / rel).unlink()
-    artifacts.sidecar(pipeline_clone / rel).unlink()
+    for rel in deleted:
+        (pipeline_clone / rel).unlink()
     assert planned_rules(pipeline_clone) != {}
     snakemake(pipeline_clone)
-    assert (pipeline_clone / rel).exists()
+    for rel in deleted:
+        assert (pipeline_clone / rel).exists(), rel
     proc = headroom(pipeline_clone, "verify")
     assert proc.returncode == 0, proc.stdout
