@@ -18,3 +18,8 @@ rule catalog:
         runtime=10,
     script:
         "../scripts/catalog.py"
+
+
+# The cross-study page (verdicts, headline figures and environments side by side) comes from
+# headroom/report/studies.py: a local rule here with the studies' decision and environment
+# artifacts as inputs and results/studies.html as output, added to `all`, once that module lands.

@@ -26,6 +26,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from headroom.core import artifacts
+from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -75,7 +76,7 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
         meta = pq.read_metadata(path)
         env = None
         for inp, h in sorted(prov.get("inputs", {}).items()):
-            now = current(root / inp)
+            now = current(lineage_input(path, inp, root))
             edges.append((rel, inp, h, now, now == h))
             if Path(inp).name == "environment.parquet":
                 env = h[:16]

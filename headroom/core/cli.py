@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from headroom.core import artifacts
+from headroom.core.replay import lineage_input
 
 GATE_EXIT = {"stop": 0, "continue": 3, "no-decision": 4}
 # Statement types `query` runs; anything else (INSERT, CREATE, COPY, ATTACH, SET, ...) is refused.
@@ -91,7 +92,7 @@ def verify_results(results: Path) -> list[str]:
             problems.append(str(exc))
             continue
         for inp, recorded in sorted(prov.get("inputs", {}).items()):
-            inp_path = (root / inp).resolve()
+            inp_path = lineage_input(path, inp, root).resolve()
             if not inp_path.exists():
                 problems.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
                 continue
@@ -139,7 +140,7 @@ def lineage_tree(path: Path, root: Path, depth: int = 0, seen: set[str] | None =
     for name, h in sorted(prov.get("code", {}).items()):
         lines.append(f"{pad}  code {name}  {h[:16]}")
     for inp, recorded in sorted(prov.get("inputs", {}).items()):
-        inp_path = root / inp
+        inp_path = lineage_input(path, inp, root)
         if artifacts.sidecar(inp_path).exists():
             sub = lineage_tree(inp_path, root, depth + 1, seen)
             if recorded != artifacts.hash_file(inp_path):

@@ -61,6 +61,29 @@ def _recorded_as(input_path: str, folder: Path, names: set[str]) -> str | None:
     return None
 
 
+def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -> Path:
+    """Where the input a lineage edge names is now. Artifacts of a study read only that study's
+    artifacts, so an input recorded under results/ (results/trace.parquet in the flat layout,
+    results/<study>/trace.parquet since) is looked up in the artifact's own study folder: a replayed
+    artifact's recorded edges then point at the replayed copies, whatever study recorded them.
+    Other inputs (request logs) are relative to the project root."""
+    root = Path(root)
+    artifact = Path(artifact).resolve()
+    parts = Path(recorded_input).parts
+    results = root.resolve() / "results"
+    if (
+        "results" in parts
+        and artifact.is_relative_to(results)
+        and len(artifact.relative_to(results).parts) > 1
+    ):
+        study_dir = results / artifact.relative_to(results).parts[0]
+        rest = parts[parts.index("results") + 1 :]
+        for tail in (rest, rest[1:]):
+            if tail and (study_dir / Path(*tail)).exists():
+                return study_dir / Path(*tail)
+    return root / recorded_input
+
+
 def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
     """Verify every artifact of a recorded folder and the lineage between them; return their names."""
     folder = Path(folder)
