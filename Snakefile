@@ -13,6 +13,13 @@ validate(config, "config/schema.yaml")
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    study=one_of(STUDIES),
+    run=r"\d+",
+
+
 include: "rules/setup.smk"
 include: "rules/trace.smk"
 include: "rules/correctness.smk"

@@ -82,12 +82,6 @@ rule decision:
         "../scripts/decision.py"
 
 
-def measured_benchmarks(wildcards):
-    """Stage wall times of the run that measured: in replay, the recorded run's, not this one's."""
-    study = STUDIES[wildcards.study]
-    return f"{study['replay']}/benchmarks" if study.get("replay") else f"{R}/{wildcards.study}/benchmarks"
-
-
 rule report:
     input:
         decision=f"{S}/decision.parquet",

@@ -1,4 +1,4 @@
-# Shared by all rule files: the studies of this run (resolved once, here), the artifact registry,
+# Shared by all rule files -- the studies of this run (resolved once, here), the artifact registry,
 # per-study params, resources and source-file inputs.
 import glob
 import json
@@ -140,6 +140,22 @@ def device(wildcards):
 KERNEL_CODE = sorted(glob.glob("kernels/*.py"))
 
 
-wildcard_constraints:
-    study=one_of(STUDIES),
-    run=r"\d+",
+# Per-study inputs and params of single rules.
+from headroom.trace.invocations import resolve_source
+
+
+def trace_source(wildcards):
+    """The request log is an input, so a changed log reruns the trace (and its BLAKE3 lands in the
+    provenance); the synthetic source has none."""
+    source = resolve_source(STUDIES[wildcards.study]["trace"].get("source", "synthetic"))
+    return [str(source)] if source else []
+
+
+def recorded(wildcards):
+    return f"{STUDIES[wildcards.study]['replay']}/{wildcards.artifact}.parquet"
+
+
+def measured_benchmarks(wildcards):
+    """Stage wall times of the run that measured: in replay, the recorded run's, not this one's."""
+    study = STUDIES[wildcards.study]
+    return f"{study['replay']}/benchmarks" if study.get("replay") else f"{R}/{wildcards.study}/benchmarks"

@@ -1,10 +1,6 @@
 # Replay: a study that takes recorded measurement artifacts (hashes and lineage verified when the
 # DAG is planned, headroom/core/replay.py) instead of measuring, so the analysis stages run on a
 # machine without a GPU.
-def recorded(wildcards):
-    return f"{STUDIES[wildcards.study]['replay']}/{wildcards.artifact}.parquet"
-
-
 rule replay:
     input:
         recorded=recorded,

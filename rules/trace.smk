@@ -1,13 +1,5 @@
 # The trace: the time-ordered invocations every candidate is timed on, from the synthetic request
 # log or a real one (trace.source); docs/traces.md describes the model.
-from headroom.trace.invocations import resolve_source
-
-
-def trace_source(wildcards):
-    """The request log is an input, so a changed log reruns the trace (and its BLAKE3 lands in the
-    provenance); the synthetic source has none."""
-    source = resolve_source(STUDIES[wildcards.study]["trace"].get("source", "synthetic"))
-    return [str(source)] if source else []
 
 
 rule trace:
