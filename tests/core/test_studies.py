@@ -137,3 +137,47 @@ def test_replay_folder_whose_hash_does_not_verify_is_refused(tmp_path):
     with pytest.raises(replay.ReplayError, match="lifecycle.parquet") as exc:
         replay.check_recorded(bad, study="replay-bad")
     assert artifacts.recorded_hash(bad / "lifecycle.parquet") in str(exc.value)
+
+
+class _Smk:
+    """The parts of Snakemake's `snakemake` object the stage harness reads."""
+
+    def __init__(self, params, inputs=(), study="s1"):
+        self.rule = "policies"
+        self.params = params
+        self.wildcards = {"study": study}
+        self.input = list(inputs)
+        self.log = []
+
+
+def test_gpu_job_on_a_node_without_a_gpu_fails_naming_the_study():
+    import logging
+
+    import torch
+
+    from headroom.core import stage
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    job = stage.Stage(_Smk({"device": "cuda"}, study="h100-study"), logging.getLogger("t"))
+    with pytest.raises(RuntimeError, match="study 'h100-study' runs on device 'cuda'.*no CUDA device"):
+        stage.check_device(job)
+
+
+def test_measurements_from_two_environments_are_refused_naming_the_artifacts(tmp_path):
+    import logging
+
+    import pandas as pd
+
+    from headroom.core import stage
+
+    paths = []
+    for name, env in [("run-1", "aaaa"), ("run-2", "aaaa"), ("run-3", "bbbb")]:
+        path = tmp_path / f"{name}.parquet"
+        artifacts.write(pd.DataFrame({"x": [1]}), path, kind="portfolio", provenance={"environment": env})
+        paths.append(str(path))
+    job = stage.Stage(_Smk({}, paths), logging.getLogger("t"))
+    with pytest.raises(RuntimeError, match="2 environments") as exc:
+        stage.check_environments(job)
+    assert "bbbb: " + paths[2] in str(exc.value)
+    stage.check_environments(stage.Stage(_Smk({}, paths[:2]), logging.getLogger("t")))  # one: fine
