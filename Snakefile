@@ -1,5 +1,6 @@
 # headroom: is a shape-adaptive attention kernel portfolio worth building?
 # Run: snakemake --cores 1 --resources gpu=1   (profiles/default is applied automatically)
+#      snakemake ... --config 'studies=[default,azure-conv]'   (several studies, results/<study>/)
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -12,6 +13,13 @@ validate(config, "headroom/core/schema.yaml")
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    study=one_of(STUDIES),
+    run=r"\d+",
+
+
 include: "rules/setup.smk"
 include: "rules/trace.smk"
 include: "rules/correctness.smk"
@@ -22,9 +30,19 @@ include: "rules/catalog.smk"
 include: "rules/bench.smk"
 
 
+# No GPU, seconds each: they run where Snakemake runs, not as cluster jobs.
+localrules:
+    all,
+    catalog,
+    replay,
+
+
+# Every artifact of every study (and its hash sidecar) is a target, not only the catalog and the
+# reports: a plain run rebuilds an intermediate artifact that was deleted, even when what was made
+# from it still exists.
 rule all:
     default_target: True
     input:
-        "results/catalog.duckdb",
-        "results/report/index.html",
-        "results/report/report.md",
+        f"{R}/catalog.duckdb",
+        [p + ext for name in STUDIES for p in artifacts_of(name) for ext in ("", ".blake3")],
+        expand(f"{R}/{{study}}/report/{{page}}", study=list(STUDIES), page=["index.html", "report.md"]),

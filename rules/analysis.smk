@@ -1,129 +1,130 @@
 # Analysis: turns measurement artifacts into the answer, on any machine (replay included): policies
 # on chronological splits and the policy x fusion factorial, the roofline model, the decision rule and
-# the report. Every rule here reads results/*.parquet only; no GPU.
-PORTFOLIO_RUNS = expand(f"{R}/portfolio/run-{{run}}.parquet", run=RUNS)
-# the policy registry and the cross-run estimators every analysis rule that scores policies runs
-ANALYSIS_CODE = [f"headroom/analysis/{m}.py" for m in ("registry", "costs", "crossrun", "policies")]
-# the report's assembly, its model and one module per section
-REPORT_CODE = sorted(glob.glob("headroom/report/**/*.py", recursive=True))
-PORTFOLIO_SAMPLES = expand(f"{R}/portfolio/run-{{run}}-samples.parquet", run=RUNS)
+# the report. Every rule here reads results/<study>/*.parquet only; no GPU.
+PORTFOLIO_RUNS = per_run(f"{S}/portfolio/run-{{run}}.parquet")
+PORTFOLIO_SAMPLES = per_run(f"{S}/portfolio/run-{{run}}-samples.parquet")
 
 
 rule policies:
     input:
-        trace=f"{R}/trace.parquet",
+        trace=f"{S}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
-        lifecycle=f"{R}/lifecycle.parquet",
-        code=src(*ANALYSIS_CODE, "scripts/policies.py"),
+        lifecycle=f"{S}/lifecycle.parquet",
+        code=src("scripts/policies.py"),
     output:
-        policy_eval=artifact(f"{R}/policy_eval.parquet"),
-        factorial=artifact(f"{R}/factorial.parquet"),
+        **artifact(policy_eval=f"{S}/policy_eval.parquet"),
+        **artifact(factorial=f"{S}/factorial.parquet"),
     log:
-        f"{R}/logs/policies.log",
+        f"{S}/logs/policies.log",
     benchmark:
-        f"{R}/benchmarks/policies.tsv"
+        f"{S}/benchmarks/policies.tsv"
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
     params:
-        policies=STUDY["policies"],
+        policies=cfg("policies"),
     script:
         "../scripts/policies.py"
 
 
 rule roofline:
     input:
-        trace=f"{R}/trace.parquet",
-        candidates=f"{R}/candidates.parquet",
+        trace=f"{S}/trace.parquet",
+        candidates=f"{S}/candidates.parquet",
         portfolio=PORTFOLIO_RUNS,
-        calibration=f"{R}/calibration.parquet",
-        environment=f"{R}/environment.parquet",
-        code=src("headroom/analysis/roofline.py", "scripts/roofline.py"),
+        calibration=f"{S}/calibration.parquet",
+        environment=f"{S}/environment.parquet",
+        code=src("scripts/roofline.py"),
     output:
-        roofline=artifact(f"{R}/roofline.parquet"),
+        **artifact(roofline=f"{S}/roofline.parquet"),
     log:
-        f"{R}/logs/roofline.log",
+        f"{S}/logs/roofline.log",
     benchmark:
-        f"{R}/benchmarks/roofline.tsv"
+        f"{S}/benchmarks/roofline.tsv"
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         # cold (L2-flushed) timings change what is resident, so the model must know
-        flush_l2=STUDY["portfolio"].get("flush_l2", False),
+        flush_l2=cfg("portfolio", "flush_l2", default=False),
     script:
         "../scripts/roofline.py"
 
 
 rule decision:
     input:
-        trace=f"{R}/trace.parquet",
+        trace=f"{S}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
-        lifecycle=f"{R}/lifecycle.parquet",
-        graph_sweep=f"{R}/graph_sweep.parquet",
-        environment=f"{R}/environment.parquet",
-        code=src(
-            *ANALYSIS_CODE,
-            "headroom/analysis/figures.py",
-            "headroom/analysis/decision.py",
-            "scripts/decision.py",
-        ),
+        lifecycle=f"{S}/lifecycle.parquet",
+        graph_sweep=f"{S}/graph_sweep.parquet",
+        environment=f"{S}/environment.parquet",
+        code=src("scripts/decision.py"),
     output:
-        decision=artifact(f"{R}/decision.parquet"),
+        **artifact(decision=f"{S}/decision.parquet"),
     log:
-        f"{R}/logs/decision.log",
+        f"{S}/logs/decision.log",
     benchmark:
-        f"{R}/benchmarks/decision.tsv"
+        f"{S}/benchmarks/decision.tsv"
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
-        decision=STUDY["decision"],
+        decision=cfg("decision"),
         # the figures are fitted and scored as in `policies`, so they read its settings
-        policies=STUDY["policies"],
+        policies=cfg("policies"),
     script:
         "../scripts/decision.py"
 
 
 rule report:
     input:
-        decision=f"{R}/decision.parquet",
-        environment=f"{R}/environment.parquet",
-        trace=f"{R}/trace.parquet",
-        candidates=f"{R}/candidates.parquet",
-        correctness=f"{R}/correctness.parquet",
+        decision=f"{S}/decision.parquet",
+        environment=f"{S}/environment.parquet",
+        trace=f"{S}/trace.parquet",
+        candidates=f"{S}/candidates.parquet",
+        correctness=f"{S}/correctness.parquet",
         portfolio=PORTFOLIO_RUNS,
         samples=PORTFOLIO_SAMPLES,
-        lifecycle=f"{R}/lifecycle.parquet",
-        graph_sweep=f"{R}/graph_sweep.parquet",
-        calibration=f"{R}/calibration.parquet",
-        policy_eval=f"{R}/policy_eval.parquet",
-        factorial=f"{R}/factorial.parquet",
-        roofline=f"{R}/roofline.parquet",
+        lifecycle=f"{S}/lifecycle.parquet",
+        graph_sweep=f"{S}/graph_sweep.parquet",
+        calibration=f"{S}/calibration.parquet",
+        policy_eval=f"{S}/policy_eval.parquet",
+        factorial=f"{S}/factorial.parquet",
+        roofline=f"{S}/roofline.parquet",
         code=src(
-            *REPORT_CODE,
-            "headroom/analysis/decision.py",
-            "headroom/analysis/policies.py",
-            "headroom/measure/noise.py",
-            "headroom/report/templates/report.html.j2",
-            "headroom/report/templates/report.md.j2",
             "scripts/report.py",
+            *sorted(glob.glob("headroom/report/templates/*")),
         ),
     output:
-        html=report(f"{R}/report/index.html", caption="captions/report_html.rst", category="Report"),
-        md=report(f"{R}/report/report.md", caption="captions/report_md.rst", category="Report"),
+        html=report(f"{S}/report/index.html", caption="captions/report_html.rst", category="Report"),
+        md=report(f"{S}/report/report.md", caption="captions/report_md.rst", category="Report"),
         figures=report(
-            directory(f"{R}/report/figures"),
+            directory(f"{S}/report/figures"),
             patterns=["{name}.png"],
             caption="captions/figures.rst",
             category="Figures",
         ),
     log:
-        f"{R}/logs/report.log",
+        f"{S}/logs/report.log",
     benchmark:
-        f"{R}/benchmarks/report.tsv"
+        f"{S}/benchmarks/report.tsv"
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
     params:
-        report=STUDY["report"],
-        # stage wall times of the run that measured: in replay, the recorded run's, not this one's
-        benchmarks=f"{REPLAY}/benchmarks" if REPLAY else f"{R}/benchmarks",
+        report=cfg("report"),
+        benchmarks=measured_benchmarks,
     script:
         "../scripts/report.py"

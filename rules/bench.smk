@@ -2,19 +2,24 @@ import os
 
 
 # Kernel benchmark against torch SDPA (BENCHMARKS.md); GPU only, not part of `all`:
-#   snakemake --cores 1 --resources gpu=1 kernel_bench
+#   snakemake --cores 1 --resources gpu=1 results/default/kernel_bench/bench.md
 rule kernel_bench:
     input:
         code=src("scripts/bench_kernels.py", *KERNEL_CODE),
     output:
-        table=f"{R}/kernel_bench/bench.md",
-        rows=f"{R}/kernel_bench/bench.json",
+        table=f"{S}/kernel_bench/bench.md",
+        rows=f"{S}/kernel_bench/bench.json",
     log:
-        f"{R}/logs/kernel_bench.log",
+        f"{S}/logs/kernel_bench.log",
+    wildcard_constraints:
+        study=one_of(MEASURED_STUDIES),
     conda:
         "../envs/gpu.yaml"
+    threads: 1
     resources:
-        gpu=1,
+        **GPU_RESOURCES,
+        mem_mb=8000,
+        runtime=30,
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
     shell:

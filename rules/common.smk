@@ -1,5 +1,9 @@
-# Shared by all rule files -- the resolved study, the artifact registry, and source-file inputs.
+# Shared by all rule files -- the studies of this run (resolved once, here), the artifact registry,
+# per-study params, resources and source-file inputs.
 import glob
+import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -8,48 +12,150 @@ from pathlib import Path
 sys.path.insert(0, workflow.basedir)
 
 from headroom.core import config as hconfig
+from headroom.core import replay as hreplay
+from headroom.core import sources
 
 hconfig.make_importable(workflow.basedir)
+R = "results"
+S = f"{R}/{{study}}"  # every artifact of a study lives under results/<study>/
 
 try:
-    STUDY = hconfig.resolve(config)
-except hconfig.ConfigError as exc:
+    if workflow.remote_exec:
+        # A job on a cluster node re-reads this file: take the planning process's devices (passed
+        # in the environment, which sbatch exports) instead of looking at this node's hardware.
+        _recorded = json.loads(os.environ.get(hconfig.DEVICES_ENV, "{}"))
+        STUDIES = hconfig.plan_studies(config, workflow.config_settings.config, recorded_devices=_recorded)
+    else:
+        hconfig.check_results_dir(R)
+        STUDIES = hconfig.plan_studies(config, workflow.config_settings.config)
+        for _study in STUDIES.values():
+            if _study.get("replay"):
+                hreplay.check_recorded(_study["replay"], study=_study["name"])
+        os.environ[hconfig.DEVICES_ENV] = hconfig.devices_env(STUDIES)
+    MEASURED_STUDIES = [n for n, s in STUDIES.items() if not s.get("replay")]
+    REPLAY_STUDIES = [n for n, s in STUDIES.items() if s.get("replay")]
+    GPU_OF = hconfig.gpu_assignment(MEASURED_STUDIES, config.get("local_gpus"))
+except (hconfig.ConfigError, hreplay.ReplayError) as exc:
     raise WorkflowError(f"invalid configuration: {exc}")
 
-DEVICE = STUDY["device"]  # "cuda" | "interpret" | "replay"
-REPLAY = STUDY.get("replay")
-R = "results"
 
-if REPLAY:
-    RUNS = sorted(
-        int(Path(p).stem.split("-")[1])
-        for p in glob.glob(f"{REPLAY}/portfolio/run-*.parquet")
-        if not p.endswith("-samples.parquet")
-    )
-    if not RUNS:
-        raise WorkflowError(f"replay directory {REPLAY} has no portfolio/run-*.parquet")
-else:
-    RUNS = list(range(1, STUDY["portfolio"]["runs"] + 1))
+def one_of(names):
+    """A wildcard constraint matching exactly these study names (none: matches nothing)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
 
-# Every Parquet artifact, registered where its rule declares it; the catalog reads this list, so a
-# stage added later is catalogued without touching the catalog rule.
+
+def runs_of(name):
+    study = STUDIES[name]
+    if study.get("replay"):
+        return hreplay.recorded_runs(study["replay"])
+    return list(range(1, study["portfolio"]["runs"] + 1))
+
+
+def cfg(*keys, default=None, pick=None):
+    """A params function: the study's config at `keys` (the subset a rule reads), optionally only
+    the `pick` keys of it; evaluated per job, so each study's edit reruns only its own jobs."""
+
+    def value(wildcards):
+        node = STUDIES[wildcards.study]
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        return {k: v for k, v in node.items() if k in pick} if pick else node
+
+    return value
+
+
+def per_run(pattern):
+    """Input function: `pattern` expanded over the study's portfolio runs."""
+    return lambda wildcards: expand(pattern, study=wildcards.study, run=runs_of(wildcards.study))
+
+
+# Every Parquet artifact, registered (as a pattern over {study} and {run}) where its rule declares
+# it; the catalog and `all` read this list, so a stage added later is built and catalogued without
+# touching them.
 ARTIFACTS = []
 
 
-def artifact(pattern, **wildcards):
-    """Register an artifact path (expanded over `wildcards`, if any) and return the pattern."""
-    ARTIFACTS.extend(expand(pattern, **wildcards) if wildcards else [pattern])
+def register(pattern):
+    """Register an artifact pattern and return it."""
+    if pattern not in ARTIFACTS:
+        ARTIFACTS.append(pattern)
     return pattern
 
 
-# Source files every stage runs through (the write path and the script harness).
-COMMON_CODE = ["headroom/__init__.py", "headroom/core/artifacts.py", "headroom/core/stage.py"]
+def artifact(**named):
+    """A rule's named artifact outputs (registered), each with its BLAKE3 sidecar as an output too:
+    a deleted sidecar makes Snakemake rebuild the artifact, as a deleted artifact does."""
+    out = {}
+    for name, pattern in named.items():
+        out[name] = register(pattern)
+        out[f"{name}_blake3"] = f"{pattern}.blake3"
+    return out
 
 
-def src(*paths):
-    """Source files a rule depends on, declared as inputs so an edit reruns the rule
-    (Snakemake tracks only the script file of a `script:` rule, not the modules it imports)."""
-    return COMMON_CODE + list(paths)
+def artifacts_of(name):
+    return sorted({p for pattern in ARTIFACTS for p in expand(pattern, study=name, run=runs_of(name))})
+
+
+def src(script, *extra):
+    """The source files a rule runs, as inputs so an edit reruns the rule (Snakemake tracks only the
+    script file of a `script:` rule): the script's import closure within headroom/ and kernels/
+    (headroom/core/sources.py), plus `extra` non-Python files it reads (templates)."""
+    return [*sources.closure(script), *extra]
+
+
+# Resources: GPU rules take the `gpu` resource (one at a time with --resources gpu=1) and, with
+# config local_gpus, the resource of their study's GPU (gpu_<index>=1, so one study's jobs never
+# share its GPU; headroom/core/stage.py sets CUDA_VISIBLE_DEVICES from it). On Slurm, a study's
+# `slurm:` section asks for its GPU model.
+LOCAL_GPUS = sorted({g for g in GPU_OF.values() if g is not None})
+
+
+def _slurm(key):
+    return lambda wildcards: STUDIES[wildcards.study].get("slurm", {}).get(key, "")
+
+
+def _slurm_extra(wildcards):
+    slurm = STUDIES[wildcards.study].get("slurm", {})
+    extra = [f"--constraint={slurm['constraint']}"] if slurm.get("constraint") else []
+    return " ".join(extra + ([slurm["slurm_extra"]] if slurm.get("slurm_extra") else []))
+
+
+GPU_RESOURCES = {
+    "gpu": 1,
+    "gpu_model": _slurm("gpu_model"),
+    "slurm_extra": _slurm_extra,
+    **{f"gpu_{g}": (lambda wildcards, g=g: int(GPU_OF.get(wildcards.study) == g)) for g in LOCAL_GPUS},
+}
+for _g in LOCAL_GPUS:
+    # one job at a time on each GPU unless --resources says otherwise
+    workflow.global_resources.setdefault(f"gpu_{_g}", 1)
+
+
+def device(wildcards):
+    return STUDIES[wildcards.study]["device"]
 
 
 KERNEL_CODE = sorted(glob.glob("kernels/*.py"))
+
+
+# Per-study inputs and params of single rules.
+from headroom.trace.invocations import resolve_source
+
+
+def trace_source(wildcards):
+    """The request log is an input, so a changed log reruns the trace (and its BLAKE3 lands in the
+    provenance); the synthetic source has none."""
+    source = resolve_source(STUDIES[wildcards.study]["trace"].get("source", "synthetic"))
+    return [str(source)] if source else []
+
+
+def recorded(wildcards):
+    return f"{STUDIES[wildcards.study]['replay']}/{wildcards.artifact}.parquet"
+
+
+def measured_benchmarks(wildcards):
+    """Stage wall times of the run that measured: in replay, the recorded run's, not this one's."""
+    study = STUDIES[wildcards.study]
+    return f"{study['replay']}/benchmarks" if study.get("replay") else f"{R}/{wildcards.study}/benchmarks"

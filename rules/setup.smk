@@ -1,39 +1,49 @@
 # The machine and the candidate set: everything downstream is measured on and for these.
-if not REPLAY:
+rule environment:
+    input:
+        code=src("scripts/environment.py"),
+    output:
+        **artifact(environment=f"{S}/environment.parquet"),
+    log:
+        f"{S}/logs/environment.log",
+    benchmark:
+        f"{S}/benchmarks/environment.tsv"
+    wildcard_constraints:
+        study=one_of(MEASURED_STUDIES),
+    conda:
+        "../envs/gpu.yaml"
+    threads: 1
+    resources:
+        **GPU_RESOURCES,
+        mem_mb=2000,
+        runtime=10,
+    params:
+        device=device,
+    script:
+        "../scripts/environment.py"
 
-    rule environment:
-        input:
-            code=src("headroom/measure/environment.py", "scripts/environment.py"),
-        output:
-            environment=artifact(f"{R}/environment.parquet"),
-        log:
-            f"{R}/logs/environment.log",
-        benchmark:
-            f"{R}/benchmarks/environment.tsv"
-        conda:
-            "../envs/gpu.yaml"
-        resources:
-            gpu=1,
-        params:
-            device=DEVICE,
-        script:
-            "../scripts/environment.py"
 
-    rule candidates:
-        input:
-            code=src("headroom/measure/candidates.py", "scripts/candidates.py"),
-        output:
-            candidates=artifact(f"{R}/candidates.parquet"),
-        log:
-            f"{R}/logs/candidates.log",
-        benchmark:
-            f"{R}/benchmarks/candidates.tsv"
-        conda:
-            "../envs/analysis.yaml"
-        params:
-            tiles=STUDY["tiles"],
-            rope=STUDY["rope"],
-            generation=STUDY["generation"],
-            native=STUDY.get("native_candidates", []),
-        script:
-            "../scripts/candidates.py"
+rule candidates:
+    input:
+        code=src("scripts/candidates.py"),
+    output:
+        **artifact(candidates=f"{S}/candidates.parquet"),
+    log:
+        f"{S}/logs/candidates.log",
+    benchmark:
+        f"{S}/benchmarks/candidates.tsv"
+    wildcard_constraints:
+        study=one_of(MEASURED_STUDIES),
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        tiles=cfg("tiles"),
+        rope=cfg("rope"),
+        generation=cfg("generation"),
+        native=cfg("native_candidates", default=[]),
+    script:
+        "../scripts/candidates.py"

@@ -3,7 +3,7 @@
     python scripts/import_reference.py STUDY.tar.gz --study NAME --dest data/reference/h200 \\
         [--log STUDY.log] [--command "the command that ran it"]
 
-STUDY.tar.gz is what scripts/reference_study.sh packed (the run's results/ folder). Only the
+STUDY.tar.gz is what scripts/reference_study.sh packed (the run's results/<study>/ folder). Only the
 measurement artifacts are kept (environment, trace, candidates, correctness, portfolio runs and
 their per-call samples, lifecycle, graph_sweep, calibration) with their recorded BLAKE3, each
 verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
@@ -32,7 +32,14 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(tarball) as tar:
             tar.extractall(tmp, filter="data")
+        # results/<study>/ (scripts/reference_study.sh), or a whole results/ folder of the flat
+        # layout the first reference studies were packed in
         results = Path(tmp) / "results"
+        studies = (
+            [p for p in results.iterdir() if (p / "trace.parquet").is_file()] if results.is_dir() else []
+        )
+        if not (results / "trace.parquet").is_file() and len(studies) == 1:
+            results = studies[0]
         names = [f"{n}.parquet" for n in MEASURED]
         names += sorted(
             p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet")

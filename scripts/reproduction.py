@@ -496,7 +496,7 @@ def replay(study: str, workdir: Path) -> Path:
         check=True,
         capture_output=True,
     )
-    return project / "results"
+    return project / "results" / f"replay-h200-{study}"
 
 
 def main(argv: list[str] | None = None) -> int:

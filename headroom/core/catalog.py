@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headroom.core import artifacts
+from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CATALOG_NAME = "catalog.duckdb"
@@ -205,7 +206,7 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
         prov = json.loads(raw) if raw else {}
         env = None
         for inp, h in sorted(prov.get("inputs", {}).items()):
-            now = current(root / inp)
+            now = current(lineage_input(path, inp, root))
             edges.append((study, rel, inp, h, now, now == h))
             if Path(inp).name == "environment.parquet":
                 env = h[:16]

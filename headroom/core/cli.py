@@ -21,6 +21,7 @@ from pathlib import Path
 from headroom import __version__
 from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
+from headroom.core.replay import lineage_input
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 GATE_EXIT = {"stop": 0, "continue": 3, "no-decision": 4}
@@ -260,7 +261,7 @@ def verify_results(results: Path, study: str | None = None) -> tuple[list[str], 
             continue
         prov = artifacts.read_provenance(path)
         for inp, recorded in sorted(prov.get("inputs", {}).items()):
-            inp_path = (root / inp).resolve()
+            inp_path = lineage_input(path, inp, root).resolve()
             if not inp_path.exists():
                 problems.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
                 continue
@@ -307,7 +308,7 @@ def lineage_tree(path: Path, root: Path, depth: int = 0, seen: set[str] | None =
     for name, h in sorted(prov.get("code", {}).items()):
         lines.append(f"{pad}  code {name}  {h[:16]}")
     for inp, recorded in sorted(prov.get("inputs", {}).items()):
-        inp_path = root / inp
+        inp_path = lineage_input(path, inp, root)
         if artifacts.sidecar(inp_path).exists():
             sub = lineage_tree(inp_path, root, depth + 1, seen)
             if recorded != artifacts.hash_file(inp_path):

@@ -2,13 +2,16 @@
 
 One place decides which device a study runs on and which shape set it uses:
 `resolve(config)` returns the *study* -- the config every rule reads its params from -- with
-`device` set to "cuda" or "interpret" and, for the interpreter, the `smoke` overlay merged in.
+`device` set to "cuda", "interpret" or "replay" and, for the interpreter, the `smoke` overlay merged in.
+`plan_studies(config, overrides)` does it for every study the run lists (config `studies:`), once,
+in the process that plans the DAG (rules/common.smk): jobs never resolve the device again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import re
 from pathlib import Path
@@ -20,6 +23,15 @@ from headroom.core import defaults
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy, also in a wheel
+STUDIES_DIR = PROJECT_ROOT / "config" / "studies"
+REFERENCE_DIR = PROJECT_ROOT / "data" / "reference"
+#: A study name is a folder name under results/ and a wildcard value: no slashes, no dots first.
+STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+#: Keys that describe the run (which studies, which GPUs of this host), not one study.
+RUN_KEYS = ("studies", "local_gpus")
+#: Set by the planning process for the jobs it submits (a cluster job re-reads the workflow on its
+#: node): the device each study resolved to there, so `device: auto` is never resolved again.
+DEVICES_ENV = "HEADROOM_STUDY_DEVICES"
 
 #: head_dim values the kernels support (kernels.attention validates the same set).
 SUPPORTED_HEAD_DIMS = (32, 64, 128)
@@ -34,8 +46,16 @@ class ConfigError(ValueError):
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config file as a mapping; a syntax error names the file, line and column."""
     with open(path) as fh:
-        data = yaml.safe_load(fh)
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+            raise ConfigError(f"{path}, {where}: YAML syntax error: {exc.problem or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: YAML syntax error: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -220,3 +240,154 @@ def _sets(overlay: dict[str, Any], key: str) -> bool:
             return False
         node = node[part]
     return True
+
+
+# -- studies ------------------------------------------------------------------------------------
+
+
+def replay_study_name(replay_dir: str | os.PathLike) -> str:
+    """The study a recorded folder replays as: data/reference/<gpu>/<study> -> replay-<gpu>-<study>,
+    any other folder -> replay-<its name>."""
+    path = Path(replay_dir)
+    path = (path if path.is_absolute() else PROJECT_ROOT / path).resolve()
+    try:
+        gpu, study = path.relative_to(REFERENCE_DIR.resolve()).parts[:2]
+        return f"replay-{gpu}-{study}"
+    except ValueError:
+        return f"replay-{path.name}"
+
+
+def study_names(config: dict[str, Any]) -> list[str]:
+    """The studies this run builds: config `studies:` (default: the default study), or the one replay
+    study `--config replay=DIR` names. Duplicates and names that cannot be folders are refused."""
+    if config.get("replay"):
+        return [replay_study_name(config["replay"])]
+    names = config.get("studies") or ["default"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"config key 'studies': expected a list of study names, got {names!r}")
+    seen = set()
+    for name in names:
+        if not STUDY_NAME.match(name):
+            raise ConfigError(
+                f"config key 'studies': study name {name!r} must be letters, digits, '-' or '_' "
+                "(it names the folder results/<study>/)"
+            )
+        if name in seen:
+            raise ConfigError(f"config key 'studies': study {name!r} is listed twice; each study runs once")
+        seen.add(name)
+    return list(names)
+
+
+def _reference_replay(name: str) -> Path | None:
+    """replay-<gpu>-<study> -> data/reference/<gpu>/<study>, when that folder exists."""
+    if not name.startswith("replay-") or not REFERENCE_DIR.is_dir():
+        return None
+    for gpu_dir in sorted(p for p in REFERENCE_DIR.iterdir() if p.is_dir()):
+        prefix = f"replay-{gpu_dir.name}-"
+        if name.startswith(prefix) and (gpu_dir / name[len(prefix) :]).is_dir():
+            return gpu_dir / name[len(prefix) :]
+    return None
+
+
+def study_config(
+    name: str, config: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The unresolved config of study `name`: config.yaml (as Snakemake loaded it), then the study's
+    overlay config/studies/<name>.yaml, then the command line's --config values (`overrides`), which
+    win over every file. A replay study takes its measurements from its recorded folder."""
+    base = {k: v for k, v in config.items() if k not in RUN_KEYS}
+    if config.get("replay") or name == "default":
+        return base
+    overlay_path = STUDIES_DIR / f"{name}.yaml"
+    if overlay_path.is_file():
+        overlay = load(overlay_path)
+        for key in RUN_KEYS:
+            if key in overlay:
+                raise ConfigError(
+                    f"{overlay_path.relative_to(PROJECT_ROOT)}: key '{key}' belongs to the run (config.yaml "
+                    "or --config), not to one study"
+                )
+        cli = {k: v for k, v in (overrides or {}).items() if k not in RUN_KEYS}
+        return deep_merge(deep_merge(base, overlay), cli)
+    recorded = _reference_replay(name)
+    if recorded is not None:
+        return {**base, "replay": str(recorded.relative_to(PROJECT_ROOT))}
+    known = ["default"] + sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
+    raise ConfigError(
+        f"config key 'studies': unknown study {name!r}: no config/studies/{name}.yaml and no recorded "
+        f"folder data/reference/<gpu>/<study> for a replay-<gpu>-<study> name; known studies: "
+        f"{', '.join(known)}"
+    )
+
+
+def check_results_dir(results: str | os.PathLike) -> None:
+    """results/ must be a writable folder (or creatable): say so before any job runs."""
+    path = Path(results)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"{path} exists and is not a folder: the pipeline writes its studies under it; move it away"
+        )
+    probe = path if path.exists() else path.parent
+    if not os.access(probe if str(probe) else ".", os.W_OK | os.X_OK):
+        raise ConfigError(f"{probe.resolve()} is not writable: the pipeline cannot write {path}/")
+
+
+def check_replay_source(name: str, replay_dir: str | os.PathLike, results: str | os.PathLike) -> None:
+    """A replay folder must not overlap the study's own destination (replaying results/ onto itself
+    deletes what it reads)."""
+    src = Path(replay_dir).resolve()
+    dest = (Path(results) / name).resolve()
+    if src == dest or src in dest.parents or dest in src.parents:
+        raise ConfigError(
+            f"study {name!r}: config key 'replay': {replay_dir} overlaps the study's own results folder "
+            f"{results}/{name}/; replay a recorded folder of another study (e.g. results/<other study> "
+            "or data/reference/<gpu>/<study>)"
+        )
+
+
+def plan_studies(
+    config: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    *,
+    cuda_available: bool | None = None,
+    recorded_devices: dict[str, str] | None = None,
+    results: str | os.PathLike = "results",
+) -> dict[str, dict[str, Any]]:
+    """Every study of the run, resolved once: {name: study}. `recorded_devices` (the planning
+    process's resolution, read back by a cluster job) wins over looking at this machine."""
+    studies = {}
+    for name in study_names(config):
+        try:
+            raw = study_config(name, config, overrides)
+            if recorded_devices and name in recorded_devices and raw.get("device") == "auto":
+                device = recorded_devices[name]
+                raw = {**raw, "device": device if device != "replay" else "auto"}
+            study = resolve(raw, cuda_available=cuda_available)
+        except ConfigError as exc:
+            msg = str(exc)
+            raise ConfigError(
+                msg if msg.startswith(f"study {name!r}") else f"study {name!r}: {msg}"
+            ) from None
+        if study.get("replay"):
+            check_replay_source(name, study["replay"], results)
+        study["name"] = name
+        studies[name] = study
+    return studies
+
+
+def devices_env(studies: dict[str, dict[str, Any]]) -> str:
+    return json.dumps({name: s["device"] for name, s in studies.items()}, sort_keys=True)
+
+
+def gpu_assignment(names: list[str], local_gpus: list[int] | None) -> dict[str, int | None]:
+    """Which GPU of this host each study's GPU jobs use: studies take `local_gpus` in turn (round
+    robin), so two studies' jobs overlap only on different GPUs; None: one shared GPU (`gpu=1`)."""
+    if not local_gpus:
+        return {name: None for name in names}
+    try:
+        local_gpus = [int(g) for g in local_gpus]  # --config local_gpus=[0,1] gives strings
+    except (TypeError, ValueError):
+        local_gpus = []
+    if not local_gpus or len(set(local_gpus)) != len(local_gpus) or min(local_gpus) < 0:
+        raise ConfigError(f"config key 'local_gpus': {local_gpus!r} must list distinct GPU indices >= 0")
+    return {name: local_gpus[i % len(local_gpus)] for i, name in enumerate(names)}

@@ -1,4 +1,10 @@
-"""Bring a recorded measurement artifact into results/ after verifying its recorded BLAKE3."""
+"""Replay: a study whose measurements come from a recorded folder instead of a GPU.
+
+`check_recorded` runs in the process that plans the DAG, before any job: every recorded artifact's
+BLAKE3 must verify, and the recorded lineage between them must hold (a trace copied in from another
+study does not match the hash the correctness run recorded for its trace), so a mixed folder is
+refused naming both artifacts. `import_artifact` then brings each one into results/<study>/.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,103 @@ from pathlib import Path
 from headroom.core import artifacts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+#: The measurement artifacts a replay takes (besides portfolio/run-<r>[-samples]).
+MEASURED = ("environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration")
+
+
+class ReplayError(ValueError):
+    """A recorded folder cannot be replayed; the message names the folder and the artifacts."""
+
+
+def recorded_runs(folder: str | Path) -> list[int]:
+    """The portfolio runs recorded in `folder` (portfolio/run-<r>.parquet)."""
+    runs = []
+    for path in (Path(folder) / "portfolio").glob("run-*.parquet"):
+        tag = path.stem.split("-", 1)[1]
+        if tag.isdigit():
+            runs.append(int(tag))
+    return sorted(runs)
+
+
+def recorded_names(folder: str | Path) -> list[str]:
+    """The artifacts a replay of `folder` imports, relative to it; a missing one is an error."""
+    folder = Path(folder)
+    runs = recorded_runs(folder)
+    if not runs:
+        raise ReplayError(f"replay folder {folder}: no portfolio/run-<r>.parquet")
+    names = [f"{n}.parquet" for n in MEASURED]
+    names += [f"portfolio/run-{r}{suffix}.parquet" for r in runs for suffix in ("", "-samples")]
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise ReplayError(f"replay folder {folder}: missing {', '.join(missing)}")
+    return names
+
+
+def _recorded_as(input_path: str, folder: Path, names: set[str]) -> str | None:
+    """The name in `folder` of an input a recorded artifact read (recorded as results/trace.parquet
+    or results/<study>/trace.parquet); None for inputs that are not measurement artifacts."""
+    parts = Path(input_path).parts
+    if "results" not in parts:
+        return None
+    rest = parts[parts.index("results") + 1 :]
+    for tail in (rest, rest[1:]):
+        name = Path(*tail).as_posix() if tail else ""
+        if name in names:
+            return name
+    return None
+
+
+def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -> Path:
+    """Where the input a lineage edge names is now. Artifacts of a study read only that study's
+    artifacts, so an input recorded under results/ (results/trace.parquet in the flat layout,
+    results/<study>/trace.parquet since) is looked up in the artifact's own study folder: a replayed
+    artifact's recorded edges then point at the replayed copies, whatever study recorded them.
+    Other inputs (request logs) are relative to the project root."""
+    root = Path(root)
+    artifact = Path(artifact).resolve()
+    parts = Path(recorded_input).parts
+    results = root.resolve() / "results"
+    if (
+        "results" in parts
+        and artifact.is_relative_to(results)
+        and len(artifact.relative_to(results).parts) > 1
+    ):
+        study_dir = results / artifact.relative_to(results).parts[0]
+        rest = parts[parts.index("results") + 1 :]
+        for tail in (rest, rest[1:]):
+            if tail and (study_dir / Path(*tail)).exists():
+                return study_dir / Path(*tail)
+    return root / recorded_input
+
+
+def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
+    """Verify every artifact of a recorded folder and the lineage between them; return their names."""
+    folder = Path(folder)
+    who = f"study {study!r}: " if study else ""
+    names = recorded_names(folder)
+    digests = {}
+    for name in names:
+        try:
+            digests[name] = artifacts.verify(folder / name)
+        except (artifacts.ArtifactError, OSError) as exc:
+            raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
+    mixed = []
+    for name in names:
+        for inp, recorded in artifacts.read_provenance(folder / name).get("inputs", {}).items():
+            source = _recorded_as(inp, folder, set(names))
+            if source is not None and digests[source] != recorded:
+                mixed.append(
+                    f"{name} was made from a {source} with blake3 {recorded[:16]}, the folder's has {digests[source][:16]}"
+                )
+    if mixed:
+        raise ReplayError(
+            f"{who}replay folder {folder} mixes artifacts of different runs: "
+            + "; ".join(mixed)
+            + ". Replay a folder recorded by one study (scripts/import_reference.py writes one)."
+        )
+    return names
+
 
 #: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
 NOT_COPIED = {

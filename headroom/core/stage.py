@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from headroom import __version__
-from headroom.core import artifacts, contracts
+from headroom.core import artifacts, contracts, sources
 
 VERSIONED_PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "snakemake")
 
@@ -71,7 +72,9 @@ class Stage:
         self.params: dict[str, Any] = {k: _plain(v) for k, v in smk.params.items()}
         self.wildcards: dict[str, str] = dict(smk.wildcards.items())
         self.device: str = self.params.get("device", "none")
+        self.study: str = self.wildcards.get("study", "")
         self._input_hashes: dict[str, str] | None = None
+        self._environment: dict[str, Any] | None = None
 
     # -- inputs ---------------------------------------------------------------------------------
     def input_path(self, name: str) -> str:
@@ -113,6 +116,21 @@ class Stage:
         except AttributeError:
             raise KeyError(f"rule {self.rule} has no output named {name!r}") from None
 
+    def environment(self) -> dict[str, Any]:
+        """A device rule's environment id (GPU model, driver, versions) and placement (host, bus
+        id), recorded in its artifacts' provenance; {} for rules that run anywhere."""
+        if self._environment is None:
+            self._environment = {}
+            if self.device in ("cuda", "interpret"):
+                from headroom.measure import environment
+
+                row = environment.describe(self.device)
+                self._environment = {
+                    "environment": row["environment_id"],
+                    "placement": environment.placement(row),
+                }
+        return self._environment
+
     def provenance(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         if self._input_hashes is None:
             self._input_hashes = self.input_hashes()
@@ -122,7 +140,10 @@ class Stage:
             "params": self.params,
             "inputs": self._input_hashes["inputs"],
             "code": self._input_hashes["code"],
+            # the project modules this process loaded by now: a test checks they are all declared
+            "modules": sources.loaded_modules(Path.cwd()),
             "device": self.device,
+            **self.environment(),
             "versions": package_versions(),
         }
         if extra:
@@ -156,10 +177,50 @@ def _logger(rule: str, log_files: list[str]) -> logging.Logger:
     return log
 
 
-def configure_device(device: str) -> None:
-    """Must run before `kernels` (or anything that applies @triton.jit) is imported."""
+def configure_device(device: str, resources: Any = None) -> None:
+    """Must run before `kernels` (or anything that applies @triton.jit) is imported. With config
+    local_gpus, the job holds the resource of its study's GPU (gpu_<index>=1): only that GPU is
+    made visible to it."""
     if device == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+    held = [
+        k
+        for k, v in dict(resources.items() if resources else {}).items()
+        if re.fullmatch(r"gpu_\d+", k) and v
+    ]
+    if device == "cuda" and held:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(k.split("_", 1)[1] for k in held)
+
+
+def check_device(stage: Stage) -> None:
+    """A GPU job placed on a node without a GPU fails instead of adapting (CPU jobs run anywhere)."""
+    if stage.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"study {stage.study!r} runs on device 'cuda' but this job landed on {platform.node()}, where "
+            "torch sees no CUDA device: give GPU rules GPU nodes (the study's `slurm:` section, or the "
+            "cluster's partition for `gpu` jobs)"
+        )
+
+
+def check_environments(stage: Stage) -> None:
+    """All device artifacts a job reads come from one environment (GPU model, driver, versions);
+    name the artifacts that do not."""
+    by_env: dict[str, list[str]] = {}
+    for path in _files(stage.smk.input):
+        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
+            env = artifacts.read_provenance(path).get("environment")
+            if env:
+                by_env.setdefault(env, []).append(path)
+    if len(by_env) > 1:
+        parts = [f"{env}: {', '.join(sorted(paths))}" for env, paths in sorted(by_env.items())]
+        raise RuntimeError(
+            f"study {stage.study!r}: its measurements come from {len(by_env)} environments (GPU model, "
+            f"driver or versions differ): {'; '.join(parts)}. Rerun the odd ones on the study's GPU kind"
+        )
 
 
 def run_stage(smk: Any, main: Callable[[Stage], Any]) -> None:
@@ -167,10 +228,12 @@ def run_stage(smk: Any, main: Callable[[Stage], Any]) -> None:
     the error in the rule's log (and on stderr) so Snakemake names the failing rule."""
     log = _logger(smk.rule, _files(smk.log) if smk.log else [])
     stage = Stage(smk, log)
-    configure_device(stage.device)
+    configure_device(stage.device, getattr(smk, "resources", None))
     start = time.perf_counter()
     log.info("rule %s on device %s, pid %d", stage.rule, stage.device, os.getpid())
     try:
+        check_device(stage)
+        check_environments(stage)
         main(stage)
     except Exception as exc:
         log.exception("rule %s failed: %s", stage.rule, exc)

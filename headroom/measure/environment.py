@@ -45,6 +45,7 @@ def describe(device: str) -> dict[str, Any]:
         "memory_bytes": 0,
         "driver": "none",
         "cuda": "none",
+        "bus_id": "none",
     }
     if device == "cuda":
         import torch
@@ -63,7 +64,36 @@ def describe(device: str) -> dict[str, Any]:
             driver=_driver_version(),
             cuda=str(torch.version.cuda),
         )
-    # A short stable id of the machine+software, carried by every measurement's provenance.
-    ident = "|".join(str(row[k]) for k in sorted(row))
-    row["environment_id"] = blake3.blake3(ident.encode()).hexdigest()[:16]
+        # where the GPU sits: placement, not identity (a study may span identical GPUs)
+        bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
+        row["bus_id"] = "{:04x}:{:02x}:{:02x}".format(*bus) if None not in bus else "unknown"
+    row["environment_id"] = environment_id(row)
     return row
+
+
+#: What makes two devices interchangeable for one study's measurements: the GPU model, driver and
+#: software versions. Not the host or bus id: a study may span identical GPUs.
+IDENTITY = (
+    "device",
+    "gpu_name",
+    "compute_capability",
+    "sm_count",
+    "l2_bytes",
+    "memory_bytes",
+    "driver",
+    "cuda",
+    "python",
+    "torch",
+    "triton",
+)
+
+
+def environment_id(row: dict[str, Any]) -> str:
+    """A short stable id of the device and software, carried by every measurement's provenance."""
+    ident = "|".join(f"{k}={row[k]}" for k in IDENTITY)
+    return blake3.blake3(ident.encode()).hexdigest()[:16]
+
+
+def placement(row: dict[str, Any]) -> dict[str, str]:
+    """Where a job ran: recorded beside the environment id, never part of it."""
+    return {"host": str(row["hostname"]), "bus_id": str(row.get("bus_id", "none"))}

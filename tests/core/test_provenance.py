@@ -17,12 +17,12 @@ def _flip_byte(path):
 
 
 ARTIFACT_PATHS = [
-    "results/trace.parquet",
-    "results/candidates.parquet",
-    "results/correctness.parquet",
-    "results/portfolio/run-2.parquet",
-    "results/policy_eval.parquet",
-    "results/decision.parquet",
+    "results/default/trace.parquet",
+    "results/default/candidates.parquet",
+    "results/default/correctness.parquet",
+    "results/default/portfolio/run-2.parquet",
+    "results/default/policy_eval.parquet",
+    "results/default/decision.parquet",
 ]
 
 
@@ -50,11 +50,11 @@ def test_every_artifact_kind_fails_verify_when_flipped(pipeline_clone):
 
 
 def test_next_stage_refuses_a_changed_input_naming_both_hashes(pipeline_clone):
-    path = pipeline_clone / "results/policy_eval.parquet"
+    path = pipeline_clone / "results/default/policy_eval.parquet"
     recorded = artifacts.recorded_hash(path)
     _flip_byte(path)
     actual = artifacts.hash_file(path)
     proc = snakemake(pipeline_clone, "--forcerun", "decision", "--until", "decision", check=False)
     assert proc.returncode != 0
-    out = proc.stdout + proc.stderr + (pipeline_clone / "results/logs/decision.log").read_text()
+    out = proc.stdout + proc.stderr + (pipeline_clone / "results/default/logs/decision.log").read_text()
     assert recorded in out and actual in out

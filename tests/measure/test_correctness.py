@@ -280,23 +280,25 @@ def test_pipeline_gate_end_to_end(tmp_path):
     artifact) and is written but excluded under `exclude`."""
     project = copy_project(tmp_path / "p")
     fault = "correctness={inject_fault: t0-128x64-w8s3-q_fused}"
-    proc = snakemake(project, "results/correctness.parquet", "--config", fault, check=False)
+    proc = snakemake(project, "results/default/correctness.parquet", "--config", fault, check=False)
     assert proc.returncode != 0
-    log = (project / "results/logs/correctness.log").read_text()
+    log = (project / "results/default/logs/correctness.log").read_text()
     assert "failed correctness: t0-128x64-w8s3-q_fused" in log
-    assert not (project / "results/correctness.parquet").exists()
+    assert not (project / "results/default/correctness.parquet").exists()
 
-    snakemake(project, "results/correctness.parquet", "--config", fault, "on_correctness_failure=exclude")
+    snakemake(
+        project, "results/default/correctness.parquet", "--config", fault, "on_correctness_failure=exclude"
+    )
     from headroom.core import artifacts
 
-    res = artifacts.read(project / "results/correctness.parquet")
-    cands = artifacts.read(project / "results/candidates.parquet")
+    res = artifacts.read(project / "results/default/correctness.parquet")
+    cands = artifacts.read(project / "results/default/candidates.parquet")
     assert set(res.loc[~res["passed"], "candidate"]) == {"t0-128x64-w8s3-q_fused"}
     kept = correctness.admitted(cands, res)["candidate"].tolist()
     assert "t0-128x64-w8s3-q_fused" not in kept and len(kept) == len(cands) - 1
     assert (
         "EXCLUDED from every later stage: t0-128x64-w8s3-q_fused"
-        in (project / "results/logs/correctness.log").read_text()
+        in (project / "results/default/logs/correctness.log").read_text()
     )
 
 

@@ -30,7 +30,7 @@ KINDS = [
 
 def test_full_run_produces_every_artifact_and_verifies(pipeline_run):
     results = pipeline_run / "results"
-    for name in ["catalog.duckdb", "report/index.html", "report/report.md"]:
+    for name in ["catalog.duckdb", "default/report/index.html", "default/report/report.md"]:
         assert (results / name).exists(), name
     proc = headroom(pipeline_run, "verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -47,7 +47,10 @@ def test_query_returns_rows_for_every_artifact_kind(pipeline_run, kind):
 def test_catalog_lists_every_artifact_with_its_hash_and_lineage(pipeline_run):
     proc = headroom(pipeline_run, "query", "SELECT path, blake3 FROM artifacts", "--format", "json")
     rows = json.loads(proc.stdout)
-    assert {r["path"] for r in rows} >= {"results/trace.parquet", "results/portfolio/run-1.parquet"}
+    assert {r["path"] for r in rows} >= {
+        "results/default/trace.parquet",
+        "results/default/portfolio/run-1.parquet",
+    }
     for r in rows:
         assert r["blake3"] == artifacts.hash_file(pipeline_run / r["path"])
     proc = headroom(
@@ -85,17 +88,17 @@ def test_query_output_formats(pipeline_run):
 
 
 def test_interpreter_run_is_no_decision_and_says_so(pipeline_run):
-    proc = headroom(pipeline_run, "gate")
+    proc = headroom(pipeline_run, "--results", "results/default", "gate")
     assert proc.returncode == 4, proc.stdout
     assert proc.stdout.startswith("no-decision")
-    first = (pipeline_run / "results/report/report.md").read_text().lstrip().splitlines()[0]
+    first = (pipeline_run / "results/default/report/report.md").read_text().lstrip().splitlines()[0]
     assert "not GPU measurements" in first
 
 
 def test_lineage_walks_back_to_the_trace(pipeline_run):
-    proc = headroom(pipeline_run, "lineage", "results/decision.parquet")
+    proc = headroom(pipeline_run, "lineage", "results/default/decision.parquet")
     assert proc.returncode == 0, proc.stderr
-    assert "results/trace.parquet" in proc.stdout
+    assert "results/default/trace.parquet" in proc.stdout
     assert "rule decision" in proc.stdout
 
 
@@ -104,13 +107,16 @@ def test_second_run_has_nothing_to_do(pipeline_run):
 
 
 def test_rerun_after_nothing_changed_leaves_artifacts_byte_identical(pipeline_clone):
-    before = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
+    before = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results/default").glob("*.parquet")}
     snakemake(pipeline_clone, "--forcerun", "trace", "candidates", "--until", "candidates", "trace")
-    after = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results").glob("*.parquet")}
-    assert before[pipeline_clone / "results/trace.parquet"] == after[pipeline_clone / "results/trace.parquet"]
+    after = {p: artifacts.hash_file(p) for p in (pipeline_clone / "results/default").glob("*.parquet")}
     assert (
-        before[pipeline_clone / "results/candidates.parquet"]
-        == after[pipeline_clone / "results/candidates.parquet"]
+        before[pipeline_clone / "results/default/trace.parquet"]
+        == after[pipeline_clone / "results/default/trace.parquet"]
+    )
+    assert (
+        before[pipeline_clone / "results/default/candidates.parquet"]
+        == after[pipeline_clone / "results/default/candidates.parquet"]
     )
 
 
@@ -136,3 +142,56 @@ def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
     got = json.loads(proc.stdout)[0]
     assert got == {"n": expected, "runs": study["portfolio"]["runs"]}
     assert admitted == len(study["tiles"]) * len(study["rope"]) + len(study["native_candidates"])
+
+
+def test_every_module_a_job_loaded_is_a_declared_code_input(pipeline_run):
+    """src() derives each rule's code inputs from its script's imports; each job records the project
+    modules it really loaded, and every one must be among them (else an edit would not rerun it)."""
+    from headroom.core.catalog import discover
+
+    checked = set()
+    for path in discover(pipeline_run / "results"):
+        prov = artifacts.read_provenance(path)
+        loaded = set(prov["modules"])
+        assert loaded, path
+        undeclared = loaded - set(prov["code"])
+        assert not undeclared, (
+            f"rule {prov['rule']} ({path.name}) loaded undeclared modules {sorted(undeclared)}"
+        )
+        checked.add(prov["rule"])
+    assert {"trace", "correctness", "portfolio", "policies", "decision"} <= checked
+
+
+def test_device_artifacts_share_one_environment_and_record_placement(pipeline_run):
+    from headroom.core.catalog import discover
+
+    envs, placements = set(), set()
+    for path in discover(pipeline_run / "results/default"):
+        prov = artifacts.read_provenance(path)
+        if prov["device"] in ("cuda", "interpret"):
+            envs.add(prov["environment"])
+            placements.add(prov["placement"]["host"])
+    assert len(envs) == 1 and len(placements) == 1
+    env_row = artifacts.read(pipeline_run / "results/default/environment.parquet").iloc[0]
+    assert envs == {env_row["environment_id"]}
+
+
+@pytest.mark.parametrize(
+    "deleted",
+    [
+        ["results/default/policy_eval.parquet", "results/default/policy_eval.parquet.blake3"],
+        ["results/default/roofline.parquet"],
+        ["results/default/decision.parquet.blake3"],  # the hash sidecar alone
+    ],
+    ids=["artifact-and-sidecar", "artifact", "sidecar"],
+)
+def test_a_deleted_intermediate_artifact_is_rebuilt_by_a_plain_run(pipeline_clone, deleted):
+    # what `verify`'s hash-error advice says to do: delete it and run the pipeline again
+    for rel in deleted:
+        (pipeline_clone / rel).unlink()
+    assert planned_rules(pipeline_clone) != {}
+    snakemake(pipeline_clone)
+    for rel in deleted:
+        assert (pipeline_clone / rel).exists(), rel
+    proc = headroom(pipeline_clone, "verify")
+    assert proc.returncode == 0, proc.stdout

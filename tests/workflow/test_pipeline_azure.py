@@ -14,19 +14,18 @@ def test_azure_trace_smoke_run_verifies(tmp_path):
     project = copy_project(tmp_path / "headroom")
     snakemake(
         project,
-        "results/trace.parquet",
-        "results/correctness.parquet",
-        "results/portfolio/run-1.parquet",
-        "--configfile",
-        "config/config.yaml",
-        "config/studies/azure-conv.yaml",
+        "results/azure-conv/trace.parquet",
+        "results/azure-conv/correctness.parquet",
+        "results/azure-conv/portfolio/run-1.parquet",
+        "--config",
+        "studies=[azure-conv]",
     )
-    trace = artifacts.read(project / "results/trace.parquet")
-    prov = artifacts.read_provenance(project / "results/trace.parquet")
+    trace = artifacts.read(project / "results/azure-conv/trace.parquet")
+    prov = artifacts.read_provenance(project / "results/azure-conv/trace.parquet")
     log = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
     assert prov["inputs"][log] == artifacts.hash_file(project / log)  # the log's BLAKE3 is in the lineage
     assert set(trace.phase) == {"prefill", "decode"} and trace.kv_len.max() <= 64
     proc = headroom(project, "verify")
     assert proc.returncode == 0, proc.stdout
-    described = headroom(project, "trace", "describe")
+    described = headroom(project, "trace", "describe", "results/azure-conv/trace.parquet")
     assert described.returncode == 0 and f"invocations: {len(trace)}" in described.stdout, described.stdout

@@ -18,25 +18,30 @@ EXPECTED = {"default": ("continue", 3), "azure-conv": ("continue", 3)}
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
-    out = {}
-    for study in EXPECTED:
-        project = copy_project(tmp_path_factory.mktemp(study) / "headroom")
-        snakemake(project, "--config", f"replay=data/reference/h200/{study}")
-        out[study] = project
-    return out
+    """Both reference studies replayed in one project, as two studies of one run."""
+    project = copy_project(tmp_path_factory.mktemp("replay") / "headroom")
+    studies = ",".join(f"replay-h200-{study}" for study in EXPECTED)
+    snakemake(project, "--config", f"studies=[{studies}]")
+    return project
 
 
 @pytest.mark.parametrize("study", sorted(EXPECTED))
 def test_reference_study_replays_to_its_verdict(replayed, study):
-    project = replayed[study]
     verdict, code = EXPECTED[study]
-    proc = headroom(project, "verify")
+    proc = headroom(replayed, "verify")
     assert proc.returncode == 0, proc.stdout
-    proc = headroom(project, "gate")
+    proc = headroom(replayed, "--results", f"results/replay-h200-{study}", "gate")
     assert proc.returncode == code and proc.stdout.startswith(verdict), proc.stdout
-    md = (project / "results/report/report.md").read_text()
+    md = (replayed / f"results/replay-h200-{study}/report/report.md").read_text()
     assert f"**Verdict: {verdict}.**" in "\n".join(md.splitlines()[:5])
     assert "not GPU measurements" not in md.splitlines()[0]
+
+
+def test_replay_shorthand_is_its_own_study(tmp_path):
+    project = copy_project(tmp_path / "headroom")
+    plan = snakemake(project, "--dry-run", "--config", "replay=data/reference/h200/default").stdout
+    assert "results/replay-h200-default/decision.parquet" in plan
+    assert "results/default/" not in plan
 
 
 def test_reference_data_hashes_hold(tmp_path):
@@ -53,8 +58,8 @@ def test_reference_data_hashes_hold(tmp_path):
 def test_reproduction_md_is_generated_from_the_replays(replayed, tmp_path):
     out = tmp_path / "REPRODUCTION.md"
     args = [sys.executable, str(ROOT / "scripts/reproduction.py"), "--out", str(out)]
-    for study, project in replayed.items():
-        args += ["--results", f"{study}={project / 'results'}"]
+    for study in EXPECTED:
+        args += ["--results", f"{study}={replayed / 'results' / f'replay-h200-{study}'}"]
     subprocess.run(args, check=True, capture_output=True)
     assert out.read_text() == (ROOT / "REPRODUCTION.md").read_text(), (
         "REPRODUCTION.md is stale: regenerate it with `python scripts/reproduction.py`"

@@ -48,8 +48,8 @@ def test_editing_a_source_file_reruns_the_rule_that_declares_it(pipeline_clone):
 
 def test_touching_an_artifact_without_changing_it_schedules_nothing(pipeline_clone):
     later = time.time() + 60
-    for rel in ["results/trace.parquet", "results/candidates.parquet", "results/portfolio/run-1.parquet"]:
-        os.utime(pipeline_clone / rel, (later, later))
+    for rel in ["trace.parquet", "candidates.parquet", "portfolio/run-1.parquet"]:
+        os.utime(pipeline_clone / "results/default" / rel, (later, later))
     assert planned_rules(pipeline_clone) == {}
 
 
