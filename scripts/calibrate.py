@@ -1,4 +1,5 @@
 from headroom.core.stage import run_stage
+from headroom.measure import device
 
 
 def main(stage):
@@ -7,4 +8,4 @@ def main(stage):
     stage.write("calibration", calibrate.run(stage.params["calibrate"], device=stage.device, log=stage.log))
 
 
-run_stage(snakemake, main)
+run_stage(snakemake, main, device=device)

@@ -1,6 +1,7 @@
 """Rule `correctness`: every candidate on every distinct trace shape vs the float64 reference."""
 
 from headroom.core.stage import run_stage
+from headroom.measure import device
 
 
 def main(stage):
@@ -24,4 +25,4 @@ def main(stage):
     stage.write("correctness", result)
 
 
-run_stage(snakemake, main)  # noqa: F821 (injected by Snakemake)
+run_stage(snakemake, main, device=device)  # noqa: F821 (injected by Snakemake)

@@ -1,6 +1,7 @@
 import pandas as pd
 
 from headroom.core.stage import run_stage
+from headroom.measure import device
 from headroom.measure.environment import describe
 
 
@@ -10,4 +11,4 @@ def main(stage):
     stage.write("environment", pd.DataFrame([row]))
 
 
-run_stage(snakemake, main)
+run_stage(snakemake, main, device=device)

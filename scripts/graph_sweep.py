@@ -1,4 +1,5 @@
 from headroom.core.stage import run_stage
+from headroom.measure import device
 
 
 def main(stage):
@@ -12,4 +13,4 @@ def main(stage):
     stage.write("graph_sweep", df)
 
 
-run_stage(snakemake, main)
+run_stage(snakemake, main, device=device)

@@ -1,4 +1,5 @@
 from headroom.core.stage import run_stage
+from headroom.measure import device
 
 
 def main(stage):
@@ -19,4 +20,4 @@ def main(stage):
     stage.write("portfolio_samples", samples)
 
 
-run_stage(snakemake, main)
+run_stage(snakemake, main, device=device)

@@ -75,6 +75,7 @@ class Stage:
         self.study: str = self.wildcards.get("study", "")
         self._input_hashes: dict[str, str] | None = None
         self._environment: dict[str, Any] | None = None
+        self.device_hooks: Any = None  # headroom.measure.device for rules that run kernels
 
     # -- inputs ---------------------------------------------------------------------------------
     def input_path(self, name: str) -> str:
@@ -117,18 +118,10 @@ class Stage:
             raise KeyError(f"rule {self.rule} has no output named {name!r}") from None
 
     def environment(self) -> dict[str, Any]:
-        """A device rule's environment id (GPU model, driver, versions) and placement (host, bus
-        id), recorded in its artifacts' provenance; {} for rules that run anywhere."""
+        """A device rule's environment id and placement (from its `device` hooks, see
+        headroom.measure.device), recorded in its artifacts' provenance; {} for other rules."""
         if self._environment is None:
-            self._environment = {}
-            if self.device in ("cuda", "interpret"):
-                from headroom.measure import environment
-
-                row = environment.describe(self.device)
-                self._environment = {
-                    "environment": row["environment_id"],
-                    "placement": environment.placement(row),
-                }
+            self._environment = self.device_hooks.provenance(self.device) if self.device_hooks else {}
         return self._environment
 
     def provenance(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -192,20 +185,6 @@ def configure_device(device: str, resources: Any = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(k.split("_", 1)[1] for k in held)
 
 
-def check_device(stage: Stage) -> None:
-    """A GPU job placed on a node without a GPU fails instead of adapting (CPU jobs run anywhere)."""
-    if stage.device != "cuda":
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"study {stage.study!r} runs on device 'cuda' but this job landed on {platform.node()}, where "
-            "torch sees no CUDA device: give GPU rules GPU nodes (the study's `slurm:` section, or the "
-            "cluster's partition for `gpu` jobs)"
-        )
-
-
 def check_environments(stage: Stage) -> None:
     """All device artifacts a job reads come from one environment (GPU model, driver, versions);
     name the artifacts that do not."""
@@ -223,16 +202,19 @@ def check_environments(stage: Stage) -> None:
         )
 
 
-def run_stage(smk: Any, main: Callable[[Stage], Any]) -> None:
+def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> None:
     """Run a rule's `main(stage)` with logging and device set up; a failure exits non-zero with
-    the error in the rule's log (and on stderr) so Snakemake names the failing rule."""
+    the error in the rule's log (and on stderr) so Snakemake names the failing rule. `device`: the
+    module headroom.measure.device, for rules that run kernels (GPU check, environment provenance)."""
     log = _logger(smk.rule, _files(smk.log) if smk.log else [])
     stage = Stage(smk, log)
+    stage.device_hooks = device
     configure_device(stage.device, getattr(smk, "resources", None))
     start = time.perf_counter()
     log.info("rule %s on device %s, pid %d", stage.rule, stage.device, os.getpid())
     try:
-        check_device(stage)
+        if device is not None:
+            device.check(stage.study, stage.device)
         check_environments(stage)
         main(stage)
     except Exception as exc:

@@ -151,17 +151,15 @@ class _Smk:
 
 
 def test_gpu_job_on_a_node_without_a_gpu_fails_naming_the_study():
-    import logging
 
     import torch
 
-    from headroom.core import stage
+    from headroom.measure import device
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    job = stage.Stage(_Smk({"device": "cuda"}, study="h100-study"), logging.getLogger("t"))
     with pytest.raises(RuntimeError, match="study 'h100-study' runs on device 'cuda'.*no CUDA device"):
-        stage.check_device(job)
+        device.check("h100-study", "cuda")
 
 
 def test_measurements_from_two_environments_are_refused_naming_the_artifacts(tmp_path):
@@ -174,7 +172,7 @@ def test_measurements_from_two_environments_are_refused_naming_the_artifacts(tmp
     paths = []
     for name, env in [("run-1", "aaaa"), ("run-2", "aaaa"), ("run-3", "bbbb")]:
         path = tmp_path / f"{name}.parquet"
-        artifacts.write(pd.DataFrame({"x": [1]}), path, kind="portfolio", provenance={"environment": env})
+        artifacts.write(pd.DataFrame({"x": [1]}), path, kind="measurement", provenance={"environment": env})
         paths.append(str(path))
     job = stage.Stage(_Smk({}, paths), logging.getLogger("t"))
     with pytest.raises(RuntimeError, match="2 environments") as exc:
