@@ -13,7 +13,13 @@ from tests.pipeline import ROOT, copy_project, headroom, snakemake
 pytestmark = pytest.mark.slow
 
 # gate exit codes: 0 stop, 3 continue, 4 no-decision
-EXPECTED = {"default": ("continue", 3), "azure-conv": ("continue", 3)}
+EXPECTED = {
+    "default": ("continue", 3),
+    "azure-conv": ("continue", 3),
+    # generation-2 kernels (no K re-rotation tax, plan/run host path): the phase split is gone
+    "default-gen2": ("no-decision", 4),
+    "azure-conv-gen2": ("continue", 3),
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +56,7 @@ def test_reference_data_hashes_hold(tmp_path):
 
     for study in EXPECTED:
         found = discover(ROOT / "data/reference/h200" / study)
+        assert (ROOT / "data/reference/h200" / study / "README.md").is_file(), study
         assert len(found) >= 13, study  # 7 artifacts + 3 runs x (summary + samples)
         for path in found:
             artifacts.verify(path)
