@@ -263,6 +263,11 @@ def _generations(studies: dict[str, Study]) -> list[str]:
         "batch shape, compiled launchers), the generation-2 prefill kernel, and the `q_fused` placement",
         "(K rotated once, as a KV-cache write does, Q in the kernel); FlexAttention joins the native arm.",
         "`moved`: generation 2 minus generation 1 as recorded. Figures are v2 (cross-run) estimates [95% CI].",
+        "Generation 1 was recorded on 2026-11-29, generation 2 on 2026-12-01, each on one H200 of this",
+        "workplace (same model, driver, torch and Triton): day and machine are confounded with the",
+        "generation. A generation-1 rerun in the generation-2 session is not in the repository yet (the",
+        "session's device time ran out during it). `moved` says where the two generations' 95% CIs are",
+        "disjoint: those figures moved beyond what run-to-run variation covers.",
     ]
     for base, gens in GENERATIONS.items():
         cols = [("gen 1, recorded 2026-11-29", base)] + [(k, v) for k, v in gens.items() if v in studies]
@@ -298,7 +303,11 @@ def _moved(studies: dict[str, Study], names: list[str], fig: str, mode: str, uni
     if first is None or last is None:
         return "n/a"
     diff = float(last["estimate"]) - float(first["estimate"])
-    return f"{diff:+.2f} pp" if unit == "%" else f"{diff:+.3f}×"
+    text = f"{diff:+.2f} pp" if unit == "%" else f"{diff:+.3f}×"
+    disjoint = float(last["ci_low"]) > float(first["ci_high"]) or float(last["ci_high"]) < float(
+        first["ci_low"]
+    )
+    return text + (" (CIs disjoint)" if disjoint else "")
 
 
 INTRO = [
