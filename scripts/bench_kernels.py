@@ -426,57 +426,41 @@ def _f(x, fmt):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
-def markdown(env, broken, rows, summary):
-    lines = [
-        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
-        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
-        "",
-        f"Broken tiles (not timed): {broken or 'none'}",
-        "",
-        "| phase | B | Sq | Skv | best SDPA | µs | best candidate | µs | cand/SDPA | attn-only/SDPA | fused/attn-only (same tile) | TFLOP/s or GB/s (cand / SDPA) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in summary:
-        rate = (
-            f"{_f(s['candidate_tflops'], '.0f')} / {_f(s['sdpa_tflops'], '.0f')} TFLOP/s"
-            if s["phase"] == "prefill"
-            else f"{_f(s['candidate_gbps'], '.0f')} / {_f(s['sdpa_gbps'], '.0f')} GB/s"
-        )
-        lines.append(
-            f"| {s['phase']} | {s['batch']} | {s['q_len']} | {s['kv_len']} | {s['best_sdpa']} | {_f(s['best_sdpa_us'], '.1f')} | "
-            f"{s['best_candidate']} | {_f(s['best_candidate_us'], '.1f')} | {_f(s['ratio_candidate_vs_sdpa'], '.3f')} | "
-            f"{_f(s['ratio_attn_only_vs_sdpa'], '.3f')} | {_f(s['fused_over_attn_only'], '.3f')} | {rate} |"
-        )
+def _graph_decode_lines(rows, summary) -> list[str]:
+    """Markdown: decode under CUDA Graph replay and the host cost per eager call, per decode case."""
     dec = [s for s in summary if s["phase"] == "decode"]
-    if any(r.get("graph_us") for r in rows):
-        lines += [
-            "",
-            "Decode under CUDA Graph replay (GPU time without launch gaps; L2 not flushed) and host cost per eager call:",
-            "",
-            "| B | Skv | best candidate (graph) | µs | best SDPA (graph) | µs | cand/SDPA (graph) | host µs/call: best cand / cuDNN |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    lines = [
+        "",
+        "Decode under CUDA Graph replay (GPU time without launch gaps; L2 not flushed) and host cost per eager call:",
+        "",
+        "| B | Skv | best candidate (graph) | µs | best SDPA (graph) | µs | cand/SDPA (graph) | host µs/call: best cand / cuDNN |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in dec:
+        rs = [
+            r
+            for r in rows
+            if r["kind"] == "time"
+            and r["phase"] == "decode"
+            and r["batch"] == s["batch"]
+            and r["kv_len"] == s["kv_len"]
+            and r.get("graph_us")
         ]
-        for s in dec:
-            rs = [
-                r
-                for r in rows
-                if r["kind"] == "time"
-                and r["phase"] == "decode"
-                and r["batch"] == s["batch"]
-                and r["kv_len"] == s["kv_len"]
-                and r.get("graph_us")
-            ]
-            c = min((r for r in rs if r["family"] == "triton"), key=lambda r: r["graph_us"], default=None)
-            d = min((r for r in rs if r["family"] == "sdpa"), key=lambda r: r["graph_us"], default=None)
-            cud = next((r for r in rs if r["impl"] == "sdpa-cudnn"), None)
-            lines.append(
-                f"| {s['batch']} | {s['kv_len']} | {c and c['impl']} | {_f(c and c['graph_us'], '.1f')} | {d and d['impl']} | "
-                f"{_f(d and d['graph_us'], '.1f')} | {_f(d['graph_us'] / c['graph_us'] if c and d else None, '.3f')} | "
-                f"{_f(c and c['host_us'], '.1f')} / {_f(cud and cud['host_us'], '.1f')} |"
-            )
-    impls = sorted({r["impl"] for r in rows if r["kind"] == "time"})
-    cases = [(s["phase"], s["batch"], s["kv_len"]) for s in summary]
-    lines += [
+        c = min((r for r in rs if r["family"] == "triton"), key=lambda r: r["graph_us"], default=None)
+        d = min((r for r in rs if r["family"] == "sdpa"), key=lambda r: r["graph_us"], default=None)
+        cud = next((r for r in rs if r["impl"] == "sdpa-cudnn"), None)
+        lines.append(
+            f"| {s['batch']} | {s['kv_len']} | {c and c['impl']} | {_f(c and c['graph_us'], '.1f')} | {d and d['impl']} | "
+            f"{_f(d and d['graph_us'], '.1f')} | {_f(d['graph_us'] / c['graph_us'] if c and d else None, '.3f')} | "
+            f"{_f(c and c['host_us'], '.1f')} / {_f(cud and cud['host_us'], '.1f')} |"
+        )
+    return lines
+
+
+def _timings_lines(rows, cases, impls) -> list[str]:
+    """Markdown: each implementation's median µs per (phase, batch, kv_len) case ("fail" where it
+    did not run, "-" where it was not timed)."""
+    lines = [
         "",
         "All timings (median µs):",
         "",
@@ -500,6 +484,34 @@ def markdown(env, broken, rows, summary):
                 "-" if r is None else (_f(r.get("median_us"), ".1f") if r["status"] == "ok" else "fail")
             )
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(env, broken, rows, summary):
+    lines = [
+        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
+        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
+        "",
+        f"Broken tiles (not timed): {broken or 'none'}",
+        "",
+        "| phase | B | Sq | Skv | best SDPA | µs | best candidate | µs | cand/SDPA | attn-only/SDPA | fused/attn-only (same tile) | TFLOP/s or GB/s (cand / SDPA) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in summary:
+        rate = (
+            f"{_f(s['candidate_tflops'], '.0f')} / {_f(s['sdpa_tflops'], '.0f')} TFLOP/s"
+            if s["phase"] == "prefill"
+            else f"{_f(s['candidate_gbps'], '.0f')} / {_f(s['sdpa_gbps'], '.0f')} GB/s"
+        )
+        lines.append(
+            f"| {s['phase']} | {s['batch']} | {s['q_len']} | {s['kv_len']} | {s['best_sdpa']} | {_f(s['best_sdpa_us'], '.1f')} | "
+            f"{s['best_candidate']} | {_f(s['best_candidate_us'], '.1f')} | {_f(s['ratio_candidate_vs_sdpa'], '.3f')} | "
+            f"{_f(s['ratio_attn_only_vs_sdpa'], '.3f')} | {_f(s['fused_over_attn_only'], '.3f')} | {rate} |"
+        )
+    if any(r.get("graph_us") for r in rows):
+        lines += _graph_decode_lines(rows, summary)
+    impls = sorted({r["impl"] for r in rows if r["kind"] == "time"})
+    lines += _timings_lines(rows, [(s["phase"], s["batch"], s["kv_len"]) for s in summary], impls)
     return "\n".join(lines) + "\n"
 
 
@@ -1107,90 +1119,86 @@ def gen2_summary(rows) -> dict:
     out = {"prefill": [], "decode": []}
     for batch, seq in sorted({(r["batch"], r["q_len"]) for r in ok if r["phase"] == "prefill"}):
         rs = [r for r in ok if r["phase"] == "prefill" and (r["batch"], r["q_len"]) == (batch, seq)]
-        by = {r["impl"]: r for r in rs}
-
-        def best(whats, rs=rs):
-            sel = [r for r in rs if r["what"] in whats]
-            return min(sel, key=lambda r: r["median_us"]) if sel else None
-
-        sdpa, g1, g2 = best({"sdpa"}), best({"g1-fused", "g1-unfused"}), best({"q_fused", "fused", "unfused"})
-        attn2, attn1 = best({"attn"}), best({"g1-attn"})
-        over = {}
-        for what in ("q_fused", "fused", "unfused", "g1-fused"):
-            b = best({what})
-            base = b and by.get(b["impl"].rsplit("-", 1)[0] + ("-g1-attn" if what == "g1-fused" else "-attn"))
-            if what == "g1-fused" and b:
-                base = by.get(b["impl"].replace("-g1-fused", "-g1-attn"))
-            ratios = [
-                r["median_us"] / by[key]["median_us"]
-                for r in rs
-                if r["what"] == what
-                for key in [r["impl"].replace(f"-{what}", "-g1-attn" if what == "g1-fused" else "-attn")]
-                if key in by
-            ]
-            over[what] = dict(
-                best=b and b["impl"],
-                best_us=b and b["median_us"],
-                best_over_attn=(b["median_us"] / base["median_us"]) if b and base else None,
-                range_over_attn=[min(ratios), max(ratios)] if ratios else None,
-            )
-        out["prefill"].append(
-            dict(
-                batch=batch,
-                seq=seq,
-                sdpa=sdpa and sdpa["impl"],
-                sdpa_us=sdpa and sdpa["median_us"],
-                gen1=g1 and g1["impl"],
-                gen1_us=g1 and g1["median_us"],
-                gen2=g2 and g2["impl"],
-                gen2_us=g2 and g2["median_us"],
-                attn2=attn2 and attn2["impl"],
-                attn2_us=attn2 and attn2["median_us"],
-                attn1=attn1 and attn1["impl"],
-                attn1_us=attn1 and attn1["median_us"],
-                over_attn=over,
-            )
-        )
+        out["prefill"].append(_gen2_prefill_entry(rs, batch, seq))
     for batch, kv in sorted({(r["batch"], r["kv_len"]) for r in ok if r["phase"] == "decode"}):
         rs = [r for r in ok if r["phase"] == "decode" and (r["batch"], r["kv_len"]) == (batch, kv)]
-
-        def best(what, key, rs=rs):
-            sel = [r for r in rs if r["what"] == what and r.get(key) is not None]
-            return min(sel, key=lambda r: r[key]) if sel else None
-
-        entry = dict(batch=batch, kv_len=kv)
-        for what in ("plan", "plan-alt", "g1", "sdpa"):
-            e, g = best(what, "median_us"), best(what, "graph_us")
-            entry[what] = dict(
-                eager=e and e["impl"],
-                eager_us=e and e["median_us"],
-                host_us=e and e.get("host_us"),
-                graph=g and g["impl"],
-                graph_us=g and g["graph_us"],
-            )
-        out["decode"].append(entry)
+        out["decode"].append(_gen2_decode_entry(rs, batch, kv))
     return out
 
 
-def gen2_markdown(env, broken, checks, rows, summary) -> str:
-    def ratio(a, b):
-        return _f(a / b if a and b else None, ".3f")
+def _gen2_prefill_entry(rs, batch: int, seq: int) -> dict:
+    """gen2_summary's entry for one prefill shape, from its timed rows ``rs``."""
+    by = {r["impl"]: r for r in rs}
 
+    def best(whats, rs=rs):
+        sel = [r for r in rs if r["what"] in whats]
+        return min(sel, key=lambda r: r["median_us"]) if sel else None
+
+    sdpa, g1, g2 = best({"sdpa"}), best({"g1-fused", "g1-unfused"}), best({"q_fused", "fused", "unfused"})
+    attn2, attn1 = best({"attn"}), best({"g1-attn"})
+    over = {}
+    for what in ("q_fused", "fused", "unfused", "g1-fused"):
+        b = best({what})
+        base = b and by.get(b["impl"].rsplit("-", 1)[0] + ("-g1-attn" if what == "g1-fused" else "-attn"))
+        if what == "g1-fused" and b:
+            base = by.get(b["impl"].replace("-g1-fused", "-g1-attn"))
+        ratios = [
+            r["median_us"] / by[key]["median_us"]
+            for r in rs
+            if r["what"] == what
+            for key in [r["impl"].replace(f"-{what}", "-g1-attn" if what == "g1-fused" else "-attn")]
+            if key in by
+        ]
+        over[what] = dict(
+            best=b and b["impl"],
+            best_us=b and b["median_us"],
+            best_over_attn=(b["median_us"] / base["median_us"]) if b and base else None,
+            range_over_attn=[min(ratios), max(ratios)] if ratios else None,
+        )
+    return dict(
+        batch=batch,
+        seq=seq,
+        sdpa=sdpa and sdpa["impl"],
+        sdpa_us=sdpa and sdpa["median_us"],
+        gen1=g1 and g1["impl"],
+        gen1_us=g1 and g1["median_us"],
+        gen2=g2 and g2["impl"],
+        gen2_us=g2 and g2["median_us"],
+        attn2=attn2 and attn2["impl"],
+        attn2_us=attn2 and attn2["median_us"],
+        attn1=attn1 and attn1["impl"],
+        attn1_us=attn1 and attn1["median_us"],
+        over_attn=over,
+    )
+
+
+def _gen2_decode_entry(rs, batch: int, kv: int) -> dict:
+    """gen2_summary's entry for one decode shape, from its timed rows ``rs``."""
+
+    def best(what, key, rs=rs):
+        sel = [r for r in rs if r["what"] == what and r.get(key) is not None]
+        return min(sel, key=lambda r: r[key]) if sel else None
+
+    entry = dict(batch=batch, kv_len=kv)
+    for what in ("plan", "plan-alt", "g1", "sdpa"):
+        e, g = best(what, "median_us"), best(what, "graph_us")
+        entry[what] = dict(
+            eager=e and e["impl"],
+            eager_us=e and e["median_us"],
+            host_us=e and e.get("host_us"),
+            graph=g and g["impl"],
+            graph_us=g and g["graph_us"],
+        )
+    return entry
+
+
+def _ratio(a, b):
+    return _f(a / b if a and b else None, ".3f")
+
+
+def _gen2_prefill_lines(summary) -> list[str]:
+    """Markdown: per prefill shape, the best SDPA, gen-1 and gen-2 candidates and gen-2 attention alone."""
     lines = [
-        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
-        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
-        "",
-        f"Correctness: {checks}",
-        "",
-        f"Broken (not timed): {broken or 'none'}",
-        "",
-        "Host cost per call:",
-        "",
-        "| call | host µs/call |",
-        "| --- | --- |",
-    ]
-    lines += [f"| {r['impl']} | {r['host_us']:.1f} |" for r in rows if r["kind"] == "host"]
-    lines += [
         "",
         "Prefill (median µs; ratios SDPA/ours, so 1.0 = parity):",
         "",
@@ -1200,10 +1208,15 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
     for s in summary["prefill"]:
         lines.append(
             f"| {s['batch']} | {s['seq']} | {s['sdpa']} | {_f(s['sdpa_us'], '.1f')} | {s['gen1']} | {_f(s['gen1_us'], '.1f')} | "
-            f"{ratio(s['sdpa_us'], s['gen1_us'])} | {s['gen2']} | {_f(s['gen2_us'], '.1f')} | {ratio(s['sdpa_us'], s['gen2_us'])} | "
-            f"{s['attn2']} | {_f(s['attn2_us'], '.1f')} | {ratio(s['sdpa_us'], s['attn2_us'])} |"
+            f"{_ratio(s['sdpa_us'], s['gen1_us'])} | {s['gen2']} | {_f(s['gen2_us'], '.1f')} | {_ratio(s['sdpa_us'], s['gen2_us'])} | "
+            f"{s['attn2']} | {_f(s['attn2_us'], '.1f')} | {_ratio(s['sdpa_us'], s['attn2_us'])} |"
         )
-    lines += [
+    return lines
+
+
+def _gen2_rope_lines(summary) -> list[str]:
+    """Markdown: per prefill shape, each RoPE placement's cost over the same tile's attention alone."""
+    lines = [
         "",
         "RoPE placement cost over the same tile+variant's attention alone (best config; range over configs):",
         "",
@@ -1226,7 +1239,12 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
             f"{o['unfused']['best']} | {_f(o['unfused']['best_over_attn'], '.3f')} | "
             f"{o['g1-fused']['best']} | {_f(o['g1-fused']['best_over_attn'], '.3f')} |"
         )
-    lines += [
+    return lines
+
+
+def _gen2_decode_lines(summary) -> list[str]:
+    """Markdown: per decode shape, eager and graph-replay plan.run, gen-1 attention() and SDPA."""
+    lines = [
         "",
         "Decode (µs; eager = do_bench with L2 flush, host cost inside; graph = CUDA Graph replay):",
         "",
@@ -1237,40 +1255,36 @@ def gen2_markdown(env, broken, checks, rows, summary) -> str:
         c, p, g = s["sdpa"], s["plan"], s["g1"]
         lines.append(
             f"| {s['batch']} | {s['kv_len']} | {_f(c['eager_us'], '.1f')} | {p['eager']} {_f(p['eager_us'], '.1f')} | "
-            f"{ratio(c['eager_us'], p['eager_us'])} | {_f(g['eager_us'], '.1f')} | {ratio(c['eager_us'], g['eager_us'])} | "
-            f"{_f(c['graph_us'], '.1f')} | {p['graph']} {_f(p['graph_us'], '.1f')} | {ratio(c['graph_us'], p['graph_us'])} | "
-            f"{_f(s['plan-alt']['graph_us'], '.1f')} | {ratio(c['graph_us'], s['plan-alt']['graph_us'])} | "
+            f"{_ratio(c['eager_us'], p['eager_us'])} | {_f(g['eager_us'], '.1f')} | {_ratio(c['eager_us'], g['eager_us'])} | "
+            f"{_f(c['graph_us'], '.1f')} | {p['graph']} {_f(p['graph_us'], '.1f')} | {_ratio(c['graph_us'], p['graph_us'])} | "
+            f"{_f(s['plan-alt']['graph_us'], '.1f')} | {_ratio(c['graph_us'], s['plan-alt']['graph_us'])} | "
             f"{_f(p['host_us'], '.1f')} / {_f(c['host_us'], '.1f')} |"
         )
+    return lines
+
+
+def gen2_markdown(env, broken, checks, rows, summary) -> str:
+    lines = [
+        f"Device: {env['device']} ({env['sm_count']} SMs); torch {env['torch']}, triton {env['triton']}, "
+        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; {env['date_utc']}; tables {env['table_dtype']}; {env['timing']}.",
+        "",
+        f"Correctness: {checks}",
+        "",
+        f"Broken (not timed): {broken or 'none'}",
+        "",
+        "Host cost per call:",
+        "",
+        "| call | host µs/call |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {r['impl']} | {r['host_us']:.1f} |" for r in rows if r["kind"] == "host"]
+    lines += _gen2_prefill_lines(summary) + _gen2_rope_lines(summary) + _gen2_decode_lines(summary)
     shapes = sorted(
         {(r["phase"], r["batch"], r["kv_len"]) for r in rows if r["kind"] == "time"},
         key=lambda c: (c[0] != "prefill", c[1], c[2]),
     )
     impls = sorted({(r["phase"], r["impl"]) for r in rows if r["kind"] == "time"})
-    lines += [
-        "",
-        "All timings (median µs):",
-        "",
-        "| impl | " + " | ".join(f"{p} B{b} {kv}" for p, b, kv in shapes) + " |",
-        "| --- |" + " --- |" * len(shapes),
-    ]
-    for _phase, impl in impls:
-        cells = []
-        for p, b, kv in shapes:
-            r = next(
-                (
-                    r
-                    for r in rows
-                    if r["kind"] == "time"
-                    and r["impl"] == impl
-                    and (r["phase"], r["batch"], r["kv_len"]) == (p, b, kv)
-                ),
-                None,
-            )
-            cells.append(
-                "-" if r is None else (_f(r.get("median_us"), ".1f") if r["status"] == "ok" else "fail")
-            )
-        lines.append(f"| {impl} | " + " | ".join(cells) + " |")
+    lines += _timings_lines(rows, shapes, [impl for _phase, impl in impls])
     return "\n".join(lines) + "\n"
 
 

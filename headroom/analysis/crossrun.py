@@ -35,21 +35,12 @@ from scipy import stats
 
 from headroom.analysis import registry
 from headroom.analysis.costs import LifecycleCosts
-from headroom.core import defaults
+from headroom.core import contracts, defaults
 
 FUSION_ARMS = ("off", "on", "free")
 NATIVE_ARM = "native"
-TRACE_COLUMNS = (
-    "invocation",
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "shape_key",
-)  # fmt: skip  (one line: the DESIGN's trace contract)
+# The trace contract's columns the analysis reads (all but dtype).
+TRACE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "dtype")
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
 
 

@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from headroom.analysis import crossrun
-from headroom.analysis.costs import lifecycle_costs
 from headroom.analysis.crossrun import Fit, ModeData, Options, RunFits
 
 DECIDED = ("gap_to_oracle", "policy_gain", "fusion_speedup")
@@ -35,14 +34,10 @@ UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_d
 
 def study_figures(trace, timings, lifecycle=None, *, train_fraction=0.5, seed=0, **options) -> pd.DataFrame:
     """One row per (mode, figure): estimate, ci_low, ci_high, se, df, runs, pairs, decided, detail."""
-    from headroom.analysis.policies import _check_inputs, fit_mode
+    from headroom.analysis.policies import fitted_modes
 
-    opts = Options.from_mapping(options)
-    _check_inputs(trace, timings, train_fraction)
-    costs = lifecycle_costs(lifecycle)
     rows = []
-    for md in crossrun.mode_data(trace, timings):
-        n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
+    for opts, md, n_train, fits in fitted_modes(trace, timings, lifecycle, train_fraction, seed, options):
         rows += mode_figures(md, fits, n_train, opts, seed)
     return pd.DataFrame(rows)
 

@@ -103,6 +103,17 @@ def fit_mode(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction:
     return n_train, [crossrun.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
 
 
+def fitted_modes(trace, timings, lifecycle, train_fraction: float, seed: int, options: dict):
+    """Check the inputs, then per mode of the timings: (opts, its ModeData, n_train, each run's fits),
+    with ``options`` read into ``Options`` and the lifecycle's costs charged."""
+    opts = Options.from_mapping(options)
+    _check_inputs(trace, timings, train_fraction)
+    costs = lifecycle_costs(lifecycle)
+    for md in crossrun.mode_data(trace, timings):
+        n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
+        yield opts, md, n_train, fits
+
+
 def evaluate(
     trace: pd.DataFrame,
     timings: pd.DataFrame,
@@ -119,12 +130,8 @@ def evaluate(
     costs). options: see ``Options``. Returns one row per run x mode x policy x fusion arm with the
     policy_eval columns plus the fitted facts behind them (see module docstring for definitions).
     """
-    opts = Options.from_mapping(options)
-    _check_inputs(trace, timings, train_fraction)
-    costs = lifecycle_costs(lifecycle)
     rows = []
-    for md in crossrun.mode_data(trace, timings):
-        n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
+    for opts, md, n_train, fits in fitted_modes(trace, timings, lifecycle, train_fraction, seed, options):
         cross = _cross_columns(md, fits, n_train, opts, seed)
         for r in range(len(md.runs)):
             rows += _same_run_rows(md, fits[r], r, n_train, opts, seed, cross)

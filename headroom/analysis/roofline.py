@@ -37,6 +37,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from headroom.core import contracts
+
 MODES = ("eager", "graph")
 # The decode split-KV plan of kernels/attention.py on a GPU (same for every candidate): split until
 # DECODE_WAVES programs per SM, never below MIN_SPLIT_KEYS keys, lengths aligned to SPLIT_ALIGN_KEYS.
@@ -361,17 +363,8 @@ def _check_predict_inputs(trace: pd.DataFrame, candidates: pd.DataFrame) -> None
             raise ValueError(f"{name}: missing column(s) {missing}")
 
 
-TRACE_SHAPE_COLUMNS = (
-    "phase",
-    "batch",
-    "q_len",
-    "kv_len",
-    "heads_q",
-    "heads_kv",
-    "head_dim",
-    "dtype",
-    "shape_key",
-)
+# The trace contract's shape columns (all but the invocation).
+TRACE_SHAPE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "invocation")
 
 
 def _competing_working_sets(timings: pd.DataFrame | None) -> dict:

@@ -359,6 +359,75 @@ def _gather(us, choice):
     return np.take_along_axis(us, choice[..., None], axis=-1)[..., 0]
 
 
+def _keyed(p: Plan, us, test_rows, window, name, arm, fit_rows, score_rows):
+    """(choice (S, R, n), cost (S, R)) of policy ``name`` on arm ``arm`` fitted on ``fit_rows``."""
+    keys = p.keys[(window, name)]
+    score = keys.score[test_rows] if (test_rows is not None and window == "train") else None
+    ch = _fit_keyed(p, us[:, :, fit_rows], keys, p.cols[arm], name == "regret-aware", score)
+    return ch, _cost(p, name, ch)
+
+
+def _selected(p: Plan, us, test_rows, order) -> np.ndarray:
+    """(S, R) index into ``order`` of the candidate each run selects on its train's validation slice."""
+    S, R, _, _ = us.shape
+    nt, nf = p.n_train, p.n_fit
+    if not (nf >= 1 and nt - nf >= 1):
+        return np.zeros((S, R), dtype=np.int64)
+    fit, val = slice(0, nf), slice(nf, nt)
+    uv = us[:, :, val]
+    ch, cost = _keyed(p, us, test_rows, "fit", "phase-keyed", "free", fit, val)
+    base = _gather(uv, ch).mean(axis=-1) + cost
+    vals = []
+    for name, arm in order:
+        ch, cost = _keyed(p, us, test_rows, "fit", name, arm, fit, val)
+        vals.append(100.0 * (base - (_gather(uv, ch).mean(axis=-1) + cost)) / base)
+    return np.argmax(np.stack(vals, axis=-1), axis=-1)  # ties: the first of the order
+
+
+def _test_choices(p: Plan, us, test_rows) -> dict:
+    """{name: (choice (S, R, n_test), cost (S, R))} of every policy and arm on the test invocations."""
+    from headroom.analysis import registry
+
+    S, R, N, _ = us.shape
+    nt = p.n_train
+    test = {}
+    train, tst = slice(0, nt), slice(nt, N)
+    for arm in ("off", "on", "free"):
+        test[f"global@{arm}"] = _keyed(p, us, test_rows, "train", "global", arm, train, tst)
+        for name in registry.DEPLOYABLE:
+            test[f"{name}@{arm}"] = _keyed(p, us, test_rows, "train", name, arm, train, tst)
+    test["phase"] = _keyed(p, us, test_rows, "train", "phase-keyed", "free", train, tst)
+    free = p.cols["free"]
+    test["oracle"] = (free[np.argmin(us[:, :, nt:][..., free], axis=-1)], np.zeros((S, R)))
+    # selection on the validation slice of each run's train
+    order = [(name, arm) for arm in ("off", "on", "free") for name in registry.DEPLOYABLE]
+    selected = _selected(p, us, test_rows, order)
+    cand_ch = np.stack([test[f"{n}@{a}"][0] for n, a in order], axis=-1)  # (S, R, n_test, 12)
+    cand_cost = np.stack([test[f"{n}@{a}"][1] for n, a in order], axis=-1)
+    test["selected"] = (
+        np.take_along_axis(cand_ch, selected[:, :, None, None].repeat(N - nt, 2), -1)[..., 0],
+        np.take_along_axis(cand_cost, selected[..., None], -1)[..., 0],
+    )
+    return test
+
+
+def _interval(p: Plan, per_pair, per_boot, A, B, R: int) -> dict[str, np.ndarray]:
+    """Estimate, standard error (runs' jackknife plus invocations' bootstrap), df and the t interval
+    of one figure from its per-pair (S, P) and per-bootstrap (S, P, B) values."""
+    S = per_pair.shape[0]
+    est = per_pair.mean(axis=1)
+    loo = np.stack([per_pair[:, (A != r) & (B != r)].mean(axis=1) for r in range(R)], axis=1)
+    var_runs = (R - 1) / R * ((loo - loo.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    boot = per_boot.mean(axis=1)  # (S, B)
+    var_inv = boot.var(axis=1, ddof=1) if boot.shape[1] > 1 else np.zeros(S)
+    se = np.sqrt(var_runs + var_inv)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(var_runs > 0, (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)), np.inf)
+    df = np.maximum(R - 1, np.minimum(df, 1e6))
+    half = stats.t.ppf(0.5 + p.confidence / 2.0, df) * se
+    return {"": est, "_lo": est - half, "_hi": est + half, "_se": se, "_df": df}
+
+
 def fast_figures(
     p: Plan, us: np.ndarray, truth: np.ndarray | None = None, test_rows: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
@@ -371,46 +440,9 @@ def fast_figures(
     (0-based within test) sit at each test position, for redrawn test invocations; ``us`` and
     ``truth`` must already hold those rows.
     """
-    from headroom.analysis import registry
-
     S, R, N, C = us.shape
-    nt, nf = p.n_train, p.n_fit
-    test = {}  # name -> (choice (S,R,n_test), cost (S,R))
-
-    def keyed(window, name, arm, fit_rows, score_rows):
-        keys = p.keys[(window, name)]
-        score = keys.score[test_rows] if (test_rows is not None and window == "train") else None
-        ch = _fit_keyed(p, us[:, :, fit_rows], keys, p.cols[arm], name == "regret-aware", score)
-        return ch, _cost(p, name, ch)
-
-    train, tst = slice(0, nt), slice(nt, N)
-    for arm in ("off", "on", "free"):
-        test[f"global@{arm}"] = keyed("train", "global", arm, train, tst)
-        for name in registry.DEPLOYABLE:
-            test[f"{name}@{arm}"] = keyed("train", name, arm, train, tst)
-    test["phase"] = keyed("train", "phase-keyed", "free", train, tst)
-    free = p.cols["free"]
-    test["oracle"] = (free[np.argmin(us[:, :, nt:][..., free], axis=-1)], np.zeros((S, R)))
-    # selection on the validation slice of each run's train
-    order = [(name, arm) for arm in ("off", "on", "free") for name in registry.DEPLOYABLE]
-    if nf >= 1 and nt - nf >= 1:
-        fit, val = slice(0, nf), slice(nf, nt)
-        uv = us[:, :, val]
-        ch, cost = keyed("fit", "phase-keyed", "free", fit, val)
-        base = _gather(uv, ch).mean(axis=-1) + cost
-        vals = []
-        for name, arm in order:
-            ch, cost = keyed("fit", name, arm, fit, val)
-            vals.append(100.0 * (base - (_gather(uv, ch).mean(axis=-1) + cost)) / base)
-        selected = np.argmax(np.stack(vals, axis=-1), axis=-1)  # ties: the first of the order
-    else:
-        selected = np.zeros((S, R), dtype=np.int64)
-    cand_ch = np.stack([test[f"{n}@{a}"][0] for n, a in order], axis=-1)  # (S, R, n_test, 12)
-    cand_cost = np.stack([test[f"{n}@{a}"][1] for n, a in order], axis=-1)
-    test["selected"] = (
-        np.take_along_axis(cand_ch, selected[:, :, None, None].repeat(N - nt, 2), -1)[..., 0],
-        np.take_along_axis(cand_cost, selected[..., None], -1)[..., 0],
-    )
+    nt = p.n_train
+    test = _test_choices(p, us, test_rows)  # name -> (choice (S,R,n_test), cost (S,R))
     names = {"global": "global@free", "oracle": "oracle", "phase": "phase", "selected": "selected",
              "global_off": "global@off", "global_on": "global@on"}  # fmt: skip
     pairs = [(a, b) for a in range(R) for b in range(R) if a != b]
@@ -427,19 +459,7 @@ def fast_figures(
     for fig, fn in specs.items():
         per_pair = fn({k: v.sum(axis=-1) for k, v in lat.items()}, cst)  # (S, P)
         per_boot = fn({k: v @ p.boot.T for k, v in lat.items()}, {k: v[..., None] for k, v in cst.items()})
-        est = per_pair.mean(axis=1)
-        loo = np.stack([per_pair[:, (A != r) & (B != r)].mean(axis=1) for r in range(R)], axis=1)
-        var_runs = (R - 1) / R * ((loo - loo.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
-        boot = per_boot.mean(axis=1)  # (S, B)
-        var_inv = boot.var(axis=1, ddof=1) if boot.shape[1] > 1 else np.zeros(S)
-        se = np.sqrt(var_runs + var_inv)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            df = np.where(var_runs > 0, (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)), np.inf)
-        df = np.maximum(R - 1, np.minimum(df, 1e6))
-        half = stats.t.ppf(0.5 + p.confidence / 2.0, df) * se
-        out.update(
-            {fig: est, f"{fig}_lo": est - half, f"{fig}_hi": est + half, f"{fig}_se": se, f"{fig}_df": df}
-        )
+        out.update({fig + suffix: v for suffix, v in _interval(p, per_pair, per_boot, A, B, R).items()})
         if truth is not None:
             tt = np.asarray(truth)[..., nt:, :]  # (n_test, C) or (S, n_test, C)
             if tt.ndim == 3:

@@ -168,6 +168,104 @@ def _with_study(table: pa.Table, study: str, path: Path) -> pa.Table:
     return table.add_column(0, "study", pa.array([study] * table.num_rows, pa.string()))
 
 
+def _current(path: Path, digests: dict[Path, str]) -> str | None:
+    """A file's BLAKE3 now (None when it is missing), each file hashed once into `digests`."""
+    key = path.resolve()
+    if key not in digests and path.exists():
+        digests[key] = artifacts.hash_file(path)
+    return digests.get(key)
+
+
+def _read_artifact(path: Path, root: Path, results_root: Path, *, flat: bool, digests: dict[Path, str]):
+    """One artifact's catalog row, its lineage edges, its kind and its data (a `study` column
+    first); its bytes' BLAKE3 goes into `digests`, the file hashes shared by all artifacts."""
+    data, digest = artifacts.read_verified_bytes(path)
+    digests[path.resolve()] = digest
+    stat = path.stat()
+    rel = _rel(path, root)
+    study = study_of(path, results_root, flat=flat)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise artifacts.ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
+    meta = table.schema.metadata or {}
+    kind = (meta.get(artifacts.META_KIND) or path.stem.encode()).decode()
+    if not _IDENT.match(kind) or kind.lower() in _RESERVED:
+        raise ValueError(f"{path}: artifact kind {kind!r} is not a valid SQL table name")
+    raw = meta.get(artifacts.META_PROVENANCE)
+    prov = json.loads(raw) if raw else {}
+    edges, env = [], None
+    for inp, h in sorted(prov.get("inputs", {}).items()):
+        now = _current(lineage_input(path, inp, root), digests)
+        edges.append((study, rel, inp, h, now, now == h))
+        if Path(inp).name == "environment.parquet":
+            env = h[:16]
+    row = (
+        study,
+        rel,
+        kind,
+        digest,
+        len(data),
+        stat.st_mtime_ns,
+        table.num_rows,
+        prov.get("rule"),
+        dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC).replace(tzinfo=None),
+        prov.get("device"),
+        env,
+        json.dumps(prov.get("params", {}), sort_keys=True),
+        json.dumps(prov.get("code", {}), sort_keys=True),
+        json.dumps(prov.get("versions", {}), sort_keys=True),
+    )
+    return row, edges, kind, _with_study(table.replace_schema_metadata(None), study, path)
+
+
+def _fill(con, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
+    """Create and fill the catalog's tables: `artifacts`, `lineage` and one per artifact kind."""
+    con.execute(
+        """CREATE TABLE artifacts (study VARCHAR, path VARCHAR PRIMARY KEY, kind VARCHAR,
+           blake3 VARCHAR, bytes BIGINT, mtime_ns BIGINT, rows BIGINT, rule VARCHAR,
+           created_at TIMESTAMP, device VARCHAR, environment VARCHAR, params JSON, code JSON,
+           versions JSON)"""
+    )
+    con.execute(
+        """CREATE TABLE lineage (study VARCHAR, artifact VARCHAR, input_path VARCHAR,
+           input_blake3 VARCHAR, current_blake3 VARCHAR, matches BOOLEAN)"""
+    )
+    if rows:
+        con.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    if edges:
+        con.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?)", edges)
+    for kind, tables in sorted(by_kind.items()):
+        names = []
+        for i, table in enumerate(tables):
+            names.append(f"_load_{i}")
+            con.register(names[-1], table)
+        union = " UNION ALL BY NAME ".join(f"SELECT * FROM {n}" for n in names)
+        con.execute(f"CREATE TABLE {kind} AS {union}")
+        for n in names:
+            con.unregister(n)
+
+
+def _write_atomically(catalog_path: Path, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
+    """Write the catalog to a temporary file, its BLAKE3 sidecar, then move it into place."""
+    catalog_path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(catalog_path)
+    fd, tmp = tempfile.mkstemp(dir=catalog_path.parent, prefix=f".{catalog_path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.unlink(tmp)  # duckdb creates the file itself (with the umask's permissions)
+    try:
+        con = duckdb.connect(tmp)
+        _fill(con, rows, edges, by_kind)
+        con.close()
+        # The sidecar first, as for every artifact: whenever the catalog exists its hash does too.
+        artifacts.write_sidecar(catalog_path, artifacts.hash_file(tmp))
+        os.replace(tmp, catalog_path)
+    except BaseException:
+        for leftover in (Path(tmp), Path(tmp + ".wal")):
+            leftover.unlink(missing_ok=True)
+        raise
+
+
 def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.PathLike) -> dict[str, int]:
     """(Re)build the catalog over the artifacts `paths` (the pipeline passes every artifact its
     rules declare); paths in it are relative to `project_root`. Each artifact's bytes are read
@@ -181,91 +279,10 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
     rows, edges = [], []
     by_kind: dict[str, list[pa.Table]] = {}
     digests: dict[Path, str] = {}  # every file hashed once, however many artifacts read it
-
-    def current(path: Path) -> str | None:
-        key = path.resolve()
-        if key not in digests and path.exists():
-            digests[key] = artifacts.hash_file(path)
-        return digests.get(key)
-
     for path in paths:
-        data, digest = artifacts.read_verified_bytes(path)
-        digests[path.resolve()] = digest
-        stat = path.stat()
-        rel = _rel(path, root)
-        study = study_of(path, results_root, flat=flat)
-        try:
-            table = pq.read_table(pa.BufferReader(data))
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise artifacts.ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
-        meta = table.schema.metadata or {}
-        kind = (meta.get(artifacts.META_KIND) or path.stem.encode()).decode()
-        if not _IDENT.match(kind) or kind.lower() in _RESERVED:
-            raise ValueError(f"{path}: artifact kind {kind!r} is not a valid SQL table name")
-        raw = meta.get(artifacts.META_PROVENANCE)
-        prov = json.loads(raw) if raw else {}
-        env = None
-        for inp, h in sorted(prov.get("inputs", {}).items()):
-            now = current(lineage_input(path, inp, root))
-            edges.append((study, rel, inp, h, now, now == h))
-            if Path(inp).name == "environment.parquet":
-                env = h[:16]
-        rows.append(
-            (
-                study,
-                rel,
-                kind,
-                digest,
-                len(data),
-                stat.st_mtime_ns,
-                table.num_rows,
-                prov.get("rule"),
-                dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC).replace(tzinfo=None),
-                prov.get("device"),
-                env,
-                json.dumps(prov.get("params", {}), sort_keys=True),
-                json.dumps(prov.get("code", {}), sort_keys=True),
-                json.dumps(prov.get("versions", {}), sort_keys=True),
-            )
-        )
-        by_kind.setdefault(kind, []).append(_with_study(table.replace_schema_metadata(None), study, path))
-
-    catalog_path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(catalog_path)
-    fd, tmp = tempfile.mkstemp(dir=catalog_path.parent, prefix=f".{catalog_path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.unlink(tmp)  # duckdb creates the file itself (with the umask's permissions)
-    try:
-        con = duckdb.connect(tmp)
-        con.execute(
-            """CREATE TABLE artifacts (study VARCHAR, path VARCHAR PRIMARY KEY, kind VARCHAR,
-               blake3 VARCHAR, bytes BIGINT, mtime_ns BIGINT, rows BIGINT, rule VARCHAR,
-               created_at TIMESTAMP, device VARCHAR, environment VARCHAR, params JSON, code JSON,
-               versions JSON)"""
-        )
-        con.execute(
-            """CREATE TABLE lineage (study VARCHAR, artifact VARCHAR, input_path VARCHAR,
-               input_blake3 VARCHAR, current_blake3 VARCHAR, matches BOOLEAN)"""
-        )
-        if rows:
-            con.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        if edges:
-            con.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?)", edges)
-        for kind, tables in sorted(by_kind.items()):
-            names = []
-            for i, table in enumerate(tables):
-                names.append(f"_load_{i}")
-                con.register(names[-1], table)
-            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {n}" for n in names)
-            con.execute(f"CREATE TABLE {kind} AS {union}")
-            for n in names:
-                con.unregister(n)
-        con.close()
-        # The sidecar first, as for every artifact: whenever the catalog exists its hash does too.
-        artifacts.write_sidecar(catalog_path, artifacts.hash_file(tmp))
-        os.replace(tmp, catalog_path)
-    except BaseException:
-        for leftover in (Path(tmp), Path(tmp + ".wal")):
-            leftover.unlink(missing_ok=True)
-        raise
+        row, own_edges, kind, table = _read_artifact(path, root, results_root, flat=flat, digests=digests)
+        rows.append(row)
+        edges.extend(own_edges)
+        by_kind.setdefault(kind, []).append(table)
+    _write_atomically(catalog_path, rows, edges, by_kind)
     return {"artifacts": len(rows), "lineage": len(edges), "tables": len(by_kind)}

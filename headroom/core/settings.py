@@ -21,3 +21,15 @@ def require_ints(name: str, cfg: Mapping[str, Any], bounds: Iterable[tuple[str, 
     for key, low in bounds:
         if type(cfg[key]) is not int or cfg[key] < low:
             raise ValueError(f"{name}.{key} must be an int >= {low}, got {cfg[key]!r}")
+
+
+def checked(
+    name: str, section: Mapping[str, Any] | None, ints: Iterable[tuple[str, int]] = ()
+) -> dict[str, Any]:
+    """The stage `name`'s config `section` merged onto the default study's (`merge`), its integer
+    knobs checked (`require_ints`)."""
+    from headroom.core import defaults
+
+    cfg = merge(name, defaults.section(name), section)
+    require_ints(name, cfg, ints)
+    return cfg

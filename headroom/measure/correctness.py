@@ -140,26 +140,13 @@ def _torch_device(device: str) -> str:
     return "cuda" if device == "cuda" else "cpu"
 
 
-def check_one(
-    fn: Callable,
-    shape: Any,
-    *,
-    seed: int,
-    device: str,
-    tol: tuple[float, float],
-    rope_base: float,
-    native: bool = False,
-) -> dict[str, Any]:
-    """Run one check (see the module docstring); returns the measured columns. `native`: fn is a
-    native backend, whose "no kernel for this shape" error makes the check 'unsupported'."""
+def _inputs(shape: Any, seed: int, tdev: str, rope_base: float):
+    """A check's random q, k, v (drawn from `seed` in that order) and the rotary tables cos, sin."""
     import torch
 
     from headroom.measure.runner import tables as candidate_tables
-    from kernels import reference_attention
 
-    tdev = _torch_device(device)
     dtype = getattr(torch, str(shape.dtype))
-    rotate_k = rotate_k_for(shape.phase)
     gen = torch.Generator(device=tdev).manual_seed(seed)
 
     def randn(*size):
@@ -175,19 +162,46 @@ def check_one(
     )
     q, k, v = randn(b, hq, sq, d), randn(b, hkv, skv, d), randn(b, hkv, skv, d)
     cos, sin = candidate_tables(skv, d, str(shape.dtype), rope_base, tdev)
+    return q, k, v, cos, sin
+
+
+def _not_run(row: dict, exc: Exception, *, native: bool) -> dict:
+    """`row` for a check whose callable raised: 'unsupported' with the reason, else an 'error'."""
+    why = unsupported_reason(exc, native=native)
+    if why is not None:
+        row.update(status="unsupported", reason=why)
+        return row
+    message = str(exc).strip()
+    row["reason"] = f"{type(exc).__name__}: {message.splitlines()[0][:300] if message else ''}"
+    return row
+
+
+def check_one(
+    fn: Callable,
+    shape: Any,
+    *,
+    seed: int,
+    device: str,
+    tol: tuple[float, float],
+    rope_base: float,
+    native: bool = False,
+) -> dict[str, Any]:
+    """Run one check (see the module docstring); returns the measured columns. `native`: fn is a
+    native backend, whose "no kernel for this shape" error makes the check 'unsupported'."""
+    import torch
+
+    from kernels import reference_attention
+
+    tdev = _torch_device(device)
+    rotate_k = rotate_k_for(shape.phase)
+    q, k, v, cos, sin = _inputs(shape, seed, tdev, rope_base)
     row = dict(
         rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
     )
     try:
         out, nan_count, unwritten = _run_poisoned(fn, q, k, v, tdev)
     except Exception as exc:  # cannot run this shape: unsupported; any other failure: an error
-        why = unsupported_reason(exc, native=native)
-        if why is not None:
-            row.update(status="unsupported", reason=why)
-            return row
-        message = str(exc).strip()
-        row["reason"] = f"{type(exc).__name__}: {message.splitlines()[0][:300] if message else ''}"
-        return row
+        return _not_run(row, exc, native=native)
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     diff = out.to(torch.float64) - ref
     rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
@@ -326,12 +340,7 @@ def check(
         cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
         for cand in candidates.itertuples(index=False):
             seed_i = input_seed(seed, cand.candidate, shape.shape_key)
-            try:
-                fn = make_fn(cand, cos, sin, rotate_k)
-            except Exception as exc:  # a candidate that cannot even be built fails its checks
-                fn = _raiser(exc)
-            if cand.candidate == inject_fault:
-                fn = corrupting(fn)
+            fn = _candidate_fn(make_fn, cand, cos, sin, rotate_k, faulty=cand.candidate == inject_fault)
             result = check_one(
                 fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=is_native(cand)
             )
@@ -340,6 +349,22 @@ def check(
             progress.step()
         if tdev == "cuda":
             torch.cuda.empty_cache()
+    return _frame(rows)
+
+
+def _candidate_fn(make_fn: Callable, cand: Any, cos, sin, rotate_k: bool, *, faulty: bool) -> Callable:
+    """The candidate's callable; one that cannot even be built fails its checks; `faulty`: corrupted."""
+    try:
+        fn = make_fn(cand, cos, sin, rotate_k)
+    except Exception as exc:  # a candidate that cannot even be built fails its checks
+        fn = _raiser(exc)
+    if faulty:
+        fn = corrupting(fn)
+    return fn
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """The checks' rows as a DataFrame with COLUMNS and their integer and boolean types."""
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.astype(
         {

@@ -68,10 +68,9 @@ COLUMNS = list(contracts.LIFECYCLE.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.merge("lifecycle", defaults.section("lifecycle"), section)
-    stage_settings.require_ints(
+    cfg = stage_settings.checked(
         "lifecycle",
-        cfg,
+        section,
         (
             ("dispatch_lookups", 1),
             ("dispatch_repeats", 1),

@@ -46,10 +46,9 @@ _FLOOR_WARMUP_CALLS = 3
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     """The `portfolio:` config section merged onto the default study's; ValueError names a bad key."""
-    cfg = stage_settings.merge("portfolio", defaults.section("portfolio"), section)
-    stage_settings.require_ints(
+    cfg = stage_settings.checked(
         "portfolio",
-        cfg,
+        section,
         (
             ("runs", 1),
             ("reps", 1),

@@ -6,26 +6,13 @@ import json
 
 import pytest
 
-from headroom.core import artifacts
+from headroom.core import artifacts, contracts
 from tests.pipeline import headroom, planned_rules, snakemake
 
 pytestmark = pytest.mark.slow
 
-KINDS = [
-    "environment",
-    "trace",
-    "candidates",
-    "correctness",
-    "portfolio",
-    "portfolio_samples",
-    "lifecycle",
-    "graph_sweep",
-    "calibration",
-    "policy_eval",
-    "factorial",
-    "roofline",
-    "decision",
-]
+# Every artifact kind with a contract: a full run writes each of them.
+KINDS = list(contracts.CONTRACTS)
 
 
 def test_full_run_produces_every_artifact_and_verifies(pipeline_run):
