@@ -50,7 +50,7 @@ def test_every_artifact_kind_fails_verify_when_flipped(pipeline_clone):
 
 
 def test_next_stage_refuses_a_changed_input_naming_both_hashes(pipeline_clone):
-    path = pipeline_clone / "results/default/policy_eval.parquet"
+    path = pipeline_clone / "results/default/lifecycle.parquet"  # an input of the decision
     recorded = artifacts.recorded_hash(path)
     _flip_byte(path)
     actual = artifacts.hash_file(path)
