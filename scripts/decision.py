@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from headroom.core.stage import run_stage
 
 
@@ -21,6 +23,14 @@ def main(stage):
         **stage.params["decision"],
     )
     stage.log.info("verdict %s: %s", verdict["verdict"].iloc[0], verdict["reason"].iloc[0])
+    if (verdict["device"] == "cuda").all():  # a decision on GPU measurements: what could it detect?
+        from headroom.analysis import simulate
+
+        study_dir = Path(stage.input_path("trace")).parent  # its inputs, verified just above
+        mde = {m: simulate.minimum_detectable_effect(study_dir, m) for m in verdict["mode"].unique()}
+        for m, v in mde.items():
+            stage.log.info("%s: minimum detectable net gain over phase-keyed %s%%", m, v["mde_pct"])
+        verdict = decision.with_detectable_effects(verdict, mde)
     stage.write("decision", verdict)
 
 

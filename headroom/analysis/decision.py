@@ -302,3 +302,27 @@ def _headline(fig: pd.DataFrame, verdicts: dict, device: str) -> tuple[str, str]
 
 def z_of(confidence: float) -> float:
     return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def with_detectable_effects(table: pd.DataFrame, mde: dict[str, dict]) -> pd.DataFrame:
+    """Append one reported row per mode: the smallest net gain over phase-keyed the rule detects with
+    the simulation's power on this study's own trace and noise (headroom.analysis.simulate
+    .minimum_detectable_effect): what a `stop` here can rule out. When no planted effect reached
+    that power, the figure is `policy_gain_mde_above` and its estimate the largest effect tried."""
+    rows = []
+    for mode, m in mde.items():
+        base = table[table["mode"] == mode]
+        if base.empty:
+            continue
+        finite = bool(np.isfinite(m["mde_pct"]))
+        row = base.iloc[0].to_dict()
+        row.update(
+            figure="policy_gain_mde" if finite else "policy_gain_mde_above",
+            estimate=float(m["mde_pct"] if finite else m["mde_at_least_pct"]),
+            ci_low=math.nan, ci_high=math.nan, threshold=float(m["threshold_pct"]), state="reported",
+            unit="%", se=math.nan, df=math.nan, decided=False, p_value=math.nan,
+            detail=f"{m['power']:.0%} power over {m['seeds']} simulated seeds, {m['runs']} runs, "
+            f"{m['invocations']} invocations",
+        )  # fmt: skip
+        rows.append(row)
+    return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table

@@ -132,3 +132,24 @@ def test_fusion_speedups_ci_from_dispersion():
     sp = decision.fusion_speedups(gs)
     assert (sp["speedup"] > 0).all() and (sp["ci_low"] <= sp["speedup"]).all()
     assert isinstance(sp, pd.DataFrame)
+
+
+def test_detectable_effects_are_reported_rows_never_decided():
+    table = pd.DataFrame(
+        {
+            "mode": ["eager", "graph"], "figure": ["gap_to_oracle"] * 2, "estimate": [1.0, 2.0],
+            "verdict": ["stop"] * 2, "reason": ["r"] * 2, "decided": [True, True], "state": ["holds"] * 2,
+        }
+    )  # fmt: skip
+    mde = {
+        "graph": {"mde_pct": 4.3, "mde_at_least_pct": 4.3, "threshold_pct": 1.0, "power": 0.8,
+                  "seeds": 200, "runs": 3, "invocations": 48},
+        "eager": {"mde_pct": float("inf"), "mde_at_least_pct": 18.9, "threshold_pct": 1.0, "power": 0.8,
+                  "seeds": 200, "runs": 3, "invocations": 48},
+    }  # fmt: skip
+    out = decision.with_detectable_effects(table, mde)
+    added = out.iloc[2:].set_index("mode")
+    assert added.loc["graph", "figure"] == "policy_gain_mde" and added.loc["graph", "estimate"] == 4.3
+    assert added.loc["eager", "figure"] == "policy_gain_mde_above" and added.loc["eager", "estimate"] == 18.9
+    assert not added["decided"].any() and (added["state"] == "reported").all()
+    assert (added["verdict"] == "stop").all()  # the headline travels on every row

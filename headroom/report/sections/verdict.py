@@ -14,6 +14,10 @@ FIGURE_LABELS = {
     "fusion_speedup": "trace-weighted fusion speedup (global unfused / global fused)",
     "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
     "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
+    "policy_gain_mde": "smallest net gain over phase-keyed the rule detects (80% power, simulated "
+    "on this study's trace and noise): what a stop here rules out",
+    "policy_gain_mde_above": "smallest detectable net gain over phase-keyed is above this (no planted "
+    "effect up to it reached 80% power on this study's trace and noise)",
 }
 
 
