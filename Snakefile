@@ -34,6 +34,7 @@ include: "rules/bench.smk"
 localrules:
     all,
     catalog,
+    studies,
     replay,
 
 
@@ -44,5 +45,6 @@ rule all:
     default_target: True
     input:
         f"{R}/catalog.duckdb",
+        f"{R}/report/studies.html",
         [p + ext for name in STUDIES for p in artifacts_of(name) for ext in ("", ".blake3")],
         expand(f"{R}/{{study}}/report/{{page}}", study=list(STUDIES), page=["index.html", "report.md"]),

@@ -1,5 +1,5 @@
 # The SQL entry point over every study's artifacts: results/catalog.duckdb (tables `artifacts`,
-# `lineage`; one view per kind). The study of an artifact is its folder under results/.
+# `lineage` and one table per kind, loaded after their hashes are verified). The study of an artifact is its folder under results/.
 rule catalog:
     input:
         artifacts=lambda wildcards: [p for name in STUDIES for p in artifacts_of(name)],
@@ -20,6 +20,22 @@ rule catalog:
         "../scripts/catalog.py"
 
 
-# The cross-study page (verdicts, headline figures and environments side by side) comes from
-# headroom/report/studies.py: a local rule here with the studies' decision and environment
-# artifacts as inputs and results/studies.html as output, added to `all`, once that module lands.
+# The cross-study page: verdicts, headline figures and each study's environment side by side, from
+# the catalog (headroom/report/studies.py); `headroom verify` covers it.
+rule studies:
+    input:
+        catalog=f"{R}/catalog.duckdb",
+        code=src("scripts/studies.py"),
+    output:
+        html=f"{R}/report/studies.html",
+        md=f"{R}/report/studies.md",
+    log:
+        f"{R}/logs/studies.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    script:
+        "../scripts/studies.py"
