@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -61,7 +62,110 @@ def pairs_visible(q_len: int, kv_len: int) -> int:
     return q_len * (q_len + 1) // 2 + q_len * (kv_len - q_len)
 
 
-def main() -> None:
+SMOKE_SHAPE = (4, 2, 32, torch.float16)  # (heads_q, heads_kv, head_dim, dtype) of --smoke
+SMOKE_PREFILL, SMOKE_DECODE = [(1, 40)], [(2, 100)]
+SMOKE_EXPLORE_TILES = [(16, 16, 4, 2), (32, 16, 4, 2)]
+# (phase, batch, q_len, kv_len, rotate_k) of generation 1's correctness checks, full size and --smoke
+GEN1_CHECKS = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False), ("chunk", 1, 77, 3001, False)]
+GEN1_SMOKE_CHECKS = [("prefill", 1, 33, 33, True), ("decode", 2, 1, 70, False), ("chunk", 1, 7, 50, False)]
+GEN1_SDPA = [  # (impl name, torch.nn.attention.SDPBackend member)
+    ("sdpa-cudnn", "CUDNN_ATTENTION"),
+    ("sdpa-flash", "FLASH_ATTENTION"),
+    ("sdpa-efficient", "EFFICIENT_ATTENTION"),
+]
+
+
+@dataclasses.dataclass
+class Bench:
+    """What a benchmark run's phases share: its arguments, the device and problem shape, the seeded
+    random source, the environment, the rows and broken configs found so far, and the helpers that
+    time a callable on the device."""
+
+    args: argparse.Namespace
+    device: torch.device
+    sm_count: int
+    env: dict
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: torch.dtype
+    gen: torch.Generator
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    broken: dict[str, str] = dataclasses.field(default_factory=dict)
+    t_start: float = 0.0  # when log() counts from
+
+    @property
+    def smoke(self) -> bool:
+        return self.args.smoke
+
+    @property
+    def table_dtype(self) -> torch.dtype:
+        return getattr(torch, self.args.table_dtype)
+
+    def rand(self, *shape) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, device=self.device, dtype=torch.float32).to(self.dtype)
+
+    def tables(self, seq: int, dtype: torch.dtype | None = None):
+        """(cos, sin) RoPE tables for seq positions, in the --table-dtype unless dtype is given."""
+        from kernels import rope_tables
+
+        dtype = self.table_dtype if dtype is None else dtype
+        return rope_tables(seq, self.head_dim, dtype=dtype, device=self.device)
+
+    def prefill_tensors(self, batch: int, seq: int) -> dict:
+        return _prefill_tensors(
+            batch,
+            seq,
+            self.heads_q,
+            self.heads_kv,
+            self.head_dim,
+            self.dtype,
+            self.device,
+            self.gen,
+            self.table_dtype,
+        )
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t_start:5.0f} s] {msg}", flush=True)
+
+    def bench(self, fn) -> float:
+        """Median µs of fn (--smoke: the wall-clock of one call)."""
+        if self.smoke:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e6
+        import triton.testing
+
+        ms = triton.testing.do_bench(
+            fn, warmup=self.args.warmup_ms, rep=self.args.rep_ms, return_mode="median"
+        )
+        return ms * 1e3
+
+    def host_us(self, fn, calls: int = 100, warm: bool = False) -> float:
+        """Host time per call of back-to-back calls (the GPU keeps up, so this is launch cost);
+        warm: one call before the clock starts."""
+        if warm:
+            fn()
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        self.sync()
+        return elapsed / calls * 1e6
+
+    def graph_us(self, fn) -> float:
+        """Median µs of fn under CUDA Graph replay."""
+        import triton.testing
+
+        return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
     ap.add_argument("--tiles", default="config", choices=["config", "explore", "both"])
@@ -97,7 +201,11 @@ def main() -> None:
         help="CPU dry run of the script under TRITON_INTERPRET=1: tiny shapes, float16, "
         "wall-clock timing; checks the script, measures nothing",
     )
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.compile_one:
         compile_one(args.compile_one)
         return
@@ -105,268 +213,293 @@ def main() -> None:
     if args.gen2:
         gen2_main(args)
         return
+    gen1_main(args)
 
-    import triton
-    import triton.testing
 
+def _device(smoke: bool) -> tuple[torch.device, int, str]:
+    """(device, SM count, name) of the run: the CPU under the interpreter for --smoke, else the GPU."""
     import kernels
-    from kernels import Tile, attention, attention_unrotated, reference_attention, rope_tables
 
-    global HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE, PREFILL, DECODE, EXPLORE_TILES
-    if args.smoke:
+    if smoke:
         if not kernels.interpreted():
             raise SystemExit("--smoke needs TRITON_INTERPRET=1")
-        HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE = 4, 2, 32, torch.float16
-        PREFILL, DECODE = [(1, 40)], [(2, 100)]
-        EXPLORE_TILES = [(16, 16, 4, 2), (32, 16, 4, 2)]
         dev = torch.device("cpu")
-        sm_count, name = kernels._mode.sm_count(dev), "interpreter (smoke)"
-    else:
-        if kernels.interpreted() or not torch.cuda.is_available():
-            raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
-        dev = torch.device("cuda")
-        props = torch.cuda.get_device_properties(dev)
-        sm_count, name = props.multi_processor_count, props.name
-    attn_mod = sys.modules["kernels.attention"]
+        return dev, kernels._mode.sm_count(dev), "interpreter (smoke)"
+    if kernels.interpreted() or not torch.cuda.is_available():
+        raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    return dev, props.multi_processor_count, props.name
+
+
+def _timing(args) -> str:
+    return f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep"
+
+
+def _start(args, timing: str, **extra) -> Bench:
+    """Picks the device, prints the environment (extra goes before its timing) and returns the run's
+    Bench, with --smoke's shape under --smoke."""
+    import triton
+
+    dev, sm_count, name = _device(args.smoke)
     env = {
         "device": name,
         "sm_count": sm_count,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if not args.smoke else None,
+        "cudnn": None if args.smoke else torch.backends.cudnn.version(),
         "python": platform.python_version(),
         "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(sys.argv),
         "table_dtype": args.table_dtype,
-        "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep",
+        **extra,
+        "timing": timing,
     }
     print(json.dumps(env), flush=True)
-    tiles_raw = {
-        "config": study_tiles() if not args.smoke else EXPLORE_TILES,
-        "explore": EXPLORE_TILES,
-        "both": list(dict.fromkeys(study_tiles() + EXPLORE_TILES)),
-    }[args.tiles]
-    tiles = [Tile(*t) for t in tiles_raw]
-    table_dtype = getattr(torch, args.table_dtype)
+    shape = SMOKE_SHAPE if args.smoke else (HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE)
     gen = torch.Generator(device=dev).manual_seed(0)
+    return Bench(args, dev, sm_count, env, *shape, gen=gen)
 
-    def rand(*shape):
-        return torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(DTYPE)
 
-    rows: list[dict] = []
+def _errors(out, ref) -> tuple[float, float, int]:
+    """(relative error, max absolute error, NaN count) of out against the float64 reference."""
+    diff = out.double() - ref
+    return float(diff.norm() / ref.norm()), float(diff.abs().max()), int(out.isnan().sum())
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
 
-    # -- correctness on the GPU, before any timing ----------------------------------------------
-    checks = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False), ("chunk", 1, 77, 3001, False)]
-    if args.smoke:
-        checks = [("prefill", 1, 33, 33, True), ("decode", 2, 1, 70, False), ("chunk", 1, 7, 50, False)]
-    broken: dict[str, str] = {}
-    for phase, batch, q_len, kv_len, rotate_k in checks:
-        q, k, v = (
-            rand(batch, HEADS_Q, q_len, HEAD_DIM),
-            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
-            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
-        )
-        cos, sin = rope_tables(kv_len, HEAD_DIM, dtype=table_dtype, device=dev)
-        ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
-        for tile in tiles:
-            for fused in (False, True):
-                name = f"{tile.name}-{'fused' if fused else 'unfused'}"
-                out = torch.full_like(q, float("nan"))
-                try:
-                    attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
-                    sync()
-                except Exception as exc:  # compile/launch failure (e.g. OutOfResources)
-                    broken.setdefault(tile.name, f"{type(exc).__name__}: {str(exc)[:160]}")
-                    continue
-                diff = out.double() - ref
-                rel = float(diff.norm() / ref.norm())
-                mabs = float(diff.abs().max())
-                nans = int(out.isnan().sum())
-                ok = nans == 0 and rel <= BF16_TOL[0] and mabs <= BF16_TOL[1]
-                if not ok:
-                    broken.setdefault(tile.name, f"{phase}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
-                rows.append(
-                    dict(
-                        kind="check",
-                        phase=phase,
-                        batch=batch,
-                        q_len=q_len,
-                        kv_len=kv_len,
-                        impl=name,
-                        rel_err=rel,
-                        max_abs_err=mabs,
-                        nan_count=nans,
-                        passed=ok,
-                    )
-                )
-        del q, k, v, ref
-    worst = max((r["rel_err"] for r in rows if r["kind"] == "check"), default=float("nan"))
-    print(
-        f"correctness: {sum(r['passed'] for r in rows if r['kind'] == 'check')} / "
-        f"{sum(1 for r in rows if r['kind'] == 'check')} checks passed, worst rel_err {worst:.2e}; "
-        f"broken tiles: {broken or 'none'}",
-        flush=True,
-    )
-    tiles = [t for t in tiles if t.name not in broken]
-
-    def bench(fn) -> float:
-        if args.smoke:
-            start = time.perf_counter()
-            fn()
-            return (time.perf_counter() - start) * 1e6
-        return (
-            triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
-        )  # ms -> us
-
-    def host_us(fn, calls=100) -> float:
-        """Host time per call of back-to-back calls (the GPU keeps up, so this is launch cost)."""
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        sync()
-        return elapsed / calls * 1e6
-
+def _sdpa_fn(backend: str, q, k, v, causal: bool):
+    """torch SDPA restricted to one backend (an SDPBackend member's name), GQA, no RoPE."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backends = [
-        ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
-        ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
-        ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION),
-    ]
-
-    def time_case(phase, batch, q_len, kv_len):
-        rotate_k = phase == "prefill"
-        q = rand(batch, HEADS_Q, q_len, HEAD_DIM)
-        k, v = rand(batch, HEADS_KV, kv_len, HEAD_DIM), rand(batch, HEADS_KV, kv_len, HEAD_DIM)
-        cos, sin = rope_tables(kv_len, HEAD_DIM, dtype=table_dtype, device=dev)
-        flops = 4 * HEAD_DIM * batch * HEADS_Q * pairs_visible(q_len, kv_len)
-        kv_bytes = 2 * k.numel() * k.element_size()
-        out = torch.empty_like(q)
-        qr = kernels.rope(q, cos, sin, kv_len - q_len)
-        kr = kernels.rope(k, cos, sin, 0) if rotate_k else k
-        fns = []
-        for tile in tiles:
-            for fused in (True, False):
-                fns.append(
-                    (
-                        f"{tile.name}-{'fused' if fused else 'unfused'}",
-                        "triton",
-                        lambda t=tile, f=fused: attention(
-                            q, k, v, cos, sin, tile=t, fused=f, rotate_k=rotate_k, out=out
-                        ),
-                    )
-                )
-            fns.append(
-                (
-                    f"{tile.name}-attn-only",
-                    "attn-only",
-                    lambda t=tile: attention_unrotated(qr, kr, v, tile=t, out=out),
-                )
+    def fn():
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=True
             )
-        if phase == "prefill" and args.table_variant and tiles:
-            cos32, sin32 = rope_tables(kv_len, HEAD_DIM, dtype=torch.float32, device=dev)
-            for tile in tiles:
-                fns.append(
-                    (
-                        f"{tile.name}-fused-f32tables",
-                        "variant",
-                        lambda t=tile: attention(
-                            q, k, v, cos32, sin32, tile=t, fused=True, rotate_k=True, out=out
-                        ),
-                    )
-                )
-        if phase == "decode" and args.decode_waves and tiles:
-            for waves in args.decode_waves:
 
-                def run(w=waves, t=tiles[0]):
-                    saved = attn_mod.DECODE_WAVES
-                    attn_mod.DECODE_WAVES = w
-                    try:
-                        attention(q, k, v, cos, sin, tile=t, fused=True, rotate_k=False, out=out)
-                    finally:
-                        attn_mod.DECODE_WAVES = saved
+    return fn
 
-                fns.append((f"{tiles[0].name}-fused-waves{waves}", "variant", run))
-        if not args.skip_sdpa and not args.smoke:
-            for name, backend in backends:
 
-                def sdpa(b=backend):
-                    with sdpa_kernel([b]):
-                        return torch.nn.functional.scaled_dot_product_attention(
-                            qr, kr, v, is_causal=q_len > 1, enable_gqa=True
-                        )
-
-                fns.append((name, "sdpa", sdpa))
-        for name, impl, fn in fns:
-            row = dict(
-                kind="time", phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, impl=name, family=impl
-            )
-            try:
-                fn()
-                sync()
-                us = bench(fn)
-                row.update(median_us=us, tflops=flops / us / 1e6, gbps=kv_bytes / us / 1e3, status="ok")
-                if phase == "decode" and not args.smoke:
-                    # launch-bound shapes: the host cost of one call, and the GPU time alone
-                    try:
-                        row["host_us"] = host_us(fn)
-                        row["graph_us"] = (
-                            triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
-                        )
-                    except Exception as exc:
-                        row["graph_status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-            except Exception as exc:
-                row.update(status=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-            rows.append(row)
-        splits = (
-            kernels.decode_split_plan(batch * HEADS_KV, kv_len, sm_count)[0] if phase == "decode" else None
-        )
-        done = [
-            r
-            for r in rows
-            if r["kind"] == "time"
-            and r["phase"] == phase
-            and r["batch"] == batch
-            and r["kv_len"] == kv_len
-            and r["status"] == "ok"
-        ]
-        best = min(done, key=lambda r: r["median_us"]) if done else None
-        print(
-            f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
-            f"{best and round(best['median_us'], 1)} us",
-            flush=True,
-        )
-        del q, k, v, qr, kr, out
-
-    t0 = time.perf_counter()
-    for phase, cases in (
-        ("prefill", [(b, s, s) for b, s in PREFILL]),
-        ("decode", [(b, 1, kv) for b, kv in DECODE]),
-    ):
-        for batch, q_len, kv_len in cases:
-            time_case(phase, batch, q_len, kv_len)
-            (args.out / "bench_partial.json").write_text(json.dumps({"env": env, "rows": rows}))
-            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
-
-    summary = summarize(rows)
-    (args.out / "bench.json").write_text(
-        json.dumps({"env": env, "broken": broken, "rows": rows, "summary": summary}, indent=1)
-    )
-    keys = sorted({k for r in rows for k in r})
-    with open(args.out / "bench.csv", "w", newline="") as fh:
+def _write_outputs(ctx: Bench, stem: str, payload: dict, md: str) -> None:
+    """Writes OUT/stem.json (payload), OUT/stem.csv (the rows) and OUT/stem.md (md), and prints md."""
+    (ctx.args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+    keys = sorted({k for r in ctx.rows for k in r})
+    with open(ctx.args.out / f"{stem}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()
-        w.writerows(rows)
-    md = markdown(env, broken, rows, summary)
-    (args.out / "bench.md").write_text(md)
+        w.writerows(ctx.rows)
+    (ctx.args.out / f"{stem}.md").write_text(md)
     print(md, flush=True)
+
+
+def gen1_main(args) -> None:
+    """The generation-1 benchmark (the module docstring): checks, then prefill and decode timings."""
+    from kernels import Tile
+
+    ctx = _start(args, _timing(args))
+    explore = SMOKE_EXPLORE_TILES if args.smoke else EXPLORE_TILES
+    tiles_raw = {
+        "config": study_tiles() if not args.smoke else explore,
+        "explore": explore,
+        "both": list(dict.fromkeys(study_tiles() + explore)),
+    }[args.tiles]
+    tiles = _gen1_checks(ctx, [Tile(*t) for t in tiles_raw])
+    prefill, decode = (SMOKE_PREFILL, SMOKE_DECODE) if args.smoke else (PREFILL, DECODE)
+    t0 = time.perf_counter()
+    for phase, cases in (
+        ("prefill", [(b, s, s) for b, s in prefill]),
+        ("decode", [(b, 1, kv) for b, kv in decode]),
+    ):
+        for batch, q_len, kv_len in cases:
+            time_case(ctx, tiles, phase, batch, q_len, kv_len)
+            (args.out / "bench_partial.json").write_text(json.dumps({"env": ctx.env, "rows": ctx.rows}))
+            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+    summary = summarize(ctx.rows)
+    payload = {"env": ctx.env, "broken": ctx.broken, "rows": ctx.rows, "summary": summary}
+    _write_outputs(ctx, "bench", payload, markdown(ctx.env, ctx.broken, ctx.rows, summary))
+
+
+def _gen1_checks(ctx: Bench, tiles: list) -> list:
+    """Correctness on the device, before any timing: every tile fused and unfused against the float64
+    reference (NaN-poisoned output, odd lengths, the split decode path). Adds check rows and broken
+    tiles to ctx; returns the tiles that are not broken."""
+    from kernels import reference_attention
+
+    for phase, batch, q_len, kv_len, rotate_k in GEN1_SMOKE_CHECKS if ctx.smoke else GEN1_CHECKS:
+        q, k, v = (
+            ctx.rand(batch, ctx.heads_q, q_len, ctx.head_dim),
+            ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+            ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+        )
+        cos, sin = ctx.tables(kv_len)
+        ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
+        case = dict(phase=phase, batch=batch, q_len=q_len, kv_len=kv_len)
+        for tile in tiles:
+            for fused in (False, True):
+                _gen1_check(ctx, case, tile, fused, (q, k, v, cos, sin), ref, rotate_k)
+        del q, k, v, ref
+    checks = [r for r in ctx.rows if r["kind"] == "check"]
+    worst = max((r["rel_err"] for r in checks), default=float("nan"))
+    print(
+        f"correctness: {sum(r['passed'] for r in checks)} / {len(checks)} checks passed, "
+        f"worst rel_err {worst:.2e}; broken tiles: {ctx.broken or 'none'}",
+        flush=True,
+    )
+    return [t for t in tiles if t.name not in ctx.broken]
+
+
+def _gen1_check(ctx: Bench, case: dict, tile, fused: bool, qkv_cos_sin: tuple, ref, rotate_k: bool) -> None:
+    """One tile, fused or not, on one check case: a check row, or the tile marked broken."""
+    from kernels import attention
+
+    out = torch.full_like(qkv_cos_sin[0], float("nan"))
+    try:
+        attention(*qkv_cos_sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
+        ctx.sync()
+    except Exception as exc:  # compile/launch failure (e.g. OutOfResources)
+        ctx.broken.setdefault(tile.name, f"{type(exc).__name__}: {str(exc)[:160]}")
+        return
+    rel, mabs, nans = _errors(out, ref)
+    ok = nans == 0 and rel <= BF16_TOL[0] and mabs <= BF16_TOL[1]
+    if not ok:
+        ctx.broken.setdefault(tile.name, f"{case['phase']}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
+    ctx.rows.append(
+        dict(
+            kind="check",
+            **case,
+            impl=f"{tile.name}-{'fused' if fused else 'unfused'}",
+            rel_err=rel,
+            max_abs_err=mabs,
+            nan_count=nans,
+            passed=ok,
+        )
+    )
+
+
+def time_case(ctx: Bench, tiles: list, phase: str, batch: int, q_len: int, kv_len: int) -> None:
+    """Times every candidate (and SDPA) on one prefill or decode case into ctx.rows; prints the best."""
+    import kernels
+
+    rotate_k = phase == "prefill"
+    q = ctx.rand(batch, ctx.heads_q, q_len, ctx.head_dim)
+    k, v = (
+        ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+        ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+    )
+    cos, sin = ctx.tables(kv_len)
+    flops = 4 * ctx.head_dim * batch * ctx.heads_q * pairs_visible(q_len, kv_len)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    t = dict(q=q, k=k, v=v, cos=cos, sin=sin, out=torch.empty_like(q))
+    t["qr"] = kernels.rope(q, cos, sin, kv_len - q_len)
+    t["kr"] = kernels.rope(k, cos, sin, 0) if rotate_k else k
+    case = dict(phase=phase, batch=batch, q_len=q_len, kv_len=kv_len)
+    for name, family, fn in _gen1_fns(ctx, tiles, case, t):
+        ctx.rows.append(_gen1_time_row(ctx, case, name, family, fn, flops, kv_bytes))
+    splits = (
+        kernels.decode_split_plan(batch * ctx.heads_kv, kv_len, ctx.sm_count)[0]
+        if phase == "decode"
+        else None
+    )
+    done = [
+        r
+        for r in ctx.rows
+        if r["kind"] == "time"
+        and r["phase"] == phase
+        and r["batch"] == batch
+        and r["kv_len"] == kv_len
+        and r["status"] == "ok"
+    ]
+    best = min(done, key=lambda r: r["median_us"]) if done else None
+    print(
+        f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
+        f"{best and round(best['median_us'], 1)} us",
+        flush=True,
+    )
+
+
+def _gen1_fns(ctx: Bench, tiles: list, case: dict, t: dict) -> list[tuple]:
+    """(impl, family, callable) timed on one case's tensors t: each tile fused, unfused and its
+    attention alone, the --table-variant and --decode-waves variants, and SDPA's backends."""
+    from kernels import attention, attention_unrotated
+
+    a, out = (t["q"], t["k"], t["v"], t["cos"], t["sin"]), t["out"]
+    rotate_k = case["phase"] == "prefill"
+    fns = []
+    for tile in tiles:
+        for fused in (True, False):
+            fns.append(
+                (
+                    f"{tile.name}-{'fused' if fused else 'unfused'}",
+                    "triton",
+                    lambda tl=tile, f=fused: attention(*a, tile=tl, fused=f, rotate_k=rotate_k, out=out),
+                )
+            )
+        fns.append(
+            (
+                f"{tile.name}-attn-only",
+                "attn-only",
+                lambda tl=tile: attention_unrotated(t["qr"], t["kr"], t["v"], tile=tl, out=out),
+            )
+        )
+    if case["phase"] == "prefill" and ctx.args.table_variant and tiles:
+        cos32, sin32 = ctx.tables(case["kv_len"], dtype=torch.float32)
+        for tile in tiles:
+            fns.append(
+                (
+                    f"{tile.name}-fused-f32tables",
+                    "variant",
+                    lambda tl=tile: attention(
+                        *a[:3], cos32, sin32, tile=tl, fused=True, rotate_k=True, out=out
+                    ),
+                )
+            )
+    if case["phase"] == "decode" and ctx.args.decode_waves and tiles:
+        fns += _gen1_wave_fns(ctx, tiles[0], a, out)
+    if not ctx.args.skip_sdpa and not ctx.smoke:
+        causal = case["q_len"] > 1
+        fns += [(name, "sdpa", _sdpa_fn(be, t["qr"], t["kr"], t["v"], causal)) for name, be in GEN1_SDPA]
+    return fns
+
+
+def _gen1_wave_fns(ctx: Bench, tile, a: tuple, out) -> list[tuple]:
+    """tile's fused decode with each --decode-waves value in place of kernels.attention.DECODE_WAVES."""
+    from kernels import attention
+
+    attn_mod = sys.modules["kernels.attention"]
+    fns = []
+    for waves in ctx.args.decode_waves:
+
+        def run(w=waves):
+            saved = attn_mod.DECODE_WAVES
+            attn_mod.DECODE_WAVES = w
+            try:
+                attention(*a, tile=tile, fused=True, rotate_k=False, out=out)
+            finally:
+                attn_mod.DECODE_WAVES = saved
+
+        fns.append((f"{tile.name}-fused-waves{waves}", "variant", run))
+    return fns
+
+
+def _gen1_time_row(ctx: Bench, case: dict, name: str, family: str, fn, flops: int, kv_bytes: int) -> dict:
+    """The time row of one callable: median µs and rates, and at decode the host cost per call and
+    the CUDA Graph replay time (launch-bound shapes); the error where it fails."""
+    row = dict(kind="time", **case, impl=name, family=family)
+    try:
+        fn()
+        ctx.sync()
+        us = ctx.bench(fn)
+        row.update(median_us=us, tflops=flops / us / 1e6, gbps=kv_bytes / us / 1e3, status="ok")
+        if case["phase"] == "decode" and not ctx.smoke:
+            try:
+                row["host_us"] = ctx.host_us(fn)
+                row["graph_us"] = ctx.graph_us(fn)
+            except Exception as exc:
+                row["graph_status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    except Exception as exc:
+        row.update(status=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+    return row
 
 
 def summarize(rows):
