@@ -26,15 +26,20 @@ K and V bytes read once.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
+import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import platform
+import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -61,7 +66,110 @@ def pairs_visible(q_len: int, kv_len: int) -> int:
     return q_len * (q_len + 1) // 2 + q_len * (kv_len - q_len)
 
 
-def main() -> None:
+SMOKE_SHAPE = (4, 2, 32, torch.float16)  # (heads_q, heads_kv, head_dim, dtype) of --smoke
+SMOKE_PREFILL, SMOKE_DECODE = [(1, 40)], [(2, 100)]
+SMOKE_EXPLORE_TILES = [(16, 16, 4, 2), (32, 16, 4, 2)]
+# (phase, batch, q_len, kv_len, rotate_k) of generation 1's correctness checks, full size and --smoke
+GEN1_CHECKS = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False), ("chunk", 1, 77, 3001, False)]
+GEN1_SMOKE_CHECKS = [("prefill", 1, 33, 33, True), ("decode", 2, 1, 70, False), ("chunk", 1, 7, 50, False)]
+GEN1_SDPA = [  # (impl name, torch.nn.attention.SDPBackend member)
+    ("sdpa-cudnn", "CUDNN_ATTENTION"),
+    ("sdpa-flash", "FLASH_ATTENTION"),
+    ("sdpa-efficient", "EFFICIENT_ATTENTION"),
+]
+
+
+@dataclasses.dataclass
+class Bench:
+    """What a benchmark run's phases share: its arguments, the device and problem shape, the seeded
+    random source, the environment, the rows and broken configs found so far, and the helpers that
+    time a callable on the device."""
+
+    args: argparse.Namespace
+    device: torch.device
+    sm_count: int
+    env: dict
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: torch.dtype
+    gen: torch.Generator
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    broken: dict[str, str] = dataclasses.field(default_factory=dict)
+    t_start: float = 0.0  # when log() counts from
+
+    @property
+    def smoke(self) -> bool:
+        return self.args.smoke
+
+    @property
+    def table_dtype(self) -> torch.dtype:
+        return getattr(torch, self.args.table_dtype)
+
+    def rand(self, *shape) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, device=self.device, dtype=torch.float32).to(self.dtype)
+
+    def tables(self, seq: int, dtype: torch.dtype | None = None):
+        """(cos, sin) RoPE tables for seq positions, in the --table-dtype unless dtype is given."""
+        from kernels import rope_tables
+
+        dtype = self.table_dtype if dtype is None else dtype
+        return rope_tables(seq, self.head_dim, dtype=dtype, device=self.device)
+
+    def prefill_tensors(self, batch: int, seq: int) -> dict:
+        return _prefill_tensors(
+            batch,
+            seq,
+            self.heads_q,
+            self.heads_kv,
+            self.head_dim,
+            self.dtype,
+            self.device,
+            self.gen,
+            self.table_dtype,
+        )
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t_start:5.0f} s] {msg}", flush=True)
+
+    def bench(self, fn) -> float:
+        """Median µs of fn (--smoke: the wall-clock of one call)."""
+        if self.smoke:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e6
+        import triton.testing
+
+        ms = triton.testing.do_bench(
+            fn, warmup=self.args.warmup_ms, rep=self.args.rep_ms, return_mode="median"
+        )
+        return ms * 1e3
+
+    def host_us(self, fn, calls: int = 100, warm: bool = False) -> float:
+        """Host time per call of back-to-back calls (the GPU keeps up, so this is launch cost);
+        warm: one call before the clock starts."""
+        if warm:
+            fn()
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        self.sync()
+        return elapsed / calls * 1e6
+
+    def graph_us(self, fn) -> float:
+        """Median µs of fn under CUDA Graph replay."""
+        import triton.testing
+
+        return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
     ap.add_argument("--tiles", default="config", choices=["config", "explore", "both"])
@@ -97,7 +205,11 @@ def main() -> None:
         help="CPU dry run of the script under TRITON_INTERPRET=1: tiny shapes, float16, "
         "wall-clock timing; checks the script, measures nothing",
     )
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.compile_one:
         compile_one(args.compile_one)
         return
@@ -105,268 +217,293 @@ def main() -> None:
     if args.gen2:
         gen2_main(args)
         return
+    gen1_main(args)
 
-    import triton
-    import triton.testing
 
+def _device(smoke: bool) -> tuple[torch.device, int, str]:
+    """(device, SM count, name) of the run: the CPU under the interpreter for --smoke, else the GPU."""
     import kernels
-    from kernels import Tile, attention, attention_unrotated, reference_attention, rope_tables
 
-    global HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE, PREFILL, DECODE, EXPLORE_TILES
-    if args.smoke:
+    if smoke:
         if not kernels.interpreted():
             raise SystemExit("--smoke needs TRITON_INTERPRET=1")
-        HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE = 4, 2, 32, torch.float16
-        PREFILL, DECODE = [(1, 40)], [(2, 100)]
-        EXPLORE_TILES = [(16, 16, 4, 2), (32, 16, 4, 2)]
         dev = torch.device("cpu")
-        sm_count, name = kernels._mode.sm_count(dev), "interpreter (smoke)"
-    else:
-        if kernels.interpreted() or not torch.cuda.is_available():
-            raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
-        dev = torch.device("cuda")
-        props = torch.cuda.get_device_properties(dev)
-        sm_count, name = props.multi_processor_count, props.name
-    attn_mod = sys.modules["kernels.attention"]
+        return dev, kernels._mode.sm_count(dev), "interpreter (smoke)"
+    if kernels.interpreted() or not torch.cuda.is_available():
+        raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    return dev, props.multi_processor_count, props.name
+
+
+def _timing(args) -> str:
+    return f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep"
+
+
+def _start(args, timing: str, **extra) -> Bench:
+    """Picks the device, prints the environment (extra goes before its timing) and returns the run's
+    Bench, with --smoke's shape under --smoke."""
+    import triton
+
+    dev, sm_count, name = _device(args.smoke)
     env = {
         "device": name,
         "sm_count": sm_count,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if not args.smoke else None,
+        "cudnn": None if args.smoke else torch.backends.cudnn.version(),
         "python": platform.python_version(),
         "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(sys.argv),
         "table_dtype": args.table_dtype,
-        "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep",
+        **extra,
+        "timing": timing,
     }
     print(json.dumps(env), flush=True)
-    tiles_raw = {
-        "config": study_tiles() if not args.smoke else EXPLORE_TILES,
-        "explore": EXPLORE_TILES,
-        "both": list(dict.fromkeys(study_tiles() + EXPLORE_TILES)),
-    }[args.tiles]
-    tiles = [Tile(*t) for t in tiles_raw]
-    table_dtype = getattr(torch, args.table_dtype)
+    shape = SMOKE_SHAPE if args.smoke else (HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE)
     gen = torch.Generator(device=dev).manual_seed(0)
+    return Bench(args, dev, sm_count, env, *shape, gen=gen)
 
-    def rand(*shape):
-        return torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(DTYPE)
 
-    rows: list[dict] = []
+def _errors(out, ref) -> tuple[float, float, int]:
+    """(relative error, max absolute error, NaN count) of out against the float64 reference."""
+    diff = out.double() - ref
+    return float(diff.norm() / ref.norm()), float(diff.abs().max()), int(out.isnan().sum())
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
 
-    # -- correctness on the GPU, before any timing ----------------------------------------------
-    checks = [("prefill", 2, 1000, 1000, True), ("decode", 3, 1, 5000, False), ("chunk", 1, 77, 3001, False)]
-    if args.smoke:
-        checks = [("prefill", 1, 33, 33, True), ("decode", 2, 1, 70, False), ("chunk", 1, 7, 50, False)]
-    broken: dict[str, str] = {}
-    for phase, batch, q_len, kv_len, rotate_k in checks:
-        q, k, v = (
-            rand(batch, HEADS_Q, q_len, HEAD_DIM),
-            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
-            rand(batch, HEADS_KV, kv_len, HEAD_DIM),
-        )
-        cos, sin = rope_tables(kv_len, HEAD_DIM, dtype=table_dtype, device=dev)
-        ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
-        for tile in tiles:
-            for fused in (False, True):
-                name = f"{tile.name}-{'fused' if fused else 'unfused'}"
-                out = torch.full_like(q, float("nan"))
-                try:
-                    attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
-                    sync()
-                except Exception as exc:  # compile/launch failure (e.g. OutOfResources)
-                    broken.setdefault(tile.name, f"{type(exc).__name__}: {str(exc)[:160]}")
-                    continue
-                diff = out.double() - ref
-                rel = float(diff.norm() / ref.norm())
-                mabs = float(diff.abs().max())
-                nans = int(out.isnan().sum())
-                ok = nans == 0 and rel <= BF16_TOL[0] and mabs <= BF16_TOL[1]
-                if not ok:
-                    broken.setdefault(tile.name, f"{phase}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
-                rows.append(
-                    dict(
-                        kind="check",
-                        phase=phase,
-                        batch=batch,
-                        q_len=q_len,
-                        kv_len=kv_len,
-                        impl=name,
-                        rel_err=rel,
-                        max_abs_err=mabs,
-                        nan_count=nans,
-                        passed=ok,
-                    )
-                )
-        del q, k, v, ref
-    worst = max((r["rel_err"] for r in rows if r["kind"] == "check"), default=float("nan"))
-    print(
-        f"correctness: {sum(r['passed'] for r in rows if r['kind'] == 'check')} / "
-        f"{sum(1 for r in rows if r['kind'] == 'check')} checks passed, worst rel_err {worst:.2e}; "
-        f"broken tiles: {broken or 'none'}",
-        flush=True,
-    )
-    tiles = [t for t in tiles if t.name not in broken]
-
-    def bench(fn) -> float:
-        if args.smoke:
-            start = time.perf_counter()
-            fn()
-            return (time.perf_counter() - start) * 1e6
-        return (
-            triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
-        )  # ms -> us
-
-    def host_us(fn, calls=100) -> float:
-        """Host time per call of back-to-back calls (the GPU keeps up, so this is launch cost)."""
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        sync()
-        return elapsed / calls * 1e6
-
+def _sdpa_fn(backend: str, q, k, v, causal: bool):
+    """torch SDPA restricted to one backend (an SDPBackend member's name), GQA, no RoPE."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backends = [
-        ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
-        ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
-        ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION),
-    ]
-
-    def time_case(phase, batch, q_len, kv_len):
-        rotate_k = phase == "prefill"
-        q = rand(batch, HEADS_Q, q_len, HEAD_DIM)
-        k, v = rand(batch, HEADS_KV, kv_len, HEAD_DIM), rand(batch, HEADS_KV, kv_len, HEAD_DIM)
-        cos, sin = rope_tables(kv_len, HEAD_DIM, dtype=table_dtype, device=dev)
-        flops = 4 * HEAD_DIM * batch * HEADS_Q * pairs_visible(q_len, kv_len)
-        kv_bytes = 2 * k.numel() * k.element_size()
-        out = torch.empty_like(q)
-        qr = kernels.rope(q, cos, sin, kv_len - q_len)
-        kr = kernels.rope(k, cos, sin, 0) if rotate_k else k
-        fns = []
-        for tile in tiles:
-            for fused in (True, False):
-                fns.append(
-                    (
-                        f"{tile.name}-{'fused' if fused else 'unfused'}",
-                        "triton",
-                        lambda t=tile, f=fused: attention(
-                            q, k, v, cos, sin, tile=t, fused=f, rotate_k=rotate_k, out=out
-                        ),
-                    )
-                )
-            fns.append(
-                (
-                    f"{tile.name}-attn-only",
-                    "attn-only",
-                    lambda t=tile: attention_unrotated(qr, kr, v, tile=t, out=out),
-                )
+    def fn():
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=True
             )
-        if phase == "prefill" and args.table_variant and tiles:
-            cos32, sin32 = rope_tables(kv_len, HEAD_DIM, dtype=torch.float32, device=dev)
-            for tile in tiles:
-                fns.append(
-                    (
-                        f"{tile.name}-fused-f32tables",
-                        "variant",
-                        lambda t=tile: attention(
-                            q, k, v, cos32, sin32, tile=t, fused=True, rotate_k=True, out=out
-                        ),
-                    )
-                )
-        if phase == "decode" and args.decode_waves and tiles:
-            for waves in args.decode_waves:
 
-                def run(w=waves, t=tiles[0]):
-                    saved = attn_mod.DECODE_WAVES
-                    attn_mod.DECODE_WAVES = w
-                    try:
-                        attention(q, k, v, cos, sin, tile=t, fused=True, rotate_k=False, out=out)
-                    finally:
-                        attn_mod.DECODE_WAVES = saved
+    return fn
 
-                fns.append((f"{tiles[0].name}-fused-waves{waves}", "variant", run))
-        if not args.skip_sdpa and not args.smoke:
-            for name, backend in backends:
 
-                def sdpa(b=backend):
-                    with sdpa_kernel([b]):
-                        return torch.nn.functional.scaled_dot_product_attention(
-                            qr, kr, v, is_causal=q_len > 1, enable_gqa=True
-                        )
-
-                fns.append((name, "sdpa", sdpa))
-        for name, impl, fn in fns:
-            row = dict(
-                kind="time", phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, impl=name, family=impl
-            )
-            try:
-                fn()
-                sync()
-                us = bench(fn)
-                row.update(median_us=us, tflops=flops / us / 1e6, gbps=kv_bytes / us / 1e3, status="ok")
-                if phase == "decode" and not args.smoke:
-                    # launch-bound shapes: the host cost of one call, and the GPU time alone
-                    try:
-                        row["host_us"] = host_us(fn)
-                        row["graph_us"] = (
-                            triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
-                        )
-                    except Exception as exc:
-                        row["graph_status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-            except Exception as exc:
-                row.update(status=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-            rows.append(row)
-        splits = (
-            kernels.decode_split_plan(batch * HEADS_KV, kv_len, sm_count)[0] if phase == "decode" else None
-        )
-        done = [
-            r
-            for r in rows
-            if r["kind"] == "time"
-            and r["phase"] == phase
-            and r["batch"] == batch
-            and r["kv_len"] == kv_len
-            and r["status"] == "ok"
-        ]
-        best = min(done, key=lambda r: r["median_us"]) if done else None
-        print(
-            f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
-            f"{best and round(best['median_us'], 1)} us",
-            flush=True,
-        )
-        del q, k, v, qr, kr, out
-
-    t0 = time.perf_counter()
-    for phase, cases in (
-        ("prefill", [(b, s, s) for b, s in PREFILL]),
-        ("decode", [(b, 1, kv) for b, kv in DECODE]),
-    ):
-        for batch, q_len, kv_len in cases:
-            time_case(phase, batch, q_len, kv_len)
-            (args.out / "bench_partial.json").write_text(json.dumps({"env": env, "rows": rows}))
-            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
-
-    summary = summarize(rows)
-    (args.out / "bench.json").write_text(
-        json.dumps({"env": env, "broken": broken, "rows": rows, "summary": summary}, indent=1)
-    )
-    keys = sorted({k for r in rows for k in r})
-    with open(args.out / "bench.csv", "w", newline="") as fh:
+def _write_outputs(ctx: Bench, stem: str, payload: dict, md: str) -> None:
+    """Writes OUT/stem.json (payload), OUT/stem.csv (the rows) and OUT/stem.md (md), and prints md."""
+    (ctx.args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+    keys = sorted({k for r in ctx.rows for k in r})
+    with open(ctx.args.out / f"{stem}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()
-        w.writerows(rows)
-    md = markdown(env, broken, rows, summary)
-    (args.out / "bench.md").write_text(md)
+        w.writerows(ctx.rows)
+    (ctx.args.out / f"{stem}.md").write_text(md)
     print(md, flush=True)
+
+
+def gen1_main(args) -> None:
+    """The generation-1 benchmark (the module docstring): checks, then prefill and decode timings."""
+    from kernels import Tile
+
+    ctx = _start(args, _timing(args))
+    explore = SMOKE_EXPLORE_TILES if args.smoke else EXPLORE_TILES
+    tiles_raw = {
+        "config": study_tiles() if not args.smoke else explore,
+        "explore": explore,
+        "both": list(dict.fromkeys(study_tiles() + explore)),
+    }[args.tiles]
+    tiles = _gen1_checks(ctx, [Tile(*t) for t in tiles_raw])
+    prefill, decode = (SMOKE_PREFILL, SMOKE_DECODE) if args.smoke else (PREFILL, DECODE)
+    t0 = time.perf_counter()
+    for phase, cases in (
+        ("prefill", [(b, s, s) for b, s in prefill]),
+        ("decode", [(b, 1, kv) for b, kv in decode]),
+    ):
+        for batch, q_len, kv_len in cases:
+            time_case(ctx, tiles, phase, batch, q_len, kv_len)
+            (args.out / "bench_partial.json").write_text(json.dumps({"env": ctx.env, "rows": ctx.rows}))
+            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+    summary = summarize(ctx.rows)
+    payload = {"env": ctx.env, "broken": ctx.broken, "rows": ctx.rows, "summary": summary}
+    _write_outputs(ctx, "bench", payload, markdown(ctx.env, ctx.broken, ctx.rows, summary))
+
+
+def _gen1_checks(ctx: Bench, tiles: list) -> list:
+    """Correctness on the device, before any timing: every tile fused and unfused against the float64
+    reference (NaN-poisoned output, odd lengths, the split decode path). Adds check rows and broken
+    tiles to ctx; returns the tiles that are not broken."""
+    from kernels import reference_attention
+
+    for phase, batch, q_len, kv_len, rotate_k in GEN1_SMOKE_CHECKS if ctx.smoke else GEN1_CHECKS:
+        q, k, v = (
+            ctx.rand(batch, ctx.heads_q, q_len, ctx.head_dim),
+            ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+            ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+        )
+        cos, sin = ctx.tables(kv_len)
+        ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
+        case = dict(phase=phase, batch=batch, q_len=q_len, kv_len=kv_len)
+        for tile in tiles:
+            for fused in (False, True):
+                _gen1_check(ctx, case, tile, fused, (q, k, v, cos, sin), ref, rotate_k)
+        del q, k, v, ref
+    checks = [r for r in ctx.rows if r["kind"] == "check"]
+    worst = max((r["rel_err"] for r in checks), default=float("nan"))
+    print(
+        f"correctness: {sum(r['passed'] for r in checks)} / {len(checks)} checks passed, "
+        f"worst rel_err {worst:.2e}; broken tiles: {ctx.broken or 'none'}",
+        flush=True,
+    )
+    return [t for t in tiles if t.name not in ctx.broken]
+
+
+def _gen1_check(ctx: Bench, case: dict, tile, fused: bool, qkv_cos_sin: tuple, ref, rotate_k: bool) -> None:
+    """One tile, fused or not, on one check case: a check row, or the tile marked broken."""
+    from kernels import attention
+
+    out = torch.full_like(qkv_cos_sin[0], float("nan"))
+    try:
+        attention(*qkv_cos_sin, tile=tile, fused=fused, rotate_k=rotate_k, out=out)
+        ctx.sync()
+    except Exception as exc:  # compile/launch failure (e.g. OutOfResources)
+        ctx.broken.setdefault(tile.name, f"{type(exc).__name__}: {str(exc)[:160]}")
+        return
+    rel, mabs, nans = _errors(out, ref)
+    ok = nans == 0 and rel <= BF16_TOL[0] and mabs <= BF16_TOL[1]
+    if not ok:
+        ctx.broken.setdefault(tile.name, f"{case['phase']}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
+    ctx.rows.append(
+        dict(
+            kind="check",
+            **case,
+            impl=f"{tile.name}-{'fused' if fused else 'unfused'}",
+            rel_err=rel,
+            max_abs_err=mabs,
+            nan_count=nans,
+            passed=ok,
+        )
+    )
+
+
+def time_case(ctx: Bench, tiles: list, phase: str, batch: int, q_len: int, kv_len: int) -> None:
+    """Times every candidate (and SDPA) on one prefill or decode case into ctx.rows; prints the best."""
+    import kernels
+
+    rotate_k = phase == "prefill"
+    q = ctx.rand(batch, ctx.heads_q, q_len, ctx.head_dim)
+    k, v = (
+        ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+        ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim),
+    )
+    cos, sin = ctx.tables(kv_len)
+    flops = 4 * ctx.head_dim * batch * ctx.heads_q * pairs_visible(q_len, kv_len)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    t = dict(q=q, k=k, v=v, cos=cos, sin=sin, out=torch.empty_like(q))
+    t["qr"] = kernels.rope(q, cos, sin, kv_len - q_len)
+    t["kr"] = kernels.rope(k, cos, sin, 0) if rotate_k else k
+    case = dict(phase=phase, batch=batch, q_len=q_len, kv_len=kv_len)
+    for name, family, fn in _gen1_fns(ctx, tiles, case, t):
+        ctx.rows.append(_gen1_time_row(ctx, case, name, family, fn, flops, kv_bytes))
+    splits = (
+        kernels.decode_split_plan(batch * ctx.heads_kv, kv_len, ctx.sm_count)[0]
+        if phase == "decode"
+        else None
+    )
+    done = [
+        r
+        for r in ctx.rows
+        if r["kind"] == "time"
+        and r["phase"] == phase
+        and r["batch"] == batch
+        and r["kv_len"] == kv_len
+        and r["status"] == "ok"
+    ]
+    best = min(done, key=lambda r: r["median_us"]) if done else None
+    print(
+        f"{phase} B={batch} Sq={q_len} Skv={kv_len} splits={splits}: best {best and best['impl']} "
+        f"{best and round(best['median_us'], 1)} us",
+        flush=True,
+    )
+
+
+def _gen1_fns(ctx: Bench, tiles: list, case: dict, t: dict) -> list[tuple]:
+    """(impl, family, callable) timed on one case's tensors t: each tile fused, unfused and its
+    attention alone, the --table-variant and --decode-waves variants, and SDPA's backends."""
+    from kernels import attention, attention_unrotated
+
+    a, out = (t["q"], t["k"], t["v"], t["cos"], t["sin"]), t["out"]
+    rotate_k = case["phase"] == "prefill"
+    fns = []
+    for tile in tiles:
+        for fused in (True, False):
+            fns.append(
+                (
+                    f"{tile.name}-{'fused' if fused else 'unfused'}",
+                    "triton",
+                    lambda tl=tile, f=fused: attention(*a, tile=tl, fused=f, rotate_k=rotate_k, out=out),
+                )
+            )
+        fns.append(
+            (
+                f"{tile.name}-attn-only",
+                "attn-only",
+                lambda tl=tile: attention_unrotated(t["qr"], t["kr"], t["v"], tile=tl, out=out),
+            )
+        )
+    if case["phase"] == "prefill" and ctx.args.table_variant and tiles:
+        cos32, sin32 = ctx.tables(case["kv_len"], dtype=torch.float32)
+        for tile in tiles:
+            fns.append(
+                (
+                    f"{tile.name}-fused-f32tables",
+                    "variant",
+                    lambda tl=tile: attention(
+                        *a[:3], cos32, sin32, tile=tl, fused=True, rotate_k=True, out=out
+                    ),
+                )
+            )
+    if case["phase"] == "decode" and ctx.args.decode_waves and tiles:
+        fns += _gen1_wave_fns(ctx, tiles[0], a, out)
+    if not ctx.args.skip_sdpa and not ctx.smoke:
+        causal = case["q_len"] > 1
+        fns += [(name, "sdpa", _sdpa_fn(be, t["qr"], t["kr"], t["v"], causal)) for name, be in GEN1_SDPA]
+    return fns
+
+
+def _gen1_wave_fns(ctx: Bench, tile, a: tuple, out) -> list[tuple]:
+    """tile's fused decode with each --decode-waves value in place of kernels.attention.DECODE_WAVES."""
+    from kernels import attention
+
+    attn_mod = sys.modules["kernels.attention"]
+    fns = []
+    for waves in ctx.args.decode_waves:
+
+        def run(w=waves):
+            saved = attn_mod.DECODE_WAVES
+            attn_mod.DECODE_WAVES = w
+            try:
+                attention(*a, tile=tile, fused=True, rotate_k=False, out=out)
+            finally:
+                attn_mod.DECODE_WAVES = saved
+
+        fns.append((f"{tile.name}-fused-waves{waves}", "variant", run))
+    return fns
+
+
+def _gen1_time_row(ctx: Bench, case: dict, name: str, family: str, fn, flops: int, kv_bytes: int) -> dict:
+    """The time row of one callable: median µs and rates, and at decode the host cost per call and
+    the CUDA Graph replay time (launch-bound shapes); the error where it fails."""
+    row = dict(kind="time", **case, impl=name, family=family)
+    try:
+        fn()
+        ctx.sync()
+        us = ctx.bench(fn)
+        row.update(median_us=us, tflops=flops / us / 1e6, gbps=kv_bytes / us / 1e3, status="ok")
+        if case["phase"] == "decode" and not ctx.smoke:
+            try:
+                row["host_us"] = ctx.host_us(fn)
+                row["graph_us"] = ctx.graph_us(fn)
+            except Exception as exc:
+                row["graph_status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    except Exception as exc:
+        row.update(status=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+    return row
 
 
 def summarize(rows):
@@ -645,132 +782,138 @@ def compile_one(cfg_json: str) -> None:
         )
 
 
+class Gen2Sizes(NamedTuple):
+    """Generation 2's timed shapes and host-cost calls (GEN2_SIZES, or GEN2_SMOKE_SIZES for --smoke)."""
+
+    prefill: list  # (batch, seq)
+    decode: list  # (batch, kv_len)
+    decode_tiles: list
+    host_calls: int
+    host_seq: int  # prefill length of the host-cost plans
+    host_kv: int  # decode kv_len of the host-cost calls
+
+
+GEN2_SIZES = Gen2Sizes(GEN2_PREFILL, GEN2_DECODE, DECODE_TILES, HOST_CALLS, HOST_PREFILL_SEQ, 2048)
+GEN2_SMOKE_SIZES = Gen2Sizes([(1, 40)], [(2, 100)], [(16, 16, 4, 2)], 3, 20, 100)
+GEN2_SMOKE_TILE = (32, 16, 4, 2)  # --smoke's stand-in for GEN2_TILES[0] and GEN1_PREFILL_TILES[0]
+GEN2_SDPA = [("sdpa-cudnn", "CUDNN_ATTENTION"), ("sdpa-flash", "FLASH_ATTENTION")]
+
+
 def gen2_main(args) -> None:
-    import concurrent.futures
-    import dataclasses
-    import os
-    import subprocess
-
-    import triton
-    import triton.testing
-
+    """The generation-2 benchmark (--gen2; the module docstring): compile the prefill configs, check
+    them and the decode plans, then host cost, prefill and decode timings."""
     import kernels
-    from kernels import Tile, reference_attention, rope_tables
 
-    smoke = args.smoke
-    heads_q, heads_kv, head_dim, dtype = HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE
-    prefill_shapes, decode_shapes, decode_tiles = GEN2_PREFILL, GEN2_DECODE, DECODE_TILES
-    host_calls, host_seq, host_kv = HOST_CALLS, HOST_PREFILL_SEQ, 2048
-    if smoke:
-        if not kernels.interpreted():
-            raise SystemExit("--smoke needs TRITON_INTERPRET=1")
-        heads_q, heads_kv, head_dim, dtype = 4, 2, 32, torch.float16
-        prefill_shapes, decode_shapes, decode_tiles = [(1, 40)], [(2, 100)], [(16, 16, 4, 2)]
-        host_calls, host_seq, host_kv = 3, 20, 100
-        dev, sm_count, name = (
-            torch.device("cpu"),
-            kernels._mode.sm_count(torch.device("cpu")),
-            "interpreter (smoke)",
-        )
-    else:
-        if kernels.interpreted() or not torch.cuda.is_available():
-            raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
-        dev = torch.device("cuda")
-        props = torch.cuda.get_device_properties(dev)
-        sm_count, name = props.multi_processor_count, props.name
-    table_dtype = getattr(torch, args.table_dtype)
-    env = {
-        "device": name,
-        "sm_count": sm_count,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": None if smoke else torch.backends.cudnn.version(),
-        "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(sys.argv),
-        "table_dtype": args.table_dtype,
-        "generation": kernels.GENERATION,
-        "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed per rep; "
-        f"host cost: CPU wall of {host_calls} back-to-back calls",
-    }
-    print(json.dumps(env), flush=True)
-    gen = torch.Generator(device=dev).manual_seed(0)
-    rows: list[dict] = []
-    t_start = time.perf_counter()
+    sz = GEN2_SMOKE_SIZES if args.smoke else GEN2_SIZES
+    timing = f"{_timing(args)}; host cost: CPU wall of {sz.host_calls} back-to-back calls"
+    ctx = _start(args, timing, generation=kernels.GENERATION)
+    ctx.t_start = time.perf_counter()
+    configs = _gen2_compile(ctx, gen2_prefill_configs(args.smoke))
+    timed, checks = _gen2_correctness(ctx, sz, configs)
+    _gen2_host_cost(ctx, sz)
+    for batch, seq in sz.prefill:
+        _gen2_time_prefill(ctx, timed, batch, seq)
+    for batch, kv_len in sz.decode:
+        _gen2_time_decode(ctx, sz, batch, kv_len)
+    summary = gen2_summary(ctx.rows)
+    md = gen2_markdown(ctx.env, ctx.broken, checks, ctx.rows, summary)
+    payload = {"env": ctx.env, "broken": ctx.broken, "checks": checks, "rows": ctx.rows, "summary": summary}
+    _write_outputs(ctx, "bench_gen2", payload, md)
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
 
-    def log(msg):
-        print(f"[{time.perf_counter() - t_start:5.0f} s] {msg}", flush=True)
+def _err(exc) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
-    def bench(fn) -> float:
-        if smoke:
-            start = time.perf_counter()
-            fn()
-            return (time.perf_counter() - start) * 1e6
-        return triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
 
-    def host_us(fn, calls) -> float:
-        fn()
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        sync()
-        return elapsed / calls * 1e6
+def _other_merge():
+    """Decode's split merge other than the default's, timed beside it (Variant.decode_reduce_in_kernel)."""
+    import kernels
 
-    def err(exc) -> str:
-        text = str(exc).splitlines()[0][:160] if str(exc) else ""
-        return f"{type(exc).__name__}: {text}"
+    default = kernels.DEFAULT_VARIANT
+    return dataclasses.replace(default, decode_reduce_in_kernel=not default.decode_reduce_in_kernel)
 
-    # decode's split merge other than the default's, timed beside it (Variant.decode_reduce_in_kernel)
-    other_merge = dataclasses.replace(
-        kernels.DEFAULT_VARIANT, decode_reduce_in_kernel=not kernels.DEFAULT_VARIANT.decode_reduce_in_kernel
+
+def _gen2_write_partial(ctx: Bench) -> None:
+    (ctx.args.out / "bench_gen2_partial.json").write_text(
+        json.dumps({"env": ctx.env, "broken": ctx.broken, "rows": ctx.rows})
     )
 
-    # -- 1. compile every prefill config in parallel subprocesses (Triton's disk cache) --------------
-    configs = gen2_prefill_configs(smoke)
-    broken: dict[str, str] = {}
-    if not smoke:
 
-        def compile_sub(cfg):
-            cmd = [sys.executable, "-W", "ignore", __file__, "--compile-one", json.dumps(cfg)]
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-                last = (done.stdout.strip().splitlines() or ["{}"])[-1]
-                result = json.loads(last) if last.startswith("{") else {}
-                if done.returncode != 0 or not result.get("ok"):
-                    return cfg, result.get("error") or f"rc {done.returncode}: {done.stderr.strip()[-160:]}"
-            except subprocess.TimeoutExpired:
-                return cfg, "compile timed out (240 s)"
-            return cfg, None
+# -- 1. compile every prefill config in parallel subprocesses (Triton's disk cache) --------------------
 
+
+def _compile_sub(cfg):
+    """(cfg, None), or (cfg, the problem) where compiling cfg in a --compile-one subprocess failed."""
+    cmd = [sys.executable, "-W", "ignore", __file__, "--compile-one", json.dumps(cfg)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        last = (done.stdout.strip().splitlines() or ["{}"])[-1]
+        result = json.loads(last) if last.startswith("{") else {}
+        if done.returncode != 0 or not result.get("ok"):
+            return cfg, result.get("error") or f"rc {done.returncode}: {done.stderr.strip()[-160:]}"
+    except subprocess.TimeoutExpired:
+        return cfg, "compile timed out (240 s)"
+    return cfg, None
+
+
+def _gen2_compile(ctx: Bench, configs: list) -> list:
+    """Compiles the configs (not under --smoke), marks those that fail broken; returns the rest."""
+    if not ctx.smoke:
         workers = max(1, min(14, (os.cpu_count() or 2) - 1))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for cfg, problem in pool.map(compile_sub, configs):
+            for cfg, problem in pool.map(_compile_sub, configs):
                 if problem:
-                    broken[config_name(*cfg)] = problem
-        log(f"compiled {len(configs)} prefill configs with {workers} workers; broken: {broken or 'none'}")
-    configs = [c for c in configs if config_name(*c) not in broken]
+                    ctx.broken[config_name(*cfg)] = problem
+        ctx.log(
+            f"compiled {len(configs)} prefill configs with {workers} workers; broken: {ctx.broken or 'none'}"
+        )
+    return [c for c in configs if config_name(*c) not in ctx.broken]
 
-    # -- 2. correctness on the device, before any timing ----------------------------------------------
-    tol = BF16_TOL if not smoke else (5e-3, 1e-2)
 
-    def check(label, out, ref):
-        diff = out.double() - ref
-        rel, mabs, nans = float(diff.norm() / ref.norm()), float(diff.abs().max()), int(out.isnan().sum())
-        ok = nans == 0 and rel <= tol[0] and mabs <= tol[1]
-        rows.append(dict(kind="check", impl=label, rel_err=rel, max_abs_err=mabs, nan_count=nans, passed=ok))
-        if not ok:
-            broken.setdefault(label.split(" ")[0], f"{label}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
-        return ok
+# -- 2. correctness on the device, before any timing ----------------------------------------------------
 
-    b_chk, s_chk = (2, 1000) if not smoke else (1, 33)
-    t = _prefill_tensors(b_chk, s_chk, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
+
+def _gen2_correctness(ctx: Bench, sz: Gen2Sizes, configs: list) -> tuple[list, dict]:
+    """Every check (check rows into ctx.rows, failures into ctx.broken); returns the prefill
+    (tile, variant, what) configs that passed and the checks' summary."""
+    t, timed = _gen2_prefill_checks(ctx, configs)
+    _gen2_chunk_checks(ctx)
+    identical = _gen2_decode_checks(ctx, sz)
+    p, more, misaligned_refused = _gen2_gen1_plan_checks(ctx, t)
+    identical += more
+    checks = [r for r in ctx.rows if r["kind"] == "check"]
+    summary_checks = dict(
+        passed=sum(r["passed"] for r in checks),
+        total=len(checks),
+        worst_rel_err=max((r["rel_err"] for r in checks), default=None),
+        plan_bit_identical=f"{sum(identical)}/{len(identical)}",
+        misaligned_refused=misaligned_refused,
+        direct_launchers=p.direct,
+        fallback_reasons=p.fallback_reasons,
+    )
+    ctx.log(f"correctness: {summary_checks}; broken: {ctx.broken or 'none'}")
+    return timed, summary_checks
+
+
+def _gen2_check(ctx: Bench, label: str, out, ref) -> bool:
+    """A check row for out against the float64 reference; a failure marks label's first word broken."""
+    tol = BF16_TOL if not ctx.smoke else (5e-3, 1e-2)
+    rel, mabs, nans = _errors(out, ref)
+    ok = nans == 0 and rel <= tol[0] and mabs <= tol[1]
+    ctx.rows.append(dict(kind="check", impl=label, rel_err=rel, max_abs_err=mabs, nan_count=nans, passed=ok))
+    if not ok:
+        ctx.broken.setdefault(label.split(" ")[0], f"{label}: rel {rel:.2e} abs {mabs:.2e} nan {nans}")
+    return ok
+
+
+def _gen2_prefill_checks(ctx: Bench, configs: list) -> tuple[dict, list]:
+    """Each prefill config (and the unfused candidates built on the 'attn' ones) on one causal
+    prefill; returns the check's tensors and the (tile, variant, what) that passed."""
+    from kernels import reference_attention
+
+    b_chk, s_chk = (2, 1000) if not ctx.smoke else (1, 33)
+    t = ctx.prefill_tensors(b_chk, s_chk)
     ref = reference_attention(t["q"], t["k"], t["v"], t["cos"], t["sin"], rotate_k=True)
     timed = []  # (cfg, what) pairs that passed
     for cfg in configs:
@@ -783,332 +926,310 @@ def gen2_main(args) -> None:
             label = config_name(cfg[0], cfg[1], what)
             try:
                 t["out"].fill_(float("nan"))
-                build_prefill((cfg[0], cfg[1], what), t, dev)()
-                sync()
+                build_prefill((cfg[0], cfg[1], what), t, ctx.device)()
+                ctx.sync()
             except Exception as exc:
-                broken[label] = err(exc)
+                ctx.broken[label] = _err(exc)
                 continue
-            if check(f"{label} prefill B{b_chk} S{s_chk}", t["out"], ref):
+            if _gen2_check(ctx, f"{label} prefill B{b_chk} S{s_chk}", t["out"], ref):
                 timed.append((cfg[0], cfg[1], what))
-    # a chunk over a cached prefix (rotate_k=False) through the generation-2 prefill kernel
-    sq, skv = (77, 3001) if not smoke else (7, 50)
-    q = torch.randn(1, heads_q, sq, head_dim, generator=gen, device=dev).to(dtype)
-    k = torch.randn(1, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
-    v = torch.randn(1, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
-    cos, sin = rope_tables(skv, head_dim, dtype=table_dtype, device=dev)
+    return t, timed
+
+
+def _gen2_chunk_checks(ctx: Bench) -> None:
+    """A chunk over a cached prefix (rotate_k=False) through the generation-2 prefill kernel, each
+    variant and RoPE placement."""
+    import kernels
+    from kernels import Tile, reference_attention
+
+    sq, skv = (77, 3001) if not ctx.smoke else (7, 50)
+    q = ctx.rand(1, ctx.heads_q, sq, ctx.head_dim)
+    k = ctx.rand(1, ctx.heads_kv, skv, ctx.head_dim)
+    v = ctx.rand(1, ctx.heads_kv, skv, ctx.head_dim)
+    cos, sin = ctx.tables(skv)
     ref_chunk = reference_attention(q, k, v, cos, sin, rotate_k=False)
+    tile = Tile(*(GEN2_TILES[0] if not ctx.smoke else GEN2_SMOKE_TILE))
     for vname in VARIANTS:
         for mode in kernels.ROPE_MODES:
-            tile = Tile(*(GEN2_TILES[0] if not smoke else (32, 16, 4, 2)))
             try:
+                variant = kernels.Variant(*VARIANTS[vname])
                 out = kernels.attention(
-                    q,
-                    k,
-                    v,
-                    cos,
-                    sin,
-                    tile=tile,
-                    rope=mode,
-                    rotate_k=False,
-                    variant=kernels.Variant(*VARIANTS[vname]),
+                    q, k, v, cos, sin, tile=tile, rope=mode, rotate_k=False, variant=variant
                 )
-                sync()
-                check(f"{tile.name}-{vname}-{mode} chunk Sq{sq} Skv{skv}", out, ref_chunk)
+                ctx.sync()
+                _gen2_check(ctx, f"{tile.name}-{vname}-{mode} chunk Sq{sq} Skv{skv}", out, ref_chunk)
             except Exception as exc:
-                broken[f"{tile.name}-{vname}-{mode} chunk"] = err(exc)
-    # decode through the split path; plan.run (compiled launchers) vs attention() (Triton JIT): same bits
-    bd, skv = (3, 5000) if not smoke else (2, 70)
-    q = torch.randn(bd, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
-    k = torch.randn(bd, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
-    v = torch.randn(bd, heads_kv, skv, head_dim, generator=gen, device=dev).to(dtype)
-    cos, sin = rope_tables(skv, head_dim, dtype=table_dtype, device=dev)
+                ctx.broken[f"{tile.name}-{vname}-{mode} chunk"] = _err(exc)
+
+
+def _gen2_decode_checks(ctx: Bench, sz: Gen2Sizes) -> list[bool]:
+    """Decode through the split path, each decode tile with and without rotate_k; returns whether
+    each plan.run (compiled launchers) gave the same bits as attention() (Triton JIT)."""
+    from kernels import Tile, reference_attention
+
+    bd, skv = (3, 5000) if not ctx.smoke else (2, 70)
+    q = ctx.rand(bd, ctx.heads_q, 1, ctx.head_dim)
+    k = ctx.rand(bd, ctx.heads_kv, skv, ctx.head_dim)
+    v = ctx.rand(bd, ctx.heads_kv, skv, ctx.head_dim)
+    cos, sin = ctx.tables(skv)
     refs = {rk: reference_attention(q, k, v, cos, sin, rotate_k=rk) for rk in (False, True)}
     identical = []
-    for tile_t in decode_tiles:
+    for tile_t in sz.decode_tiles:
         tile = Tile(*tile_t)
         for rk in (False, True):
-            for mode in kernels.ROPE_MODES:
-                p = kernels.plan(q, k, v, cos, sin, tile=tile, rope=mode, rotate_k=rk)
-                out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
-                sync()
-                check(
-                    f"{tile.name}-{mode} decode B{bd} Skv{skv} rotate_k={rk} splits={p.num_splits}",
-                    out,
-                    refs[rk],
-                )
-            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=rk, variant=other_merge)
-            out = p.run(q, k, v, cos, sin, torch.full_like(q, float("nan")))
-            sync()
-            check(f"{tile.name}-fused-{other_merge.name} decode B{bd} Skv{skv} rotate_k={rk}", out, refs[rk])
-            for fused in (True, False):
-                p = kernels.plan(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
-                a = p.run(q, k, v, cos, sin)
-                b = kernels.attention(q, k, v, cos, sin, tile=tile, fused=fused, rotate_k=rk)
-                sync()
-                identical.append(bool(torch.equal(a, b)))
-    # generation-1 prefill through a plan: bit-identical to attention(fused=...)
-    tile = Tile(*GEN1_PREFILL_TILES[0]) if not smoke else Tile(32, 16, 4, 2)
-    for fused in (True, False):
-        p = kernels.plan(t["q"], t["k"], t["v"], t["cos"], t["sin"], tile=tile, fused=fused, rotate_k=True)
-        a = p.run(t["q"], t["k"], t["v"], t["cos"], t["sin"])
-        b = kernels.attention(
-            t["q"], t["k"], t["v"], t["cos"], t["sin"], tile=tile, fused=fused, rotate_k=True
+            identical += _gen2_decode_tile_checks(ctx, tile, rk, (q, k, v, cos, sin), refs[rk])
+    return identical
+
+
+def _gen2_decode_tile_checks(ctx: Bench, tile, rk: bool, a: tuple, ref) -> list[bool]:
+    """One decode tile and rotate_k on the tensors a = (q, k, v, cos, sin): each RoPE placement's
+    plan and the other split merge against ref; plan.run against attention(), bit for bit."""
+    import kernels
+
+    q, k = a[0], a[1]
+    bd, skv = q.shape[0], k.shape[2]
+    other_merge = _other_merge()
+    for mode in kernels.ROPE_MODES:
+        p = kernels.plan(*a, tile=tile, rope=mode, rotate_k=rk)
+        out = p.run(*a, torch.full_like(q, float("nan")))
+        ctx.sync()
+        _gen2_check(
+            ctx, f"{tile.name}-{mode} decode B{bd} Skv{skv} rotate_k={rk} splits={p.num_splits}", out, ref
         )
-        sync()
-        identical.append(bool(torch.equal(a, b)))
-    # a plan refuses a misaligned view of the same shape
+    p = kernels.plan(*a, tile=tile, rope="fused", rotate_k=rk, variant=other_merge)
+    out = p.run(*a, torch.full_like(q, float("nan")))
+    ctx.sync()
+    _gen2_check(ctx, f"{tile.name}-fused-{other_merge.name} decode B{bd} Skv{skv} rotate_k={rk}", out, ref)
+    identical = []
+    for fused in (True, False):
+        p = kernels.plan(*a, tile=tile, fused=fused, rotate_k=rk)
+        x = p.run(*a)
+        y = kernels.attention(*a, tile=tile, fused=fused, rotate_k=rk)
+        ctx.sync()
+        identical.append(bool(torch.equal(x, y)))
+    return identical
+
+
+def _gen2_gen1_plan_checks(ctx: Bench, t: dict) -> tuple:
+    """Generation-1 prefill through a plan, bit-identical to attention(fused=...), on the prefill
+    check's tensors t; returns the last plan, the bit-identity results and whether that plan
+    refuses a misaligned view of the same shape."""
+    import kernels
+    from kernels import Tile
+
+    tile = Tile(*GEN1_PREFILL_TILES[0]) if not ctx.smoke else Tile(*GEN2_SMOKE_TILE)
+    a = (t["q"], t["k"], t["v"], t["cos"], t["sin"])
+    identical = []
+    for fused in (True, False):
+        p = kernels.plan(*a, tile=tile, fused=fused, rotate_k=True)
+        x = p.run(*a)
+        y = kernels.attention(*a, tile=tile, fused=fused, rotate_k=True)
+        ctx.sync()
+        identical.append(bool(torch.equal(x, y)))
     misaligned_refused = False
-    storage = torch.empty(t["q"].numel() + 1, dtype=dtype, device=dev)
+    storage = torch.empty(t["q"].numel() + 1, dtype=ctx.dtype, device=ctx.device)
     q_off = storage[1:].view(t["q"].shape)
     q_off.copy_(t["q"])
     try:
-        p.run(q_off, t["k"], t["v"], t["cos"], t["sin"])
+        p.run(q_off, *a[1:])
     except ValueError:
         misaligned_refused = True
-    checks = [r for r in rows if r["kind"] == "check"]
-    summary_checks = dict(
-        passed=sum(r["passed"] for r in checks),
-        total=len(checks),
-        worst_rel_err=max((r["rel_err"] for r in checks), default=None),
-        plan_bit_identical=f"{sum(identical)}/{len(identical)}",
-        misaligned_refused=misaligned_refused,
-        direct_launchers=p.direct,
-        fallback_reasons=p.fallback_reasons,
-    )
-    log(f"correctness: {summary_checks}; broken: {broken or 'none'}")
-    del t, ref, refs, ref_chunk
+    return p, identical, misaligned_refused
 
-    # -- 3. host cost per call (GPU kept ahead) ----------------------------------------------------
-    host = []
-    anchor = torch.zeros(1, device=dev)
-    host.append(
+
+# -- 3. host cost per call (GPU kept ahead) -------------------------------------------------------------
+
+
+def _gen2_host_cost(ctx: Bench, sz: Gen2Sizes) -> None:
+    """Host µs per call of an empty kernel, the decode and prefill entry points and cuDNN: host rows."""
+    import kernels
+
+    anchor = torch.zeros(1, device=ctx.device)
+    host = [
         (
             "empty Triton kernel (JIT launch, 1 argument)",
-            host_us(lambda: kernels.empty_kernel_launch(anchor), host_calls),
+            ctx.host_us(lambda: kernels.empty_kernel_launch(anchor), sz.host_calls, warm=True),
         )
-    )
-    q = torch.randn(1, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
-    k = torch.randn(1, heads_kv, host_kv, head_dim, generator=gen, device=dev).to(dtype)
-    v = torch.randn(1, heads_kv, host_kv, head_dim, generator=gen, device=dev).to(dtype)
-    cos, sin = rope_tables(host_kv, head_dim, dtype=table_dtype, device=dev)
-    out = torch.empty_like(q)
-    tile = Tile(*decode_tiles[0])
-    p1 = kernels.plan(q, k, v, cos, sin, tile=tile, fused=True, rotate_k=False)
-    p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
-    host.append(
+    ]
+    decode, a = _gen2_host_decode(ctx, sz)
+    host += decode + _gen2_host_prefill(ctx, sz)
+    if not ctx.smoke:
+        cudnn_decode = _sdpa_fn("CUDNN_ATTENTION", *a[:3], False)
+        host.append(
+            (
+                f"torch SDPA cuDNN decode, B1 Skv{sz.host_kv}",
+                ctx.host_us(cudnn_decode, sz.host_calls, warm=True),
+            )
+        )
+    for label, us in host:
+        ctx.rows.append(dict(kind="host", impl=label, host_us=us))
+    _gen2_write_partial(ctx)
+    ctx.log("host cost: " + "; ".join(f"{label}: {us:.1f} us" for label, us in host))
+
+
+def _gen2_host_decode(ctx: Bench, sz: Gen2Sizes) -> tuple[list, tuple]:
+    """(label, host µs) of attention() and Plan.run at decode (B1, host_kv keys), and the tensors
+    (q, k, v, cos, sin) they ran on."""
+    import kernels
+    from kernels import Tile
+
+    n = sz.host_kv
+    q = ctx.rand(1, ctx.heads_q, 1, ctx.head_dim)
+    k, v = ctx.rand(1, ctx.heads_kv, n, ctx.head_dim), ctx.rand(1, ctx.heads_kv, n, ctx.head_dim)
+    cos, sin = ctx.tables(n)
+    a, out = (q, k, v, cos, sin), torch.empty_like(q)
+    tile = Tile(*sz.decode_tiles[0])
+    p1 = kernels.plan(*a, tile=tile, fused=True, rotate_k=False)
+    p2 = kernels.plan(*a, tile=tile, rope="fused", rotate_k=False)
+
+    def us(fn) -> float:
+        return ctx.host_us(fn, sz.host_calls, warm=True)
+
+    host = [
         (
-            f"attention() decode gen-1 fused, B1 Skv{host_kv}, out= given ({p1.launches} launches)",
-            host_us(
-                lambda: kernels.attention(q, k, v, cos, sin, tile=tile, fused=True, rotate_k=False, out=out),
-                host_calls,
-            ),
-        )
-    )
-    host.append(
+            f"attention() decode gen-1 fused, B1 Skv{n}, out= given ({p1.launches} launches)",
+            us(lambda: kernels.attention(*a, tile=tile, fused=True, rotate_k=False, out=out)),
+        ),
         (
-            f"attention() decode gen-2 rope='fused' (cached plan), B1 Skv{host_kv}, out= given",
-            host_us(
-                lambda: kernels.attention(
-                    q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, out=out
-                ),
-                host_calls,
-            ),
-        )
-    )
-    host.append(
+            f"attention() decode gen-2 rope='fused' (cached plan), B1 Skv{n}, out= given",
+            us(lambda: kernels.attention(*a, tile=tile, rope="fused", rotate_k=False, out=out)),
+        ),
         (
-            f"Plan.run decode gen-1 fused, B1 Skv{host_kv}, out= given ({p1.launches} launches)",
-            host_us(lambda: p1.run(q, k, v, cos, sin, out), host_calls),
-        )
-    )
-    host.append(
+            f"Plan.run decode gen-1 fused, B1 Skv{n}, out= given ({p1.launches} launches)",
+            us(lambda: p1.run(*a, out)),
+        ),
         (
-            f"Plan.run decode gen-2 rope='fused', B1 Skv{host_kv}, out= given ({p2.launches} launches)",
-            host_us(lambda: p2.run(q, k, v, cos, sin, out), host_calls),
-        )
-    )
-    p3 = kernels.plan(
-        q,
-        k,
-        v,
-        cos,
-        sin,
-        tile=tile,
-        rope="fused",
-        rotate_k=False,
-        variant=other_merge,
-    )
+            f"Plan.run decode gen-2 rope='fused', B1 Skv{n}, out= given ({p2.launches} launches)",
+            us(lambda: p2.run(*a, out)),
+        ),
+    ]
+    other_merge = _other_merge()
+    p3 = kernels.plan(*a, tile=tile, rope="fused", rotate_k=False, variant=other_merge)
     host.append(
         (
             f"Plan.run decode gen-2 rope='fused', other merge ({other_merge.name}), out= given ({p3.launches} launches)",
-            host_us(lambda: p3.run(q, k, v, cos, sin, out), host_calls),
+            us(lambda: p3.run(*a, out)),
         )
     )
-    host.append(
-        (
-            "Plan.run decode gen-2 rope='fused', out=None (allocates)",
-            host_us(lambda: p2.run(q, k, v, cos, sin), host_calls),
-        )
-    )
-    tp = _prefill_tensors(1, host_seq, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
+    host.append(("Plan.run decode gen-2 rope='fused', out=None (allocates)", us(lambda: p2.run(*a))))
+    return host, a
+
+
+def _gen2_host_prefill(ctx: Bench, sz: Gen2Sizes) -> list:
+    """(label, host µs) of Plan.run at prefill (B1, host_seq), each RoPE placement."""
+    import kernels
+    from kernels import Tile
+
+    tp = ctx.prefill_tensors(1, sz.host_seq)
+    a = (tp["q"], tp["k"], tp["v"], tp["cos"], tp["sin"])
+    host = []
     for mode in kernels.ROPE_MODES:
-        pp = kernels.plan(
-            tp["q"],
-            tp["k"],
-            tp["v"],
-            tp["cos"],
-            tp["sin"],
-            tile=Tile(*(GEN2_TILES[0] if not smoke else (32, 16, 4, 2))),
-            rope=mode,
-            rotate_k=True,
-        )
+        tile = Tile(*(GEN2_TILES[0] if not ctx.smoke else GEN2_SMOKE_TILE))
+        pp = kernels.plan(*a, tile=tile, rope=mode, rotate_k=True)
         host.append(
             (
-                f"Plan.run prefill gen-2 rope={mode!r}, B1 S{host_seq}, out= given ({pp.launches} launches)",
-                host_us(
-                    lambda pp=pp: pp.run(tp["q"], tp["k"], tp["v"], tp["cos"], tp["sin"], tp["out"]),
-                    host_calls,
-                ),
+                f"Plan.run prefill gen-2 rope={mode!r}, B1 S{sz.host_seq}, out= given ({pp.launches} launches)",
+                ctx.host_us(lambda pp=pp: pp.run(*a, tp["out"]), sz.host_calls, warm=True),
             )
         )
-    if not smoke:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+    return host
 
-        def cudnn_decode():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-        host.append((f"torch SDPA cuDNN decode, B1 Skv{host_kv}", host_us(cudnn_decode, host_calls)))
-    for label, us in host:
-        rows.append(dict(kind="host", impl=label, host_us=us))
-    (args.out / "bench_gen2_partial.json").write_text(
-        json.dumps({"env": env, "broken": broken, "rows": rows})
+# -- 4. prefill timings; 5. decode: eager, CUDA Graph replay and host cost ----------------------------
+
+
+def _gen2_sdpa(ctx: Bench) -> list[tuple[str, str]]:
+    return [] if ctx.smoke else GEN2_SDPA
+
+
+def _gen2_time_prefill(ctx: Bench, timed: list, batch: int, seq: int) -> None:
+    """Times every checked prefill config and SDPA on one prefill shape into ctx.rows."""
+    tp = ctx.prefill_tensors(batch, seq)
+    flops = 4 * ctx.head_dim * batch * ctx.heads_q * pairs_visible(seq, seq)
+    fns = [(config_name(*c), c[2], lambda c=c: build_prefill(c, tp, ctx.device)) for c in timed]
+    fns += [
+        (n, "sdpa", lambda be=be: _sdpa_fn(be, tp["qr"], tp["kr"], tp["v"], True))
+        for n, be in _gen2_sdpa(ctx)
+    ]
+    for label, what, make in fns:
+        row = dict(kind="time", phase="prefill", batch=batch, q_len=seq, kv_len=seq, impl=label, what=what)
+        try:
+            fn = make()
+            fn()
+            ctx.sync()
+            us = ctx.bench(fn)
+            row.update(median_us=us, tflops=flops / us / 1e6, status="ok")
+        except Exception as exc:
+            row.update(status=_err(exc))
+        ctx.rows.append(row)
+    best = min(
+        (
+            r
+            for r in ctx.rows
+            if r.get("phase") == "prefill"
+            and r["batch"] == batch
+            and r["q_len"] == seq
+            and r.get("status") == "ok"
+        ),
+        key=lambda r: r["median_us"],
+        default=None,
     )
-    log("host cost: " + "; ".join(f"{label}: {us:.1f} us" for label, us in host))
+    _gen2_write_partial(ctx)
+    ctx.log(
+        f"prefill B{batch} S{seq}: best {best and best['impl']} {best and round(best['median_us'], 1)} us"
+    )
 
-    # -- 4. prefill timings -------------------------------------------------------------------------
-    sdpa_backends = [] if smoke else [("sdpa-cudnn", "CUDNN_ATTENTION"), ("sdpa-flash", "FLASH_ATTENTION")]
 
-    def sdpa_fn(backend, q, k, v, causal):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+def _gen2_time_decode(ctx: Bench, sz: Gen2Sizes, batch: int, kv_len: int) -> None:
+    """Times the decode plans, generation 1's attention() and SDPA on one decode shape into ctx.rows:
+    eager, and (not under --smoke) host cost per call and CUDA Graph replay."""
+    q = ctx.rand(batch, ctx.heads_q, 1, ctx.head_dim)
+    k = ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim)
+    v = ctx.rand(batch, ctx.heads_kv, kv_len, ctx.head_dim)
+    cos, sin = ctx.tables(kv_len)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    for label, what, fn in _gen2_decode_fns(ctx, sz, (q, k, v, cos, sin), torch.empty_like(q)):
+        row = dict(kind="time", phase="decode", batch=batch, q_len=1, kv_len=kv_len, impl=label, what=what)
+        try:
+            fn()
+            ctx.sync()
+            us = ctx.bench(fn)
+            row.update(median_us=us, gbps=kv_bytes / us / 1e3, status="ok")
+            if not ctx.smoke:
+                row["host_us"] = ctx.host_us(fn, 200, warm=True)
+                try:
+                    row["graph_us"] = ctx.graph_us(fn)
+                except Exception as exc:
+                    row["graph_status"] = _err(exc)
+        except Exception as exc:
+            row.update(status=_err(exc))
+        ctx.rows.append(row)
+    ctx.log(f"decode B{batch} Skv{kv_len} done")
 
-        def fn():
-            with sdpa_kernel([getattr(SDPBackend, backend)]):
-                return torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, is_causal=causal, enable_gqa=True
-                )
 
-        return fn
+def _gen2_decode_fns(ctx: Bench, sz: Gen2Sizes, a: tuple, out) -> list[tuple]:
+    """(impl, what, callable) of each decode tile's plan (default and other split merge) and
+    generation-1 attention(), and SDPA's backends, on the tensors a = (q, k, v, cos, sin)."""
+    import kernels
+    from kernels import Tile
 
-    for batch, seq in prefill_shapes:
-        tp = _prefill_tensors(batch, seq, heads_q, heads_kv, head_dim, dtype, dev, gen, table_dtype)
-        flops = 4 * head_dim * batch * heads_q * pairs_visible(seq, seq)
-        fns = [(config_name(*c), c[2], lambda c=c, tp=tp: build_prefill(c, tp, dev)) for c in timed]
-        fns += [
-            (n, "sdpa", lambda b=b, tp=tp: sdpa_fn(b, tp["qr"], tp["kr"], tp["v"], True))
-            for n, b in sdpa_backends
-        ]
-        for label, what, make in fns:
-            row = dict(
-                kind="time", phase="prefill", batch=batch, q_len=seq, kv_len=seq, impl=label, what=what
-            )
-            try:
-                fn = make()
-                fn()
-                sync()
-                us = bench(fn)
-                row.update(median_us=us, tflops=flops / us / 1e6, status="ok")
-            except Exception as exc:
-                row.update(status=err(exc))
-            rows.append(row)
-        best = min(
+    other_merge = _other_merge()
+    fns = []
+    for tile_t in sz.decode_tiles:
+        tile = Tile(*tile_t)
+        p = kernels.plan(*a, tile=tile, rope="fused", rotate_k=False)
+        fns.append((f"{tile.name}-plan-fused", "plan", lambda p=p: p.run(*a, out)))
+        p2 = kernels.plan(*a, tile=tile, rope="fused", rotate_k=False, variant=other_merge)
+        fns.append((f"{tile.name}-plan-fused-{other_merge.name}", "plan-alt", lambda p=p2: p.run(*a, out)))
+        fns.append(
             (
-                r
-                for r in rows
-                if r.get("phase") == "prefill"
-                and r["batch"] == batch
-                and r["q_len"] == seq
-                and r.get("status") == "ok"
-            ),
-            key=lambda r: r["median_us"],
-            default=None,
-        )
-        (args.out / "bench_gen2_partial.json").write_text(
-            json.dumps({"env": env, "broken": broken, "rows": rows})
-        )
-        log(
-            f"prefill B{batch} S{seq}: best {best and best['impl']} {best and round(best['median_us'], 1)} us"
-        )
-        del tp
-
-    # -- 5. decode: eager (plan.run and generation-1 attention()), CUDA Graph replay, host cost -------
-    for batch, kv_len in decode_shapes:
-        q = torch.randn(batch, heads_q, 1, head_dim, generator=gen, device=dev).to(dtype)
-        k = torch.randn(batch, heads_kv, kv_len, head_dim, generator=gen, device=dev).to(dtype)
-        v = torch.randn(batch, heads_kv, kv_len, head_dim, generator=gen, device=dev).to(dtype)
-        cos, sin = rope_tables(kv_len, head_dim, dtype=table_dtype, device=dev)
-        out = torch.empty_like(q)
-        fns = []
-        for tile_t in decode_tiles:
-            tile = Tile(*tile_t)
-            p = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False)
-            a = (q, k, v, cos, sin)
-            fns.append((f"{tile.name}-plan-fused", "plan", lambda p=p, a=a, o=out: p.run(*a, o)))
-            p2 = kernels.plan(q, k, v, cos, sin, tile=tile, rope="fused", rotate_k=False, variant=other_merge)
-            fns.append(
-                (
-                    f"{tile.name}-plan-fused-{other_merge.name}",
-                    "plan-alt",
-                    lambda p=p2, a=a, o=out: p.run(*a, o),
-                )
+                f"{tile.name}-g1-fused",
+                "g1",
+                lambda tile=tile: kernels.attention(*a, tile=tile, fused=True, rotate_k=False, out=out),
             )
-            fns.append(
-                (
-                    f"{tile.name}-g1-fused",
-                    "g1",
-                    lambda tile=tile, a=a, o=out: kernels.attention(
-                        *a, tile=tile, fused=True, rotate_k=False, out=o
-                    ),
-                )
-            )
-        fns += [(n, "sdpa", sdpa_fn(b, q, k, v, False)) for n, b in sdpa_backends]
-        for label, what, fn in fns:
-            row = dict(
-                kind="time", phase="decode", batch=batch, q_len=1, kv_len=kv_len, impl=label, what=what
-            )
-            try:
-                fn()
-                sync()
-                us = bench(fn)
-                row.update(median_us=us, gbps=2 * k.numel() * k.element_size() / us / 1e3, status="ok")
-                if not smoke:
-                    row["host_us"] = host_us(fn, 200)
-                    try:
-                        row["graph_us"] = (
-                            triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
-                        )
-                    except Exception as exc:
-                        row["graph_status"] = err(exc)
-            except Exception as exc:
-                row.update(status=err(exc))
-            rows.append(row)
-        log(f"decode B{batch} Skv{kv_len} done")
-
-    summary = gen2_summary(rows)
-    md = gen2_markdown(env, broken, summary_checks, rows, summary)
-    (args.out / "bench_gen2.json").write_text(
-        json.dumps(
-            {"env": env, "broken": broken, "checks": summary_checks, "rows": rows, "summary": summary},
-            indent=1,
         )
-    )
-    keys = sorted({k for r in rows for k in r})
-    with open(args.out / "bench_gen2.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-    (args.out / "bench_gen2.md").write_text(md)
-    print(md, flush=True)
+    fns += [(n, "sdpa", _sdpa_fn(be, *a[:3], False)) for n, be in _gen2_sdpa(ctx)]
+    return fns
 
 
 def gen2_summary(rows) -> dict:
