@@ -216,7 +216,7 @@ def test_random_is_the_average_of_seeded_draws_and_deterministic():
     assert r.gain_vs_global_pct == pytest.approx(-10.0, abs=0.5)
 
 
-def test_lifecycle_costs_lower_net_gain_and_parse_both_layouts():
+def test_lifecycle_costs_lower_net_gain():
     tr = S.trace("ABCA" * 5)
     tm = S.timings(tr, _twenty_pct_key, runs=(1,))
     pe = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
@@ -230,6 +230,8 @@ def test_lifecycle_costs_lower_net_gain_and_parse_both_layouts():
     assert ek.net_gain_pct == pytest.approx(100 * (c_g - c_p) / c_g)
     assert ek.net_ci_low <= ek.net_gain_pct <= ek.net_ci_high
 
+
+def test_lifecycle_costs_parse_the_wide_and_long_layouts():
     wide = pd.DataFrame(
         {
             "candidate": ["t0-fused", "t1-fused", None],
@@ -249,57 +251,18 @@ def test_lifecycle_costs_lower_net_gain_and_parse_both_layouts():
     assert long.compile_s["t1-unfused"] == 2.0 and long.switch_us == 3.0
     assert long.dispatch_us["clustered"] == pytest.approx(2.0)
 
-    # the lifecycle stage's layout: switch rows per mode, skipped rows without values, empty strings
-    per_mode = pd.DataFrame(
-        [
-            {
-                "kind": "switch",
-                "candidate": "t0-fused",
-                "policy": "",
-                "mode": "eager",
-                "value": 4.0,
-                "unit": "us",
-                "status": "ok",
-            },
-            {
-                "kind": "switch",
-                "candidate": "t1-fused",
-                "policy": "",
-                "mode": "eager",
-                "value": 2.0,
-                "unit": "us",
-                "status": "ok",
-            },
-            {
-                "kind": "switch",
-                "candidate": "t0-fused",
-                "policy": "",
-                "mode": "graph",
-                "value": -0.5,
-                "unit": "us",
-                "status": "ok",
-            },
-            {
-                "kind": "compile",
-                "candidate": "t0-fused",
-                "policy": "",
-                "mode": "",
-                "value": float("nan"),
-                "unit": "s",
-                "status": "skipped",
-            },
-            {
-                "kind": "dispatch",
-                "candidate": "",
-                "policy": "global",
-                "mode": "",
-                "value": 1.0,
-                "unit": "ns",
-                "status": "ok",
-            },
-        ]
-    )
-    costs = policies.lifecycle_costs(per_mode)
+
+def test_lifecycle_costs_of_the_stage_layout_per_mode_skip_rows_without_values():
+    """The lifecycle stage's layout: switch rows per mode, skipped rows without values, empty strings."""
+    columns = ("kind", "candidate", "policy", "mode", "value", "unit", "status")
+    rows = [
+        ("switch", "t0-fused", "", "eager", 4.0, "us", "ok"),
+        ("switch", "t1-fused", "", "eager", 2.0, "us", "ok"),
+        ("switch", "t0-fused", "", "graph", -0.5, "us", "ok"),
+        ("compile", "t0-fused", "", "", float("nan"), "s", "skipped"),
+        ("dispatch", "", "global", "", 1.0, "ns", "ok"),
+    ]
+    costs = policies.lifecycle_costs(pd.DataFrame(rows, columns=columns))
     assert costs.switch_for("eager") == 3.0
     assert costs.switch_for("graph") == 0.0  # a negative penalty is noise: charged as zero
     assert costs.compile_s == {} and costs.dispatch_us == {"global": 0.001}
