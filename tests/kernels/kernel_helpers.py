@@ -8,6 +8,7 @@ on a CUDA machine without it the same tests run compiled in float16/bfloat16.
 from __future__ import annotations
 
 import torch
+from hypothesis import strategies as st
 
 import kernels
 
@@ -59,4 +60,25 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what:
     rel_tol, abs_tol = TOLERANCES[dtype]
     assert rel <= rel_tol and abs_ <= abs_tol, (
         f"{what}: rel_err {rel:.3e} (tol {rel_tol:.0e}), max_abs_err {abs_:.3e} (tol {abs_tol:.0e})"
+    )
+
+
+def draw_shape(draw, groups) -> dict:
+    """A random attention problem for the hypothesis cases: GQA group from `groups`, q_len from 1
+    to kv_len (often an edge), head_dim, dtype, rotate_k, strided inputs and a seed."""
+    heads_kv = draw(st.integers(1, 2))
+    group = draw(st.sampled_from(groups))
+    kv_len = draw(st.integers(1, 40))
+    q_len = draw(st.sampled_from([1, draw(st.integers(1, kv_len)), kv_len]))
+    return dict(
+        batch=draw(st.integers(1, 2)),
+        heads_q=heads_kv * group,
+        heads_kv=heads_kv,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=draw(st.sampled_from([32, 64])),
+        dtype=draw(st.sampled_from(DTYPES)),
+        rotate_k=draw(st.booleans()),
+        strided=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31 - 1)),
     )

@@ -10,7 +10,7 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import DEVICE, DTYPES, assert_close, poisoned, random_qkv
+from kernel_helpers import DEVICE, DTYPES, assert_close, draw_shape, poisoned, random_qkv
 
 import kernels
 from kernels import Tile, attention, attention_unrotated, reference_attention, rope_tables
@@ -35,24 +35,11 @@ def study_tiles() -> list[Tile]:
 
 @st.composite
 def cases(draw):
-    heads_kv = draw(st.integers(1, 2))
-    group = draw(st.sampled_from([1, 2, 3, 4, 8]))
-    kv_len = draw(st.integers(1, 40))
-    q_len = draw(st.sampled_from([1, draw(st.integers(1, kv_len)), kv_len]))
     return dict(
-        batch=draw(st.integers(1, 2)),
-        heads_q=heads_kv * group,
-        heads_kv=heads_kv,
-        q_len=q_len,
-        kv_len=kv_len,
-        head_dim=draw(st.sampled_from([32, 64])),
-        dtype=draw(st.sampled_from(DTYPES)),
+        draw_shape(draw, [1, 2, 3, 4, 8]),
         tile=draw(st.sampled_from(SMALL_TILES)),
         fused=draw(st.booleans()),
-        rotate_k=draw(st.booleans()),
         path=draw(st.sampled_from([None, "prefill", "decode"])),
-        strided=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**31 - 1)),
     )
 
 

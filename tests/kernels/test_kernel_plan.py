@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import DEVICE, DTYPES, TOLERANCES, assert_close, errors, poisoned, random_qkv
+from kernel_helpers import DEVICE, DTYPES, TOLERANCES, assert_close, draw_shape, errors, poisoned, random_qkv
 
 import kernels
 from kernels import Tile, Variant, attention, plan, reference_attention, rope_tables
@@ -26,24 +26,11 @@ VARIANTS = [
 
 @st.composite
 def cases(draw):
-    heads_kv = draw(st.integers(1, 2))
-    group = draw(st.sampled_from([1, 3, 4]))
-    kv_len = draw(st.integers(1, 40))
-    q_len = draw(st.sampled_from([1, draw(st.integers(1, kv_len)), kv_len]))
     return dict(
-        batch=draw(st.integers(1, 2)),
-        heads_q=heads_kv * group,
-        heads_kv=heads_kv,
-        q_len=q_len,
-        kv_len=kv_len,
-        head_dim=draw(st.sampled_from([32, 64])),
-        dtype=draw(st.sampled_from(DTYPES)),
+        draw_shape(draw, [1, 3, 4]),
         tile=draw(st.sampled_from(TILES)),
         rope=draw(st.sampled_from(kernels.ROPE_MODES)),
         variant=draw(st.sampled_from(VARIANTS)),
-        rotate_k=draw(st.booleans()),
-        strided=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**31 - 1)),
     )
 
 
