@@ -50,7 +50,8 @@ def _causal_sdpa(backend: str) -> Callable:
 # one graph per shape would pass dynamo's recompile limit of 8 and fall back to eager, silently
 # timing the unfused path); its block masks depend on the shape only, so one per (Sq, Skv, device)
 # is built at first use and reused, as a serving engine builds it once per batch.
-_FLEX: dict[str, Any] = {}
+_FLEX_MASKS: dict[tuple, Any] = {}  # (Sq, Skv, device) -> block mask
+_FLEX_FNS: dict[bool, Callable] = {}  # on CUDA -> the compiled (True) or eager (False) function
 
 
 def _causal_flex() -> Callable:
@@ -62,16 +63,16 @@ def _causal_flex() -> Callable:
     def attend(q, k, v):
         sq, skv = q.shape[2], k.shape[2]
         key = (sq, skv, str(q.device))
-        if key not in _FLEX:
+        if key not in _FLEX_MASKS:
             offset = skv - sq
 
             def causal(b, h, q_idx, kv_idx):
                 return kv_idx <= q_idx + offset
 
-            _FLEX[key] = create_block_mask(causal, None, None, sq, skv, device=q.device)
-        if "fn" not in _FLEX:
-            _FLEX["fn"] = _compiled_flex(flex_attention) if q.is_cuda else flex_attention
-        return _FLEX["fn"](q, k, v, block_mask=_FLEX[key], enable_gqa=True)
+            _FLEX_MASKS[key] = create_block_mask(causal, None, None, sq, skv, device=q.device)
+        if q.is_cuda not in _FLEX_FNS:
+            _FLEX_FNS[q.is_cuda] = _compiled_flex(flex_attention) if q.is_cuda else flex_attention
+        return _FLEX_FNS[q.is_cuda](q, k, v, block_mask=_FLEX_MASKS[key], enable_gqa=True)
 
     return attend
 
