@@ -479,9 +479,12 @@ def _gap_text(d: Study) -> str:
     agrees = gap_graph is None or gap_graph["ci_low"] <= 0.670
     return (
         "**Global-to-oracle gap.** "
-        + (f"Agrees: {graph_v2} under graph replay. " if agrees else
-           f"Differs: on the H200 the global kernel is {graph_v2} from the oracle under graph replay "
-           "(cross-run), against 0.149–0.670% on the L40S. ")
+        + (
+            f"Agrees: {graph_v2} under graph replay. "
+            if agrees
+            else f"Differs: on the H200 the global kernel is {graph_v2} from the oracle under graph replay "
+            "(cross-run), against 0.149–0.670% on the L40S. "
+        )
         + f"Of that, the phase split (one candidate for prefill, one for decode) accounts for {phase} of "
         f"the oracle's latency and the tile choice within a phase for {tile}: in the unfused arm alone the "
         f"same-run gap is {rng(_arm_gap(d, 'off', 'graph'))} (the tile surface is as flat as on the L40S), "
@@ -492,7 +495,7 @@ def _gap_text(d: Study) -> str:
         "calls of a few µs of GPU work are bounded by the host's launch cost (~85 µs per call, "
         "BENCHMARKS.md), and the v1 gap was that jitter, which an oracle choosing on the numbers it is "
         "scored on exploits."
-    )  # fmt: skip
+    )
 
 
 def _policy_text(d: Study) -> str:

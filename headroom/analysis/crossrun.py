@@ -255,10 +255,15 @@ def fit_arm(md: ModeData, run: int, arm: str, fit_rows: slice, score_rows: slice
         md.mode
     )
     train = registry.Train(
-        feats.iloc[fit_rows], us[fit_rows], tuple(names), md.sem2[run][fit_rows][:, cols],
-        z=float(stats.norm.ppf(opts.confidence)), deviation_cost_us=deviation,
-        clusters=opts.clusters, seed=seed,
-    )  # fmt: skip
+        feats.iloc[fit_rows],
+        us[fit_rows],
+        tuple(names),
+        md.sem2[run][fit_rows][:, cols],
+        z=float(stats.norm.ppf(opts.confidence)),
+        deviation_cost_us=deviation,
+        clusters=opts.clusters,
+        seed=seed,
+    )
     out = {}
     for name in registry.REGISTRY:
         policy = registry.make(name)

@@ -143,13 +143,19 @@ def _sweep_rows(graph_sweep, confidence) -> list[dict]:
     speed = fusion_speedups(graph_sweep, confidence)
     rows = []
     for mode, g in speed.groupby("mode", sort=True):
-        rows.append({
-            "mode": mode, "figure": "fusion_speedup_sweep", "unit": "x",
-            "estimate": float(g["speedup"].median()), "ci_low": float(g["ci_low"].min()),
-            "ci_high": float(g["ci_high"].max()), "decided": False,
-            "detail": f"graph sweep: median of {len(g)} (regime, shape) rows, range "
-            f"{format_range(g['speedup'], 'x')}; interval: the rows' CIs' envelope",
-        })  # fmt: skip
+        rows.append(
+            {
+                "mode": mode,
+                "figure": "fusion_speedup_sweep",
+                "unit": "x",
+                "estimate": float(g["speedup"].median()),
+                "ci_low": float(g["ci_low"].min()),
+                "ci_high": float(g["ci_high"].max()),
+                "decided": False,
+                "detail": f"graph sweep: median of {len(g)} (regime, shape) rows, range "
+                f"{format_range(g['speedup'], 'x')}; interval: the rows' CIs' envelope",
+            }
+        )
     return rows
 
 
@@ -319,10 +325,17 @@ def with_detectable_effects(table: pd.DataFrame, mde: dict[str, dict]) -> pd.Dat
         row.update(
             figure="policy_gain_mde" if finite else "policy_gain_mde_above",
             estimate=float(m["mde_pct"] if finite else m["mde_at_least_pct"]),
-            ci_low=math.nan, ci_high=math.nan, threshold=float(m["threshold_pct"]), state="reported",
-            unit="%", se=math.nan, df=math.nan, decided=False, p_value=math.nan,
+            ci_low=math.nan,
+            ci_high=math.nan,
+            threshold=float(m["threshold_pct"]),
+            state="reported",
+            unit="%",
+            se=math.nan,
+            df=math.nan,
+            decided=False,
+            p_value=math.nan,
             detail=f"{m['power']:.0%} power over {m['seeds']} simulated seeds, {m['runs']} runs, "
             f"{m['invocations']} invocations",
-        )  # fmt: skip
+        )
         rows.append(row)
     return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table

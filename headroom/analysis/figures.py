@@ -140,8 +140,16 @@ def _same_run_gap(md: ModeData, rf: RunFits, r: int, n_train: int) -> float:
 
 def _row(md, name, e, decided, detail, value=np.nan) -> dict:
     return {
-        "mode": md.mode, "figure": name, "unit": UNITS.get(name, "%"),
-        "estimate": e.estimate if e else value, "ci_low": e.ci_low if e else np.nan,
-        "ci_high": e.ci_high if e else np.nan, "se": e.se if e else np.nan, "df": e.df if e else np.nan,
-        "runs": len(md.runs), "pairs": e.pairs if e else 0, "decided": decided, "detail": detail,
-    }  # fmt: skip
+        "mode": md.mode,
+        "figure": name,
+        "unit": UNITS.get(name, "%"),
+        "estimate": e.estimate if e else value,
+        "ci_low": e.ci_low if e else np.nan,
+        "ci_high": e.ci_high if e else np.nan,
+        "se": e.se if e else np.nan,
+        "df": e.df if e else np.nan,
+        "runs": len(md.runs),
+        "pairs": e.pairs if e else 0,
+        "decided": decided,
+        "detail": detail,
+    }

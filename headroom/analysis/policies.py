@@ -55,9 +55,21 @@ from headroom.analysis.crossrun import (
 from headroom.analysis.registry import DEPLOYABLE, POLICIES, bucket_label
 
 __all__ = [
-    "DEPLOYABLE", "FUSION_ARMS", "NATIVE_ARM", "POLICIES", "TIMING_COLUMNS", "TRACE_COLUMNS",
-    "LifecycleCosts", "Options", "bucket_of", "evaluate", "factorial", "fit_mode", "in_arm", "lifecycle_costs",
-]  # fmt: skip
+    "DEPLOYABLE",
+    "FUSION_ARMS",
+    "NATIVE_ARM",
+    "POLICIES",
+    "TIMING_COLUMNS",
+    "TRACE_COLUMNS",
+    "LifecycleCosts",
+    "Options",
+    "bucket_of",
+    "evaluate",
+    "factorial",
+    "fit_mode",
+    "in_arm",
+    "lifecycle_costs",
+]
 
 
 def bucket_of(features: pd.DataFrame) -> np.ndarray:
@@ -168,12 +180,17 @@ def _same_run_rows(md: ModeData, rf: RunFits, r: int, n_train: int, opts, seed, 
             net_boot = 100.0 * (net(boot_sum["global"], "global") - net(boot_sum[policy], policy))
             net_boot = net_boot / net(boot_sum["global"], "global")
             row = {
-                "run": md.runs[r], "mode": md.mode, "policy": policy, "fusion": arm, "test_us": t[policy],
+                "run": md.runs[r],
+                "mode": md.mode,
+                "policy": policy,
+                "fusion": arm,
+                "test_us": t[policy],
                 "gain_vs_global_pct": 100.0 * (t["global"] - t[policy]) / t["global"],
                 "gap_to_oracle_pct": 100.0 * (t[policy] - t[o]) / t[o],
-                "net_gain_pct": 100.0 * (net(t["global"], "global") - net(t[policy], policy))
+                "net_gain_pct": 100.0
+                * (net(t["global"], "global") - net(t[policy], policy))
                 / net(t["global"], "global"),
-            }  # fmt: skip
+            }
             row.update(zip(("ci_low", "ci_high"), _percentiles(gain, opts.confidence), strict=True))
             row.update(zip(("gap_ci_low", "gap_ci_high"), _percentiles(gap, opts.confidence), strict=True))
             row.update(
@@ -305,8 +322,17 @@ def _factorial_cell(cell: pd.DataFrame, best: str) -> dict:
     d = float(cell.loc[(best, "on"), "test_us"])
     policy_gain, fusion_gain, combined = (100.0 * (a - x) / a for x in (c, b, d))
     return {
-        "policy": best, "global_unfused_us": a, "global_fused_us": b, "policy_unfused_us": c,
-        "policy_fused_us": d, "policy_gain_pct": policy_gain, "fusion_gain_pct": fusion_gain,
-        "combined_gain_pct": combined, "interaction_pct": combined - policy_gain - fusion_gain,
-        "policy_gain_fused_pct": 100.0 * (b - d) / b, "fusion_speedup": a / b, "status": "ok", "reason": "",
-    }  # fmt: skip
+        "policy": best,
+        "global_unfused_us": a,
+        "global_fused_us": b,
+        "policy_unfused_us": c,
+        "policy_fused_us": d,
+        "policy_gain_pct": policy_gain,
+        "fusion_gain_pct": fusion_gain,
+        "combined_gain_pct": combined,
+        "interaction_pct": combined - policy_gain - fusion_gain,
+        "policy_gain_fused_pct": 100.0 * (b - d) / b,
+        "fusion_speedup": a / b,
+        "status": "ok",
+        "reason": "",
+    }

@@ -330,8 +330,16 @@ def predict(
         for _, cand in candidates.iterrows():
             fused = bool(cand["fused"])
             for mode in MODES:
-                t = traffic(shape, int(cand["block_m"]), int(cand["block_n"]), fused, l2_bytes, cold=cold,
-                            working_set_bytes=competing.get((str(shape["shape_key"]), mode)), sm_count=sm_count)  # fmt: skip
+                t = traffic(
+                    shape,
+                    int(cand["block_m"]),
+                    int(cand["block_n"]),
+                    fused,
+                    l2_bytes,
+                    cold=cold,
+                    working_set_bytes=competing.get((str(shape["shape_key"]), mode)),
+                    sm_count=sm_count,
+                )
                 rows.append(
                     {
                         "candidate": str(cand["candidate"]),
@@ -388,14 +396,26 @@ def _prediction(t: dict, mode: str, consts: dict, uncalibrated: str) -> dict:
         need.append("l2_bytes_per_s")
     if any(k not in consts for k in need):
         nan = float("nan")
-        return {"compute_us": nan, "memory_us": nan, "launch_us": nan, "predicted_us": nan,
-                "status": "skipped", "reason": uncalibrated}  # fmt: skip
+        return {
+            "compute_us": nan,
+            "memory_us": nan,
+            "launch_us": nan,
+            "predicted_us": nan,
+            "status": "skipped",
+            "reason": uncalibrated,
+        }
     compute_us = t["executed_flops"] / consts["matmul_flops_per_s"] * 1e6
     memory_us = t["hbm_bytes"] / consts.get("hbm_bytes_per_s", math.inf) * 1e6
     memory_us += t["l2_traffic_bytes"] / consts.get("l2_bytes_per_s", math.inf) * 1e6
     launch_us = t["launches"] * consts[launch_key]
-    return {"compute_us": compute_us, "memory_us": memory_us, "launch_us": launch_us,
-            "predicted_us": max(compute_us, memory_us) + launch_us, "status": "ok", "reason": ""}  # fmt: skip
+    return {
+        "compute_us": compute_us,
+        "memory_us": memory_us,
+        "launch_us": launch_us,
+        "predicted_us": max(compute_us, memory_us) + launch_us,
+        "status": "ok",
+        "reason": "",
+    }
 
 
 def _fusion_split(df: pd.DataFrame) -> pd.DataFrame:

@@ -42,9 +42,13 @@ class NoiseModel:
 
     def scaled(self, k: float) -> NoiseModel:
         return replace(
-            self, run_sd=self.run_sd * k, block_sd=self.block_sd * k, cand_run_sd=self.cand_run_sd * k,
-            resid_sd=self.resid_sd * k, within_sd=self.within_sd * k,
-        )  # fmt: skip
+            self,
+            run_sd=self.run_sd * k,
+            block_sd=self.block_sd * k,
+            cand_run_sd=self.cand_run_sd * k,
+            resid_sd=self.resid_sd * k,
+            within_sd=self.within_sd * k,
+        )
 
     @property
     def between_over_within(self) -> float:
@@ -66,9 +70,14 @@ def estimate_noise(md: ModeData) -> NoiseModel:
     ar = float(np.sum(b[:, 1:] * b[:, :-1]) / max(np.sum(b * b), 1e-30))
     rel_within = np.sqrt(md.sem2) / md.us
     return NoiseModel(
-        md.mode, float(np.std(run) * np.sqrt(c)), float(np.std(block) * np.sqrt(c)), float(np.clip(ar, 0, 0.95)),
-        float(np.std(cand_run) * np.sqrt(c)), float(np.std(resid) * np.sqrt(c)), float(np.median(rel_within)),
-    )  # fmt: skip
+        md.mode,
+        float(np.std(run) * np.sqrt(c)),
+        float(np.std(block) * np.sqrt(c)),
+        float(np.clip(ar, 0, 0.95)),
+        float(np.std(cand_run) * np.sqrt(c)),
+        float(np.std(resid) * np.sqrt(c)),
+        float(np.median(rel_within)),
+    )
 
 
 def draw(truth: np.ndarray, model: NoiseModel, runs: int, rng: np.random.Generator) -> np.ndarray:
@@ -113,9 +122,15 @@ def one_seed(md: ModeData, truth, model, runs, rng, opts: Options, costs: Lifecy
     for name in ("gap_to_oracle", "policy_gain", "fusion_speedup"):
         r = d[d["figure"] == name]
         if len(r):
-            out.update({f"{name}": r["estimate"].iloc[0], f"{name}_lo": r["ci_low"].iloc[0],
-                        f"{name}_hi": r["ci_high"].iloc[0], f"{name}_state": r["state"].iloc[0],
-                        f"{name}_true": float(truth_rows.loc[truth_rows["figure"] == name, "estimate"].iloc[0])})  # fmt: skip
+            out.update(
+                {
+                    f"{name}": r["estimate"].iloc[0],
+                    f"{name}_lo": r["ci_low"].iloc[0],
+                    f"{name}_hi": r["ci_high"].iloc[0],
+                    f"{name}_state": r["state"].iloc[0],
+                    f"{name}_true": float(truth_rows.loc[truth_rows["figure"] == name, "estimate"].iloc[0]),
+                }
+            )
     return out
 
 
@@ -280,8 +295,9 @@ def plan(
         ("train", slice(0, n_train), slice(n_train, n)),
         ("fit", slice(0, n_fit), slice(n_fit, n_train)),
     ):
-        dummy = registry.Train(feats.iloc[fit_rows], np.zeros((fit_rows.stop, 1)), ("x",),
-                               clusters=opts.clusters, seed=seed)  # fmt: skip
+        dummy = registry.Train(
+            feats.iloc[fit_rows], np.zeros((fit_rows.stop, 1)), ("x",), clusters=opts.clusters, seed=seed
+        )
         for name in ("global", "phase-keyed", *registry.DEPLOYABLE):
             pol = registry.make(name).fit(dummy)
             fit_keys = pol.keys(feats.iloc[fit_rows])
@@ -293,17 +309,30 @@ def plan(
     idx = crossrun.boot_indices(n_test, opts.bootstrap_resamples, crossrun.group_seed(seed, md.mode, "fig"))
     boot = np.zeros((len(idx), n_test))
     np.add.at(boot, (np.repeat(np.arange(len(idx)), n_test), idx.ravel()), 1.0)
-    dispatch = {p: (0.0 if md.mode == "graph" else costs.dispatch_for(p)[0])
-                for p in ("global", "phase-keyed", *registry.DEPLOYABLE)}  # fmt: skip
+    dispatch = {
+        p: (0.0 if md.mode == "graph" else costs.dispatch_for(p)[0])
+        for p in ("global", "phase-keyed", *registry.DEPLOYABLE)
+    }
     deviation = (0.0 if md.mode == "graph" else costs.dispatch_for("regret-aware")[0]) + costs.switch_for(
         md.mode
     )
     return Plan(
-        md.mode, n, n_train, n_fit, {a: md.arm_cols(a) for a in crossrun.FUSION_ARMS}, keys,
-        np.array([costs.compile_s.get(c, 0.0) for c in md.names]), dispatch, costs.switch_for(md.mode),
-        deviation, float(stats.norm.ppf(opts.confidence)), opts.deployment_invocations, boot,
-        opts.confidence, md.features["phase"].astype(str).to_numpy()[n_train:],
-    )  # fmt: skip
+        md.mode,
+        n,
+        n_train,
+        n_fit,
+        {a: md.arm_cols(a) for a in crossrun.FUSION_ARMS},
+        keys,
+        np.array([costs.compile_s.get(c, 0.0) for c in md.names]),
+        dispatch,
+        costs.switch_for(md.mode),
+        deviation,
+        float(stats.norm.ppf(opts.confidence)),
+        opts.deployment_invocations,
+        boot,
+        opts.confidence,
+        md.features["phase"].astype(str).to_numpy()[n_train:],
+    )
 
 
 def _fit_keyed(p: Plan, us_fit, keys: _Keys, cols, regret: bool, score=None):
@@ -443,8 +472,14 @@ def fast_figures(
     S, R, N, C = us.shape
     nt = p.n_train
     test = _test_choices(p, us, test_rows)  # name -> (choice (S,R,n_test), cost (S,R))
-    names = {"global": "global@free", "oracle": "oracle", "phase": "phase", "selected": "selected",
-             "global_off": "global@off", "global_on": "global@on"}  # fmt: skip
+    names = {
+        "global": "global@free",
+        "oracle": "oracle",
+        "phase": "phase",
+        "selected": "selected",
+        "global_off": "global@off",
+        "global_on": "global@on",
+    }
     pairs = [(a, b) for a in range(R) for b in range(R) if a != b]
     A = np.array([a for a, _ in pairs])
     B = np.array([b for _, b in pairs])
@@ -494,10 +529,15 @@ def fast_decide(
     thr = {**_default_thresholds(), **(thresholds or {})}
     decided = [f for f in THRESHOLD_KEYS if f != "fusion_speedup" or mode == "graph"]
     alpha = 1.0 - confidence
-    pv = np.stack([
-        stats.t.sf((figs[f] - thr[THRESHOLD_KEYS[f]]) / np.maximum(figs[f"{f}_se"], 1e-12), figs[f"{f}_df"])
-        for f in decided
-    ], axis=1)  # fmt: skip
+    pv = np.stack(
+        [
+            stats.t.sf(
+                (figs[f] - thr[THRESHOLD_KEYS[f]]) / np.maximum(figs[f"{f}_se"], 1e-12), figs[f"{f}_df"]
+            )
+            for f in decided
+        ],
+        axis=1,
+    )
     m = len(decided)
     order = np.argsort(pv, axis=1, kind="stable")
     sorted_p = np.take_along_axis(pv, order, axis=1)
@@ -540,9 +580,19 @@ def draw_batch(
 
 
 def fast_monte_carlo(
-    md: ModeData, truth: np.ndarray, model: NoiseModel, *, runs: int = 3, seeds: int = 400, opts=None,
-    costs=None, thresholds=None, seed: int = 0, batch: int = 200, the_plan: Plan | None = None,
-) -> pd.DataFrame:  # fmt: skip
+    md: ModeData,
+    truth: np.ndarray,
+    model: NoiseModel,
+    *,
+    runs: int = 3,
+    seeds: int = 400,
+    opts=None,
+    costs=None,
+    thresholds=None,
+    seed: int = 0,
+    batch: int = 200,
+    the_plan: Plan | None = None,
+) -> pd.DataFrame:
     """One row per seed, as ``monte_carlo`` (figures, CIs, states, verdict, truths), vectorized."""
     opts = opts or Options(bootstrap_resamples=200, random_draws=20)
     costs = costs or LifecycleCosts()
@@ -610,9 +660,14 @@ REDRAW_SEED = 20240610
 
 
 def run_mc(
-    s: Study, p: Plan, truth: np.ndarray, noise: np.ndarray, scale: float = 1.0, batch: int = 200,
+    s: Study,
+    p: Plan,
+    truth: np.ndarray,
+    noise: np.ndarray,
+    scale: float = 1.0,
+    batch: int = 200,
     redraw: bool = True,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """Figures, states and verdict per seed for ``truth`` under ``noise ** scale``.
 
     redraw: each seed's test invocations are drawn with replacement from the trace's test part (the
@@ -693,8 +748,13 @@ def power_curve(s: Study, p: Plan, noise: np.ndarray, effects) -> pd.DataFrame:
     for e in effects:
         mc = run_mc(s, p, beyond_phase(s.md, e), noise)
         r = summarize(mc, s.md.mode)
-        rows.append({"effect": e, "true_policy_gain_pct": r["policy_gain_true"], **{
-            k: r[k] for k in ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")}})  # fmt: skip
+        rows.append(
+            {
+                "effect": e,
+                "true_policy_gain_pct": r["policy_gain_true"],
+                **{k: r[k] for k in ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -712,14 +772,21 @@ def mde_from_curve(curve: pd.DataFrame, power: float) -> float:
     return float(x[i - 1] + (power - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
 
 
-MDE_EFFECTS = {"graph": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
-               "eager": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)}  # fmt: skip
+MDE_EFFECTS = {
+    "graph": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+    "eager": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9),
+}
 
 
 def minimum_detectable_effect(
-    study_dir, mode: str = "graph", *, power: float = 0.8, runs: int | None = None, seeds: int = 200,
+    study_dir,
+    mode: str = "graph",
+    *,
+    power: float = 0.8,
+    runs: int | None = None,
+    seeds: int = 200,
     seed: int = 0,
-) -> dict:  # fmt: skip
+) -> dict:
     """The smallest net gain over phase-keyed (%, trace-weighted, on the study's own trace and noise)
     that the decision detects (policy figure 'exceeds', Holm within the mode) in ``power`` of the
     seeds: what a `stop` on this study can rule out. A few seconds.
@@ -733,12 +800,18 @@ def minimum_detectable_effect(
     p = plan(s.md, s.opts, s.costs)
     curve = power_curve(s, p, _noise(s.md, s.model, seeds, runs, seed), MDE_EFFECTS[mode])
     return {
-        "mode": mode, "mde_pct": mde_from_curve(curve, power), "power": power,
-        "mde_at_least_pct": float(curve["true_policy_gain_pct"].max()) if not np.isfinite(
-            mde_from_curve(curve, power)) else mde_from_curve(curve, power),
-        "threshold_pct": float(s.thresholds["max_policy_gain_pct"]), "invocations": int(s.md.us.shape[1]),
-        "runs": runs, "seeds": seeds, "curve": curve.to_dict("records"),
-    }  # fmt: skip
+        "mode": mode,
+        "mde_pct": mde_from_curve(curve, power),
+        "power": power,
+        "mde_at_least_pct": float(curve["true_policy_gain_pct"].max())
+        if not np.isfinite(mde_from_curve(curve, power))
+        else mde_from_curve(curve, power),
+        "threshold_pct": float(s.thresholds["max_policy_gain_pct"]),
+        "invocations": int(s.md.us.shape[1]),
+        "runs": runs,
+        "seeds": seeds,
+        "curve": curve.to_dict("records"),
+    }
 
 
 def gap_boundary(md: ModeData, effect: float) -> np.ndarray:
@@ -746,9 +819,17 @@ def gap_boundary(md: ModeData, effect: float) -> np.ndarray:
     return phase_split(md, effect)
 
 
-def validate(study_dir, *, seeds: int = 400, seed: int = 0, modes=("graph", "eager"),
-             scales=(0.5, 1.0, 2.0, 4.0), long_trace: int = 240, bootstrap_resamples: int = 200,
-             run_counts=(3, 5)) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+def validate(
+    study_dir,
+    *,
+    seeds: int = 400,
+    seed: int = 0,
+    modes=("graph", "eager"),
+    scales=(0.5, 1.0, 2.0, 4.0),
+    long_trace: int = 240,
+    bootstrap_resamples: int = 200,
+    run_counts=(3, 5),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every acceptance scenario of issue 10 item 6 on one recorded study: (scenarios, power curves)."""
     rows, curves = [], []
     for mode in modes:
@@ -759,9 +840,18 @@ def validate(study_dir, *, seeds: int = 400, seed: int = 0, modes=("graph", "eag
         gap_thr = s.thresholds["max_gap_to_oracle_pct"]
 
         def add(scenario, mc, scale=1.0, runs=3, invocations=md.us.shape[1], effect=np.nan, mode=mode, s=s):
-            rows.append({"study": s.name, "mode": mode, "scenario": scenario, "noise_scale": scale,
-                         "runs": runs, "invocations": invocations, "effect": effect,
-                         **summarize(mc, mode)})  # fmt: skip
+            rows.append(
+                {
+                    "study": s.name,
+                    "mode": mode,
+                    "scenario": scenario,
+                    "noise_scale": scale,
+                    "runs": runs,
+                    "invocations": invocations,
+                    "effect": effect,
+                    **summarize(mc, mode),
+                }
+            )
 
         for runs in run_counts:
             noise = _noise(md, s.model, seeds, runs, seed + runs)
@@ -787,11 +877,29 @@ def validate(study_dir, *, seeds: int = 400, seed: int = 0, modes=("graph", "eag
         noise = _noise(lmd, s.model, seeds, 3, seed + 7)
         pilot = _noise(lmd, s.model, seeds, 3, seed + 1007)
         e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), 3 * thr, "policy_gain", pilot)
-        rows.append({"study": s.name, "mode": mode, "scenario": "planted-3x", "noise_scale": 1.0, "runs": 3,
-                     "invocations": long_trace, "effect": e,
-                     **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode)})  # fmt: skip
+        rows.append(
+            {
+                "study": s.name,
+                "mode": mode,
+                "scenario": "planted-3x",
+                "noise_scale": 1.0,
+                "runs": 3,
+                "invocations": long_trace,
+                "effect": e,
+                **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode),
+            }
+        )
         e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), thr, "policy_gain", pilot)
-        rows.append({"study": s.name, "mode": mode, "scenario": "boundary-policy", "noise_scale": 1.0,
-                     "runs": 3, "invocations": long_trace, "effect": e,
-                     **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode)})  # fmt: skip
+        rows.append(
+            {
+                "study": s.name,
+                "mode": mode,
+                "scenario": "boundary-policy",
+                "noise_scale": 1.0,
+                "runs": 3,
+                "invocations": long_trace,
+                "effect": e,
+                **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode),
+            }
+        )
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)

@@ -34,9 +34,20 @@ from headroom.report.sections import (
 TEMPLATES = Path(__file__).parent / "templates"
 
 INPUTS = (
-    "decision", "environment", "trace", "candidates", "correctness", "portfolio", "samples", "lifecycle",
-    "graph_sweep", "calibration", "policy_eval", "factorial", "roofline",
-)  # fmt: skip
+    "decision",
+    "environment",
+    "trace",
+    "candidates",
+    "correctness",
+    "portfolio",
+    "samples",
+    "lifecycle",
+    "graph_sweep",
+    "calibration",
+    "policy_eval",
+    "factorial",
+    "roofline",
+)
 NOT_GPU = "These timings are not GPU measurements (device: {device}), so the decision is no-decision."
 
 
@@ -65,8 +76,11 @@ def build(
 
     context = _headline(inputs.get("decision"), inputs.get("environment"), why("decision"))
     sections = _sections(inputs, benchmarks, why)
-    context.update(title=title, sections=sections,
-                   artifacts=[{"path": str(p), "blake3": str(h)} for p, h in sorted(read)])  # fmt: skip
+    context.update(
+        title=title,
+        sections=sections,
+        artifacts=[{"path": str(p), "blake3": str(h)} for p, h in sorted(read)],
+    )
     out = Path(out_dir)
     paths = _write_figures(sections, out)
     paths.update(_render(context, out))
@@ -119,10 +133,20 @@ def _write_figures(sections: list[Section], out: Path) -> dict[str, Path]:
 
 def _render(context: dict, out: Path) -> dict[str, Path]:
     """index.html and report.md from the templates, each written atomically."""
-    html_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
-                           undefined=StrictUndefined, keep_trailing_newline=True)  # fmt: skip
-    md_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=False, undefined=StrictUndefined,
-                         keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    html_env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    md_env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=False,
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     md_env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
     paths = {}
     for name, env, template in (

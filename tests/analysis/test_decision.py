@@ -137,16 +137,35 @@ def test_fusion_speedups_ci_from_dispersion():
 def test_detectable_effects_are_reported_rows_never_decided():
     table = pd.DataFrame(
         {
-            "mode": ["eager", "graph"], "figure": ["gap_to_oracle"] * 2, "estimate": [1.0, 2.0],
-            "verdict": ["stop"] * 2, "reason": ["r"] * 2, "decided": [True, True], "state": ["holds"] * 2,
+            "mode": ["eager", "graph"],
+            "figure": ["gap_to_oracle"] * 2,
+            "estimate": [1.0, 2.0],
+            "verdict": ["stop"] * 2,
+            "reason": ["r"] * 2,
+            "decided": [True, True],
+            "state": ["holds"] * 2,
         }
-    )  # fmt: skip
+    )
     mde = {
-        "graph": {"mde_pct": 4.3, "mde_at_least_pct": 4.3, "threshold_pct": 1.0, "power": 0.8,
-                  "seeds": 200, "runs": 3, "invocations": 48},
-        "eager": {"mde_pct": float("inf"), "mde_at_least_pct": 18.9, "threshold_pct": 1.0, "power": 0.8,
-                  "seeds": 200, "runs": 3, "invocations": 48},
-    }  # fmt: skip
+        "graph": {
+            "mde_pct": 4.3,
+            "mde_at_least_pct": 4.3,
+            "threshold_pct": 1.0,
+            "power": 0.8,
+            "seeds": 200,
+            "runs": 3,
+            "invocations": 48,
+        },
+        "eager": {
+            "mde_pct": float("inf"),
+            "mde_at_least_pct": 18.9,
+            "threshold_pct": 1.0,
+            "power": 0.8,
+            "seeds": 200,
+            "runs": 3,
+            "invocations": 48,
+        },
+    }
     out = decision.with_detectable_effects(table, mde)
     added = out.iloc[2:].set_index("mode")
     assert added.loc["graph", "figure"] == "policy_gain_mde" and added.loc["graph", "estimate"] == 4.3

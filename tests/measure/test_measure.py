@@ -54,8 +54,10 @@ def tiny_trace() -> pd.DataFrame:
 
 
 def tiny_candidates() -> pd.DataFrame:
-    tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1},
-             {"block_m": 32, "block_n": 16, "num_warps": 1, "num_stages": 1}]  # fmt: skip
+    tiles = [
+        {"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1},
+        {"block_m": 32, "block_n": 16, "num_warps": 1, "num_stages": 1},
+    ]
     return build_candidates(tiles, ["unfused", "fused"], generation=1).iloc[:3].reset_index(drop=True)
 
 
@@ -222,8 +224,14 @@ def test_bad_trace_and_settings_are_named():
 @interpreter_only
 def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     cands = tiny_candidates()
-    cfg = {"dispatch_lookups": 2000, "dispatch_repeats": 3, "switch_reps": 2, "switch_invocations": 1,
-           "switch_pairs": 1, "warmup_reps": 0}  # fmt: skip
+    cfg = {
+        "dispatch_lookups": 2000,
+        "dispatch_repeats": 3,
+        "switch_reps": 2,
+        "switch_invocations": 1,
+        "switch_pairs": 1,
+        "warmup_reps": 0,
+    }
     df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret", policies=FIT)
     assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch", "plan"}
     plans = df[df["kind"] == "plan"]  # tiny_candidates are generation 1: no plans

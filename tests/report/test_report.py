@@ -34,11 +34,20 @@ def _inputs(device: str) -> dict:
     cands = S.candidates()
     corr = pd.DataFrame(
         [
-            {"candidate": c, "shape_key": k, "rel_err": 1e-3, "max_abs_err": 1e-2, "tolerance": 5e-3,
-             "nan_count": 0, "unwritten_count": 0, "passed": not (c == "t2-fused" and k == "B")}
-            for c in cands["candidate"] for k in "ABC"
+            {
+                "candidate": c,
+                "shape_key": k,
+                "rel_err": 1e-3,
+                "max_abs_err": 1e-2,
+                "tolerance": 5e-3,
+                "nan_count": 0,
+                "unwritten_count": 0,
+                "passed": not (c == "t2-fused" and k == "B"),
+            }
+            for c in cands["candidate"]
+            for k in "ABC"
         ]
-    )  # fmt: skip
+    )
     if device == "cuda":
         gs, cal = S.graph_sweep(), S.calibration()
     else:
@@ -90,8 +99,14 @@ def test_gpu_report_leads_with_the_verdict_and_embeds_every_figure(gpu_report):
     assert "not GPU measurements" not in md
     figures = sorted((out / "figures").glob("*.png"))
     names = {f.stem for f in figures}
-    assert {"latency_surface_eager", "latency_surface_graph", "policy_gains", "fusion_speedup_regimes",
-            "roofline_predicted_vs_measured", "made_of"} <= names  # fmt: skip
+    assert {
+        "latency_surface_eager",
+        "latency_surface_graph",
+        "policy_gains",
+        "fusion_speedup_regimes",
+        "roofline_predicted_vs_measured",
+        "made_of",
+    } <= names
     # the corrected answer leads: the decision section (and its picture) before every other section
     assert html.index('id="decision"') < html.index('id="surface"') if 'id="surface"' in html else True
     assert md.index("What the headroom is made of") < md.index("Latency surface")
@@ -156,8 +171,17 @@ def _chromium() -> str | None:
 
 
 def _screenshot(browser: str, html_path, png_path) -> np.ndarray:
-    cmd = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--allow-file-access-from-files",
-           "--window-size=1200,2200", f"--screenshot={png_path}", html_path.as_uri()]  # fmt: skip
+    cmd = [
+        browser,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--allow-file-access-from-files",
+        "--window-size=1200,2200",
+        f"--screenshot={png_path}",
+        html_path.as_uri(),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     return mpimg.imread(png_path)[..., :3]
 

@@ -17,8 +17,15 @@ def results(tmp_path):
     for name, verdict, gpu in [("default", "continue", "NVIDIA H200"), ("l40s", "stop", "NVIDIA L40S")]:
         folder = project / "results" / name
         make_study(project, folder, verdict)
-        env = {"device": "cuda", "gpu_name": gpu, "driver": "580.1", "cuda": "13.0", "torch": "2.13.0",
-               "triton": "3.6.0", "environment_id": f"id-{name}"}  # fmt: skip
+        env = {
+            "device": "cuda",
+            "gpu_name": gpu,
+            "driver": "580.1",
+            "cuda": "13.0",
+            "torch": "2.13.0",
+            "triton": "3.6.0",
+            "environment_id": f"id-{name}",
+        }
         _write(folder / "environment.parquet", pd.DataFrame([env]), "environment")
     return build(project)
 

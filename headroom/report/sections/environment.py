@@ -28,8 +28,15 @@ def benchmarks_section(benchmarks: Mapping[str, pd.DataFrame] | None) -> Section
     rows = []
     for name, df in sorted(benchmarks.items()):
         if "s" in df.columns and len(df):
-            rows.append({"stage": name, "wall_s": float(df["s"].iloc[0]),
-                         "max_rss_mb": float(df["max_rss"].iloc[0]) if "max_rss" in df.columns and df["max_rss"].iloc[0] != "-" else np.nan})  # fmt: skip
+            rows.append(
+                {
+                    "stage": name,
+                    "wall_s": float(df["s"].iloc[0]),
+                    "max_rss_mb": float(df["max_rss"].iloc[0])
+                    if "max_rss" in df.columns and df["max_rss"].iloc[0] != "-"
+                    else np.nan,
+                }
+            )
     if not rows:
         return skipped("benchmarks", title, "benchmark files have no 's' column")
     return Section("benchmarks", title, tables=[table("Snakemake benchmark: files", pd.DataFrame(rows))])

@@ -41,10 +41,15 @@ def section(gs: pd.DataFrame | None, why: str) -> Section:
     fig, ax = plt.subplots(layout="constrained", figsize=(6, 3.8))
     for (shape, mode), g in sp.groupby(["shape_key", "mode"], sort=True):
         g = g.sort_values("working_set_bytes")
-        ax.errorbar(g["working_set_bytes"].astype(float), g["speedup"],
-                    yerr=np.clip(np.vstack([g["speedup"] - g["ci_low"], g["ci_high"] - g["speedup"]]), 0, None),
-                    marker="o" if mode == "graph" else "s", ls="-" if mode == "graph" else "--", capsize=2,
-                    label=f"{shape} {mode}")  # fmt: skip
+        ax.errorbar(
+            g["working_set_bytes"].astype(float),
+            g["speedup"],
+            yerr=np.clip(np.vstack([g["speedup"] - g["ci_low"], g["ci_high"] - g["speedup"]]), 0, None),
+            marker="o" if mode == "graph" else "s",
+            ls="-" if mode == "graph" else "--",
+            capsize=2,
+            label=f"{shape} {mode}",
+        )
     if "l2_bytes" in gs.columns and gs["l2_bytes"].notna().any():
         ax.axvline(float(gs["l2_bytes"].dropna().iloc[0]), color="grey", ls=":", label="L2 size")
     ax.axhline(1.0, color="black", lw=0.8)

@@ -35,8 +35,11 @@ def figure(made: pd.DataFrame) -> Figure:
 
 def table_of(made: pd.DataFrame) -> Table:
     rows = [
-        {"mode": r.mode, "component": MADE_OF[r.figure],
-         "% of oracle latency [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, "%")}
+        {
+            "mode": r.mode,
+            "component": MADE_OF[r.figure],
+            "% of oracle latency [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, "%"),
+        }
         for r in made.itertuples()
-    ]  # fmt: skip
+    ]
     return table("What the headroom is made of", pd.DataFrame(rows))

@@ -19,8 +19,12 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
     s = Section("lifecycle", title)
     lc_ok = lc[lc["status"].astype(str) == "ok"] if "status" in lc.columns else lc
     if "kind" in lc_ok.columns:
-        for kind, label in (("compile", "cold compile per candidate"), ("cache", "cache per candidate"),
-                            ("dispatch", "dispatch lookup per policy"), ("switch", "switching penalty")):  # fmt: skip
+        for kind, label in (
+            ("compile", "cold compile per candidate"),
+            ("cache", "cache per candidate"),
+            ("dispatch", "dispatch lookup per policy"),
+            ("switch", "switching penalty"),
+        ):
             rows = lc_ok[lc_ok["kind"] == kind]
             if rows.empty:
                 s.text.append(f"{label}: skipped: no ok rows")
@@ -51,11 +55,24 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
                 horizon = math.inf
             else:
                 horizon = max(once_us, 0.0) / margin_us
-            rows.append({"run": r.run, "mode": r.mode, "policy": r.policy, "gain_us_per_invocation": gain_us,
-                         "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
-                         "extra_compile_s": r.compile_s - g["compile_s"], "break_even_invocations": horizon})  # fmt: skip
+            rows.append(
+                {
+                    "run": r.run,
+                    "mode": r.mode,
+                    "policy": r.policy,
+                    "gain_us_per_invocation": gain_us,
+                    "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
+                    "extra_compile_s": r.compile_s - g["compile_s"],
+                    "break_even_invocations": horizon,
+                }
+            )
         if rows:
-            s.tables.append(table("Break-even horizon (fusion arm free)", pd.DataFrame(rows),
-                                  "invocations after which the one-time extra compile is paid back by the per-invocation "
-                                  "margin (gain minus extra lookup and switching); 'never' when the margin is not positive"))  # fmt: skip
+            s.tables.append(
+                table(
+                    "Break-even horizon (fusion arm free)",
+                    pd.DataFrame(rows),
+                    "invocations after which the one-time extra compile is paid back by the per-invocation "
+                    "margin (gain minus extra lookup and switching); 'never' when the margin is not positive",
+                )
+            )
     return s

@@ -21,8 +21,14 @@ def section(portfolio: pd.DataFrame | None, samples: pd.DataFrame | None, why: s
         rel = p.assign(rel_std_pct=100.0 * p["std_us"] / p["median_us"]).groupby(
             ["run", "mode"], as_index=False
         )
-        s.tables.append(table("Timing noise per run (std_us / median_us; samples not read)",
-                              rel["rel_std_pct"].agg(["median", "max"]).rename(columns={"median": "rel_std_median_pct", "max": "rel_std_max_pct"})))  # fmt: skip
+        s.tables.append(
+            table(
+                "Timing noise per run (std_us / median_us; samples not read)",
+                rel["rel_std_pct"]
+                .agg(["median", "max"])
+                .rename(columns={"median": "rel_std_median_pct", "max": "rel_std_max_pct"}),
+            )
+        )
     spread = noise.median_spread(p)
     s.text.append(
         f"Run-to-run spread of medians: median {fmt(spread['spread_pct'].median())}%, "

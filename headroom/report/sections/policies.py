@@ -86,8 +86,20 @@ def factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
         return skipped("factorial", title, reason)
     skipped_rows = fac[fac["status"] != "ok"] if "status" in fac.columns else fac.iloc[0:0]
     fac = fac[fac["status"] == "ok"] if "status" in fac.columns else fac
-    cols = [c for c in ("run", "mode", "policy", "policy_gain_pct", "fusion_gain_pct", "interaction_pct",
-                        "combined_gain_pct", "fusion_speedup") if c in fac.columns]  # fmt: skip
+    cols = [
+        c
+        for c in (
+            "run",
+            "mode",
+            "policy",
+            "policy_gain_pct",
+            "fusion_gain_pct",
+            "interaction_pct",
+            "combined_gain_pct",
+            "fusion_speedup",
+        )
+        if c in fac.columns
+    ]
     s = Section(
         "factorial", title, tables=[table("2x2: {global, best deployable} x {unfused, fused}", fac[cols])]
     )
@@ -106,5 +118,12 @@ def _panel(ax, a: pd.DataFrame, shown: list[str]) -> None:
         r = a[a["run"] == run].set_index("policy").reindex(shown)
         x = np.arange(len(shown)) + (k - (len(runs) - 1) / 2) * 0.12
         err = np.vstack([r["gain_vs_global_pct"] - r["ci_low"], r["ci_high"] - r["gain_vs_global_pct"]])
-        ax.errorbar(x, r["gain_vs_global_pct"], yerr=np.clip(err, 0, None), fmt="o", ms=4, capsize=2,
-                    label=f"run {run}")  # fmt: skip
+        ax.errorbar(
+            x,
+            r["gain_vs_global_pct"],
+            yerr=np.clip(err, 0, None),
+            fmt="o",
+            ms=4,
+            capsize=2,
+            label=f"run {run}",
+        )
