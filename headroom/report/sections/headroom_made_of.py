@@ -28,7 +28,7 @@ def figure(made: pd.DataFrame) -> Figure:
             left += max(v, 0.0)
     ax.set_yticks(range(len(modes)), modes)
     ax.set_xlabel("% of the oracle's test latency")
-    ax.set_title("What the global-to-oracle gap is made of (cross-run; noise is the winner's curse)")
+    ax.set_title("What the gap to the oracle is made of\n(cross-run; noise: the same-run winner's curse)")
     ax.legend(fontsize=7, loc="lower right")
     return Figure("made_of", "What the headroom is made of", png(fig))
 

@@ -34,7 +34,7 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
         "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
         "and scored on another (all ordered pairs of runs); CIs combine a jackknife over runs with a "
         "bootstrap over test invocations; `continue` needs Holm's procedure to reject a figure's "
-        "'at or below threshold'. Arms: off = unfused candidates, on = fused, free = both. "
+        "'at or below threshold'. Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
         "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
         "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
         "bound beats its cost) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
