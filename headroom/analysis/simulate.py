@@ -834,72 +834,63 @@ def validate(
     rows, curves = [], []
     for mode in modes:
         s = load_study(study_dir, mode, bootstrap_resamples)
-        md = s.md
-        p = plan(md, s.opts, s.costs)
-        thr = s.thresholds["max_policy_gain_pct"]
-        gap_thr = s.thresholds["max_gap_to_oracle_pct"]
-
-        def add(scenario, mc, scale=1.0, runs=3, invocations=md.us.shape[1], effect=np.nan, mode=mode, s=s):
-            rows.append(
-                {
-                    "study": s.name,
-                    "mode": mode,
-                    "scenario": scenario,
-                    "noise_scale": scale,
-                    "runs": runs,
-                    "invocations": invocations,
-                    "effect": effect,
-                    **summarize(mc, mode),
-                }
-            )
-
         for runs in run_counts:
-            noise = _noise(md, s.model, seeds, runs, seed + runs)
-            pilot = _noise(md, s.model, seeds, runs, seed + 1000 + runs)
-            for k in scales if runs == 3 else (1.0,):
-                add("flat", run_mc(s, p, flat(md), noise, k), k, runs)
-                e = calibrate(s, p, lambda x, md=md: beyond_phase(md, x), thr, "policy_gain", pilot, k)
-                add("boundary-policy", run_mc(s, p, beyond_phase(md, e), noise, k), k, runs, effect=e)
-                e = calibrate(s, p, lambda x, md=md: gap_boundary(md, x), gap_thr, "gap_to_oracle", pilot, k)
-                add("boundary-gap", run_mc(s, p, gap_boundary(md, e), noise, k), k, runs, effect=e)
-            add("phase-split", run_mc(s, p, phase_split(md), noise), 1.0, runs, effect=0.15)
-            free = replace(s, costs=LifecycleCosts())
-            mc0 = run_mc(free, plan(md, s.opts, free.costs), phase_split(md), noise)
-            add("phase-split-no-costs", mc0, 1.0, runs, effect=0.15)
-            e = calibrate(s, p, lambda x, md=md: beyond_phase(md, x), 3 * thr, "policy_gain", pilot)
-            add("planted-3x", run_mc(s, p, beyond_phase(md, e), noise), 1.0, runs, effect=e)
-            c = power_curve(s, p, noise, MDE_EFFECTS[mode])
-            curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=md.us.shape[1]))
-        # power on a synthetic trace of long_trace invocations (drawn from the study's own)
-        lmd = longer_trace(md, long_trace, seed)
-        ls = replace(s, md=lmd)
-        lp = plan(lmd, s.opts, s.costs)
-        noise = _noise(lmd, s.model, seeds, 3, seed + 7)
-        pilot = _noise(lmd, s.model, seeds, 3, seed + 1007)
-        e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), 3 * thr, "policy_gain", pilot)
-        rows.append(
-            {
-                "study": s.name,
-                "mode": mode,
-                "scenario": "planted-3x",
-                "noise_scale": 1.0,
-                "runs": 3,
-                "invocations": long_trace,
-                "effect": e,
-                **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode),
-            }
-        )
-        e = calibrate(ls, lp, lambda x, lmd=lmd: beyond_phase(lmd, x), thr, "policy_gain", pilot)
-        rows.append(
-            {
-                "study": s.name,
-                "mode": mode,
-                "scenario": "boundary-policy",
-                "noise_scale": 1.0,
-                "runs": 3,
-                "invocations": long_trace,
-                "effect": e,
-                **summarize(run_mc(ls, lp, beyond_phase(lmd, e), noise), mode),
-            }
-        )
+            _validate_runs(s, mode, runs, seeds, seed, scales if runs == 3 else (1.0,), rows, curves)
+        _validate_long_trace(s, mode, long_trace, seeds, seed, rows)
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+def _scenario_row(s: Study, mode, scenario, mc, scale=1.0, runs=3, invocations=None, effect=np.nan):
+    invocations = s.md.us.shape[1] if invocations is None else invocations
+    return {
+        "study": s.name,
+        "mode": mode,
+        "scenario": scenario,
+        "noise_scale": scale,
+        "runs": runs,
+        "invocations": invocations,
+        "effect": effect,
+        **summarize(mc, mode),
+    }
+
+
+def _validate_runs(s: Study, mode, runs, seeds, seed, scales, rows, curves) -> None:
+    """The scenarios on the study's own trace with `runs` runs: flat and the boundary nulls at each
+    noise scale, the phase split (with and without costs), 3x planted headroom, the power curve."""
+    md, thr, gap_thr = s.md, s.thresholds["max_policy_gain_pct"], s.thresholds["max_gap_to_oracle_pct"]
+    p = plan(md, s.opts, s.costs)
+    noise = _noise(md, s.model, seeds, runs, seed + runs)
+    pilot = _noise(md, s.model, seeds, runs, seed + 1000 + runs)
+    for k in scales:
+        rows.append(_scenario_row(s, mode, "flat", run_mc(s, p, flat(md), noise, k), k, runs))
+        e = calibrate(s, p, lambda x: beyond_phase(md, x), thr, "policy_gain", pilot, k)
+        mc = run_mc(s, p, beyond_phase(md, e), noise, k)
+        rows.append(_scenario_row(s, mode, "boundary-policy", mc, k, runs, effect=e))
+        e = calibrate(s, p, lambda x: gap_boundary(md, x), gap_thr, "gap_to_oracle", pilot, k)
+        mc = run_mc(s, p, gap_boundary(md, e), noise, k)
+        rows.append(_scenario_row(s, mode, "boundary-gap", mc, k, runs, effect=e))
+    mc = run_mc(s, p, phase_split(md), noise)
+    rows.append(_scenario_row(s, mode, "phase-split", mc, 1.0, runs, effect=0.15))
+    free = replace(s, costs=LifecycleCosts())
+    mc0 = run_mc(free, plan(md, s.opts, free.costs), phase_split(md), noise)
+    rows.append(_scenario_row(s, mode, "phase-split-no-costs", mc0, 1.0, runs, effect=0.15))
+    e = calibrate(s, p, lambda x: beyond_phase(md, x), 3 * thr, "policy_gain", pilot)
+    mc = run_mc(s, p, beyond_phase(md, e), noise)
+    rows.append(_scenario_row(s, mode, "planted-3x", mc, 1.0, runs, effect=e))
+    c = power_curve(s, p, noise, MDE_EFFECTS[mode])
+    curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=md.us.shape[1]))
+
+
+def _validate_long_trace(s: Study, mode, long_trace, seeds, seed, rows) -> None:
+    """Power (3x the threshold) and the policy boundary null on a synthetic trace of `long_trace`
+    invocations drawn from the study's own."""
+    thr = s.thresholds["max_policy_gain_pct"]
+    lmd = longer_trace(s.md, long_trace, seed)
+    ls = replace(s, md=lmd)
+    lp = plan(lmd, s.opts, s.costs)
+    noise = _noise(lmd, s.model, seeds, 3, seed + 7)
+    pilot = _noise(lmd, s.model, seeds, 3, seed + 1007)
+    for scenario, target in (("planted-3x", 3 * thr), ("boundary-policy", thr)):
+        e = calibrate(ls, lp, lambda x: beyond_phase(lmd, x), target, "policy_gain", pilot)
+        mc = run_mc(ls, lp, beyond_phase(lmd, e), noise)
+        rows.append(_scenario_row(ls, mode, scenario, mc, 1.0, 3, long_trace, effect=e))

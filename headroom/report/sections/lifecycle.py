@@ -9,6 +9,14 @@ import pandas as pd
 from headroom.analysis.policies import DEPLOYABLE
 from headroom.report.model import Section, all_skipped, skipped, table
 
+LEDGER_KINDS = (
+    ("compile", "cold compile per candidate"),
+    ("cache", "cache per candidate"),
+    ("dispatch", "dispatch lookup per policy"),
+    ("switch", "switching penalty"),
+    ("plan", "plan build per candidate and shape (generation 2)"),
+)
+
 
 def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Section:
     title = "Lifecycle ledger"
@@ -19,53 +27,11 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
     s = Section("lifecycle", title)
     lc_ok = lc[lc["status"].astype(str) == "ok"] if "status" in lc.columns else lc
     if "kind" in lc_ok.columns:
-        for kind, label in (
-            ("compile", "cold compile per candidate"),
-            ("cache", "cache per candidate"),
-            ("dispatch", "dispatch lookup per policy"),
-            ("switch", "switching penalty"),
-        ):
-            rows = lc_ok[lc_ok["kind"] == kind]
-            if rows.empty:
-                s.text.append(f"{label}: skipped: no ok rows")
-                continue
-            cols = [
-                c
-                for c in ("candidate", "candidate_b", "policy", "mode", "invocation", "value", "unit")
-                if c in rows.columns
-            ]
-            cols = [
-                c
-                for c in cols
-                if rows[c].astype(str).str.len().gt(0).any() and not (rows[c].astype(str) == "-1").all()
-            ]
-            s.tables.append(table(label, rows[cols]))
+        _ledger_tables(s, lc_ok)
     else:
         s.tables.append(table("lifecycle rows", lc_ok))
     if pe is not None and "running_cost_us" in pe.columns:
-        rows = []
-        free = pe[(pe["fusion"] == "free") & pe["policy"].isin(DEPLOYABLE)]
-        glob = pe[(pe["fusion"] == "free") & (pe["policy"] == "global")].set_index(["run", "mode"])
-        for r in free.itertuples(index=False):
-            g = glob.loc[(r.run, r.mode)]
-            gain_us = (g["test_us"] - r.test_us) / r.test_invocations
-            margin_us = gain_us - (r.running_cost_us - g["running_cost_us"])
-            once_us = (r.compile_s - g["compile_s"]) * 1e6
-            if margin_us <= 0:
-                horizon = math.inf
-            else:
-                horizon = max(once_us, 0.0) / margin_us
-            rows.append(
-                {
-                    "run": r.run,
-                    "mode": r.mode,
-                    "policy": r.policy,
-                    "gain_us_per_invocation": gain_us,
-                    "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
-                    "extra_compile_s": r.compile_s - g["compile_s"],
-                    "break_even_invocations": horizon,
-                }
-            )
+        rows = _break_even_rows(pe)
         if rows:
             s.tables.append(
                 table(
@@ -76,3 +42,57 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
                 )
             )
     return s
+
+
+def _ledger_tables(s: Section, lc_ok: pd.DataFrame) -> None:
+    """One table per kind of lifecycle row, with the columns that say something for that kind."""
+    for kind, label in LEDGER_KINDS:
+        rows = lc_ok[lc_ok["kind"] == kind]
+        if rows.empty:
+            s.text.append(f"{label}: skipped: no ok rows")
+            continue
+        cols = [
+            c
+            for c in (
+                "candidate",
+                "candidate_b",
+                "policy",
+                "mode",
+                "invocation",
+                "shape_key",
+                "value",
+                "unit",
+            )
+            if c in rows.columns
+        ]
+        cols = [
+            c
+            for c in cols
+            if rows[c].astype(str).str.len().gt(0).any() and not (rows[c].astype(str) == "-1").all()
+        ]
+        s.tables.append(table(label, rows[cols]))
+
+
+def _break_even_rows(pe: pd.DataFrame) -> list[dict]:
+    """Per run, mode and deployable policy (arm free): its gain over global, extra running and compile
+    costs, and the invocations after which the extra compile is paid back."""
+    rows = []
+    free = pe[(pe["fusion"] == "free") & pe["policy"].isin(DEPLOYABLE)]
+    glob = pe[(pe["fusion"] == "free") & (pe["policy"] == "global")].set_index(["run", "mode"])
+    for r in free.itertuples(index=False):
+        g = glob.loc[(r.run, r.mode)]
+        gain_us = (g["test_us"] - r.test_us) / r.test_invocations
+        margin_us = gain_us - (r.running_cost_us - g["running_cost_us"])
+        once_us = (r.compile_s - g["compile_s"]) * 1e6
+        rows.append(
+            {
+                "run": r.run,
+                "mode": r.mode,
+                "policy": r.policy,
+                "gain_us_per_invocation": gain_us,
+                "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
+                "extra_compile_s": r.compile_s - g["compile_s"],
+                "break_even_invocations": math.inf if margin_us <= 0 else max(once_us, 0.0) / margin_us,
+            }
+        )
+    return rows
