@@ -51,20 +51,9 @@ def _ledger_tables(s: Section, lc_ok: pd.DataFrame) -> None:
         if rows.empty:
             s.text.append(f"{label}: skipped: no ok rows")
             continue
-        cols = [
-            c
-            for c in (
-                "candidate",
-                "candidate_b",
-                "policy",
-                "mode",
-                "invocation",
-                "shape_key",
-                "value",
-                "unit",
-            )
-            if c in rows.columns
-        ]
+        shape = ("shape_key",) if kind == "plan" else ()  # compile rows list every shape compiled
+        named = ("candidate", "candidate_b", "policy", "mode", "invocation", *shape, "value", "unit")
+        cols = [c for c in named if c in rows.columns]
         cols = [
             c
             for c in cols
