@@ -6,20 +6,9 @@ import pandas as pd
 from headroom.core import artifacts
 from headroom.core.stage import run_stage
 
-# The report's inputs by name; portfolio and samples list one artifact per run.
-SINGLE = (
-    "decision",
-    "environment",
-    "trace",
-    "candidates",
-    "correctness",
-    "lifecycle",
-    "graph_sweep",
-    "calibration",
-    "policy_eval",
-    "factorial",
-    "roofline",
-)
+# The report's inputs by name (headroom.report.build.INPUTS); portfolio and samples list one
+# artifact per run, every other input is one artifact.
+PER_RUN = ("portfolio", "samples")
 
 
 def _benchmarks(folder: str) -> dict:
@@ -34,9 +23,7 @@ def main(stage):
     from headroom.core import defaults
     from headroom.report import build as report
 
-    inputs = {name: stage.read(name) for name in SINGLE}
-    inputs["portfolio"] = stage.read_all("portfolio")
-    inputs["samples"] = stage.read_all("samples")
+    inputs = {name: stage.read_all(name) if name in PER_RUN else stage.read(name) for name in report.INPUTS}
     read = sorted(stage.input_hashes()["inputs"].items())
     out_dir = Path(stage.output_path("html")).parent
     paths = report.build(
