@@ -209,8 +209,9 @@ def test_cuda_adaptive_sampler_stops_by_the_same_rule_in_both_modes():
     src = torch.randn(1 << 24, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     loose = timing.StopRule(target_rse_pct=5.0, min_samples=5, max_samples=50, min_time_s=0.0, max_time_s=5.0)
+    # min_time_s out of reach: only the count cap can stop it, after several batches
     tight = timing.StopRule(
-        target_rse_pct=1e-9, min_samples=5, max_samples=12, min_time_s=0.0, max_time_s=5.0
+        target_rse_pct=5.0, min_samples=5, max_samples=12, min_time_s=1e3, max_time_s=60.0
     )
     for rule, reason, n in ((loose, "target", 5), (tight, "count_cap", 12)):
         h = timing.Harness("cuda", warmup=3, reps=40, graph_calls=10, stop={"eager": rule, "graph": rule})
