@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from headroom.analysis import policies
-from headroom.core import artifacts
+from headroom.core import artifacts, contracts
 from headroom.measure import calibrate, graph_sweep, lifecycle, noise, portfolio
 from headroom.measure.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available as portfolio_cuda
@@ -179,6 +179,46 @@ def test_noise_report_over_the_three_runs(three_runs):
     stability = noise.winner_stability(rows)
     assert len(stability) == 3 and (stability["runs"] == 3).all()
     assert len(noise.run_summary(rows, samples)) == 3
+
+
+def test_fixed_sampler_records_why_each_cell_stopped(three_runs):
+    rows = _load(three_runs)
+    assert (rows["stop_reason"] == "fixed").all() and (rows["cell_wall_s"] > 0).all()
+    summary = noise.sampler_summary(rows)
+    assert summary["cells"].tolist() == [9, 9, 9] and summary["fixed"].tolist() == [9, 9, 9]
+    assert (summary["samples"] == 9 * REPS).all() and (summary["target"] == 0).all()
+
+
+@interpreter_only
+def test_adaptive_sampler_in_a_portfolio_run():
+    """On the interpreter every cell is noisy and slow: a tiny target can only end by a cap, and
+    each cell keeps every sample it took; a huge target ends each cell at the minimum count."""
+    trace = tiny_trace().iloc[[1]]
+    cands = tiny_candidates().iloc[:2]
+    adaptive = {"min_samples": {"eager": 2}, "max_samples": {"eager": 3}, "max_time_s": 60.0}
+    for target, reasons, counts in ((1e-9, {"count_cap"}, {3}), (1e9, {"target"}, {2})):
+        section = {
+            "sampler": "adaptive",
+            "warmup_reps": 0,
+            "adaptive": {**adaptive, "target_rse_pct": {"eager": target}},
+        }
+        rows, samples = portfolio.run(trace, cands, section, run=1, device="interpret", progress=False)
+        assert set(rows["stop_reason"]) == reasons and set(rows["reps"]) == counts
+        per_cell = samples.groupby("candidate").size()
+        assert (per_cell.loc[rows["candidate"]].to_numpy() == rows["reps"].to_numpy()).all()
+        assert np.isfinite(rows["rse_pct"]).all()
+        contracts.check("portfolio", artifacts.to_table(rows))  # the new columns are typed
+
+
+def test_adaptive_settings_are_checked_by_name():
+    with pytest.raises(ValueError, match="portfolio.sampler"):
+        portfolio.settings({"sampler": "nvbench"})
+    with pytest.raises(ValueError, match=r"portfolio.adaptive \(graph\).*max_samples"):
+        portfolio.settings({"adaptive": {"max_samples": {"graph": 3}}})
+    with pytest.raises(ValueError, match="portfolio.adaptive.target_rse_pct: unknown key"):
+        portfolio.settings({"adaptive": {"target_rse_pct": {"prefill": 1.0}}})
+    rules = portfolio.stop_rules(portfolio.settings({"sampler": "adaptive"}))
+    assert set(rules) == {"eager", "graph"} and portfolio.stop_rules(portfolio.settings({})) == {}
 
 
 def test_candidate_order_properties():
