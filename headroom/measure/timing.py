@@ -186,6 +186,27 @@ class StopRule:
         return int(min(k, self.max_samples - n))
 
 
+def sample_loop(
+    rule: StopRule | None, take: Callable[[int], np.ndarray], fixed: int, clock: Callable[[], int]
+) -> tuple[np.ndarray, str, float, float]:
+    """The one sampling loop: ``take(k)`` times the next k samples (their µs, in the method's unit:
+    a call or a replay). No rule: one batch of ``fixed``; a rule: batches until it gives a reason.
+    Returns (samples, stop reason, rse_pct, wall seconds by ``clock``, a nanosecond clock). The
+    harness runs it on the device; :mod:`headroom.measure.cost` replays it on recorded samples."""
+    t0 = clock()
+    if rule is None:
+        x = take(fixed)
+        return x, "fixed", rse_pct(x), (clock() - t0) / 1e9
+    batches = [take(rule.min_samples)]
+    while True:
+        x = np.concatenate(batches)
+        rse, wall_s = rse_pct(x), (clock() - t0) / 1e9
+        reason = rule.reason(x, rse, wall_s)
+        if reason is not None:
+            return x, reason, rse, wall_s
+        batches.append(take(rule.next_batch(x.size, rse, wall_s)))
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One timed (callable, input sets) pair.
@@ -301,22 +322,7 @@ class Harness:
         return Measurement("eager", us, 1, n, None, reason, rse, wall_s)
 
     def _sample(self, mode: str, take: Callable[[int], np.ndarray], fixed: int):
-        """The one sampling loop: ``take(k)`` times the next k samples (their µs, in the method's
-        unit: a call or a replay). Fixed: one batch of ``fixed``; adaptive: batches until the mode's
-        StopRule gives a reason. Returns (samples, stop reason, rse_pct, wall seconds)."""
-        rule = self.stop.get(mode)
-        t0 = self.clock()
-        if rule is None:
-            x = take(fixed)
-            return x, "fixed", rse_pct(x), (self.clock() - t0) / 1e9
-        batches = [take(rule.min_samples)]
-        while True:
-            x = np.concatenate(batches)
-            rse, wall_s = rse_pct(x), (self.clock() - t0) / 1e9
-            reason = rule.reason(x, rse, wall_s)
-            if reason is not None:
-                return x, reason, rse, wall_s
-            batches.append(take(rule.next_batch(x.size, rse, wall_s)))
+        return sample_loop(self.stop.get(mode), take, fixed, self.clock)
 
     def _eager_host(self, fn: Callable, input_sets: Sequence[tuple]) -> Callable[[int], np.ndarray]:
         n, clock, done = len(input_sets), self.clock, [0]
