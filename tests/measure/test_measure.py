@@ -517,3 +517,51 @@ def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
         res = server.compile(spec, str(tmp_path / "b"), timeout_s=0.001)
         assert res["timed_out"] and res["error"] == "cold-compile child timed out after 0.001 s"
         assert lifecycle._compile_one(cand, shapes, 1e4, 0.001, server=server)["timed_out"]  # no retry
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_portfolio_adaptive_sampler_on_cuda():
+    """Both modes stop by the adaptive rule: a loose target at the minimum count, an unreachable
+    minimum time at the count cap (graph: counted in replays)."""
+    adaptive = {"min_samples": {"eager": 6, "graph": 3}, "max_samples": {"eager": 12, "graph": 5}}
+    for extra, reason, counts in (
+        ({"target_rse_pct": {"eager": 50.0, "graph": 50.0}}, "target", {"eager": 6, "graph": 3}),
+        ({"min_time_s": 1e3, "max_time_s": 60.0}, "count_cap", {"eager": 12, "graph": 5}),
+    ):
+        section = {
+            "sampler": "adaptive",
+            "warmup_reps": 3,
+            "graph_calls": 10,
+            "adaptive": {**adaptive, **extra},
+        }
+        rows, samples = portfolio.run(
+            _cuda_trace(), _cuda_candidates(), section, run=1, device="cuda", progress=False
+        )
+        assert set(rows["stop_reason"]) == {reason}
+        assert rows.groupby("mode")["reps"].unique().map(set).to_dict() == {m: {n} for m, n in counts.items()}
+        assert (rows.loc[rows["mode"] == "graph", "timed_calls"] == 10 * counts["graph"]).all()
+        assert len(samples) == rows["reps"].sum() and np.isfinite(rows["rse_pct"]).all()
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cold_compile_on_cuda_forked_and_spawned_agree():
+    """A forked child compiles cold as a freshly started one does: the same specializations, new
+    cache files, the toolchain timed."""
+    from headroom.measure import cold_compile
+
+    trace = _cuda_trace()
+    shapes = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
+    ]
+    cand = next(_cuda_candidates().itertuples(index=False))
+    with cold_compile.Server(interpret=False, project_root=ROOT) as server:
+        forked = lifecycle._compile_one(cand, shapes, 10000.0, 600, server=server)
+    spawned = lifecycle._spawned(lifecycle._spec(cand, shapes, 10000.0), 600, interpret=False)
+    for res in (forked, spawned):
+        assert "error" not in res, res.get("error")
+        assert res["toolchain_s"] > 0 and res["cache_bytes"] > 0 and res["pid"] != os.getpid()
+        assert res["shapes"][0]["new_bytes"] > 0  # the first shape compiled the candidate's kernels
+    compiled = [[s["new_bytes"] > 0 for s in r["shapes"]] for r in (forked, spawned)]
+    assert compiled[0] == compiled[1]
