@@ -151,3 +151,14 @@ def test_noise_section_replays_a_recorded_reference_without_sampler_columns():
     assert "stop_reason" not in rows.columns
     s = section.section(rows, None, "")
     assert any("before the adaptive sampler" in t for t in s.text)
+
+
+def test_noise_section_shows_the_sampler_table_when_rows_have_its_columns():
+    from headroom.report.sections import noise as section
+
+    rows = _rows({(1, 0, "a"): 5.0, (1, 0, "b"): 6.0, (2, 0, "a"): 5.1, (2, 0, "b"): 6.2})
+    rows = rows.assign(std_us=0.1, reps=10, rse_pct=0.5, stop_reason="target", cell_wall_s=0.01)
+    s = section.section(rows, None, "")
+    titles = [t.title for t in s.tables]
+    assert any("why cells stopped" in t for t in titles), titles
+    assert not any("before the adaptive sampler" in t for t in s.text)
