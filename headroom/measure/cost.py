@@ -11,8 +11,9 @@ A linear cost model of the stage wall times (``benchmarks/*.tsv``) of the record
   that calls every shape, a plan build per generation-2 candidate and shape);
 - a portfolio run: start + cells * (overhead + timed), cells = modes * invocations * candidates.
   ``start`` (process start: the benchmark's wall time minus the run's own ``run_wall_s``) and the
-  per-cell ``overhead`` (inputs, graph capture, warm-up: the run's wall time minus its samples'
-  timed time, per cell) come from the references; ``timed`` is the study's sampler replayed on
+  ``overhead`` (inputs, graph capture, warm-up, host time between events: the run's wall time minus
+  its samples' timed time; per cell, plus per eager call once references differ in eager calls per
+  cell, :func:`_overhead`) come from the references; ``timed`` is the study's sampler replayed on
   the recorded samples of the reference with the study's trace source (the same loop the harness
   runs: :func:`headroom.measure.timing.sample_loop`) for the samples a cell takes, times calls per
   sample, times a call's time: per mode a + b * input megabytes, fitted on every recorded row
@@ -68,7 +69,9 @@ class Reference:
     generation: int
     mean_set_bytes: float
     start_s: float
-    cell_overhead_s: float
+    overheads: list[tuple[int, int, float]]  # per run: cells, eager calls, seconds beyond the samples
+    samples_per_cell: dict[str, float]  # per mode, as recorded (run 1)
+    calls_per_sample: dict[str, int]
 
     @property
     def cells(self) -> int:
@@ -97,7 +100,8 @@ def read_reference(path: Path) -> Reference:
         inner = float(rows["run_wall_s"].iloc[0])
         timed = float((rows["mean_us"] * rows["reps"] * rows["calls_per_sample"]).sum()) * 1e-6
         starts.append(wall - inner)
-        overheads.append((inner - timed) / len(rows))
+        eager_calls = int(rows.loc[rows["mode"] == "eager", "reps"].sum())
+        overheads.append((len(rows), eager_calls, inner - timed))
     first = runs[0]
     source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source", "synthetic")
     return Reference(
@@ -113,7 +117,9 @@ def read_reference(path: Path) -> Reference:
         generation=int(cands["generation"].max()) if "generation" in cands else 1,
         mean_set_bytes=float(first.drop_duplicates("invocation")["set_bytes"].mean()),
         start_s=float(np.mean(starts)),
-        cell_overhead_s=float(np.mean(overheads)),
+        overheads=overheads,
+        samples_per_cell=first.groupby("mode")["reps"].mean().to_dict(),
+        calls_per_sample=first.groupby("mode")["calls_per_sample"].max().astype(int).to_dict(),
     )
 
 
@@ -133,7 +139,7 @@ class Model:
     fixed_s: dict[str, float]
     linear: dict[str, np.ndarray]  # stage -> (a, b per candidate, c per candidate x shape)
     start_s: float
-    cell_overhead_s: float
+    overhead_s: np.ndarray  # (seconds per cell, seconds per eager call) beyond the timed samples
     call_us: dict[str, np.ndarray]  # mode -> (us per call, us per input MB)
     dropped: frozenset[str] = field(default_factory=frozenset)
 
@@ -153,13 +159,25 @@ def fit(refs: list[Reference]) -> Model:
     linear = {stage: nnls(x, np.array([r.stage_s[stage] for r in refs]))[0] for stage in _LINEAR}
     dropped = frozenset().union(*(_dropped(r) for r in refs))
     start = float(np.mean([r.start_s for r in refs]))
-    overhead = float(np.mean([r.cell_overhead_s for r in refs]))
+    overhead = _overhead(np.array([o for r in refs for o in r.overheads], dtype=np.float64))
     rows = pd.concat([r.rows() for r in refs], ignore_index=True)
     call_us = {}
     for mode, grp in rows.groupby("mode", sort=True):
         design = np.column_stack([np.ones(len(grp)), grp["set_bytes"].to_numpy() / 1e6])
         call_us[mode] = nnls(design, grp["median_us"].to_numpy())[0]
     return Model(refs, fixed, linear, start, overhead, call_us, dropped)
+
+
+def _overhead(runs: np.ndarray) -> np.ndarray:
+    """(per cell, per eager call) seconds from the runs' (cells, eager calls, seconds) by NNLS. While
+    every run took about as many eager calls per cell (the fixed sampler's references), the two are
+    not separable: all of it is charged per cell (an upper bound for a sampler taking fewer calls)."""
+    from scipy.optimize import nnls
+
+    ratio = runs[:, 1] / runs[:, 0]
+    if ratio.max() < 1.1 * ratio.min():
+        return np.array([float(np.sum(runs[:, 2]) / np.sum(runs[:, 0])), 0.0])
+    return nnls(runs[:, :2], runs[:, 2])[0]
 
 
 def _dropped(ref: Reference) -> set[str]:
@@ -259,12 +277,9 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
     per_mode = simulated_cell(ref.samples(), cfg)
     megabytes = float(np.mean([portfolio.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
     calls = {"eager": 1, "graph": cfg["graph_calls"]}
-    cell_s = {
-        m: model.cell_overhead_s + per_mode[m][0] * calls[m] * model.call_time_us(m, megabytes) * 1e-6
-        for m in modes
-    }
     n_inv, n_cand = len(trace), len(admitted)
-    run_s = model.start_s + n_inv * n_cand * sum(cell_s.values())
+    samples = {m: per_mode[m][0] for m in modes}
+    run_s = _run_s(model, n_inv * n_cand, samples, calls, megabytes)
     runs = int(study["portfolio"]["runs"])
     facts = {
         "device": study["device"],
@@ -274,7 +289,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
         "modes": modes,
         "runs": runs,
         "sampler": cfg["sampler"],
-        "samples_per_cell": {m: per_mode[m][0] for m in modes},
+        "samples_per_cell": samples,
         "reference": ref.name,
         "megabytes": megabytes,
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
@@ -283,28 +298,25 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
     return Plan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
 
 
+def _run_s(
+    model: Model, pairs: int, samples: dict[str, float], calls: dict[str, int], megabytes: float
+) -> float:
+    """A portfolio run: start + per (invocation, candidate) pair and mode, the cell's overhead and
+    its samples' time (eager calls also their host overhead)."""
+    per_pair = 0.0
+    for mode, n in samples.items():
+        per_pair += model.overhead_s[0] + n * calls[mode] * model.call_time_us(mode, megabytes) * 1e-6
+        per_pair += model.overhead_s[1] * n if mode == "eager" else 0.0
+    return model.start_s + pairs * per_pair
+
+
 def reference_plan(ref: Reference, model: Model) -> Plan:
-    """The model's plan of a recorded study as it was run (fixed sampler, its own samples)."""
-    cfg = _recorded_sampler(ref)
-    calls = {"eager": 1, "graph": cfg["graph_calls"]}
-    per_call = {m: model.call_time_us(m, ref.mean_set_bytes / 1e6) for m in model.call_us}
-    per_mode = simulated_cell(ref.samples(), cfg)
-    timed = sum(n * calls[m] * per_call[m] * 1e-6 for m, (n, _) in per_mode.items()) / ref.modes
-    run_s = model.start_s + ref.cells * (model.cell_overhead_s + timed)
+    """The model's plan of a recorded study as it was run (its recorded samples per cell)."""
+    pairs = ref.invocations * ref.candidates
+    run_s = _run_s(model, pairs, ref.samples_per_cell, ref.calls_per_sample, ref.mean_set_bytes / 1e6)
     jobs = _stage_jobs(model, ref.candidates, ref.shapes, len(ref.run_s), run_s)
     facts = {"measured_s": sum(ref.stage_s.values()) + sum(ref.run_s)}
     return Plan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
-
-
-def _recorded_sampler(ref: Reference) -> dict[str, Any]:
-    from headroom.measure import portfolio
-
-    rows = artifacts.read(ref.path / "portfolio" / "run-1.parquet")
-    eager = rows[rows["mode"] == "eager"]
-    graph = rows[rows["mode"] == "graph"]
-    reps = int(eager["reps"].max()) if len(eager) else int((graph["reps"] * graph["calls_per_sample"]).max())
-    calls = int(graph["calls_per_sample"].max()) if len(graph) else 1
-    return portfolio.settings({"reps": reps, "graph_calls": calls})
 
 
 # -- text and the verb -----------------------------------------------------------------------------

@@ -74,3 +74,15 @@ def test_a_reference_without_stage_times_is_refused(tmp_path):
     pd.DataFrame({"s": [1.0]}).to_csv(tmp_path / "benchmarks" / "trace.tsv", sep="\t", index=False)
     with pytest.raises(ValueError, match="run-\\*.tsv, correctness.tsv or lifecycle.tsv"):
         cost.read_reference(tmp_path)
+
+
+def test_overhead_splits_per_cell_and_per_call_once_runs_differ_in_calls_per_cell(model):
+    assert model.overhead_s[1] == 0.0 and model.overhead_s[0] > 0  # fixed-sampler references only
+    cells = np.array([1000.0, 2000.0, 1500.0])
+    calls = np.array([280_000.0, 50_000.0, 150_000.0])  # an adaptive run takes fewer calls per cell
+    runs = np.column_stack([cells, calls, 0.007 * cells + 66e-6 * calls])
+    np.testing.assert_allclose(cost._overhead(runs), [0.007, 66e-6], rtol=1e-6)
+    same_ratio = runs[[0]].repeat(2, axis=0) * [[1, 1, 1], [2, 2, 2]]
+    np.testing.assert_allclose(
+        cost._overhead(same_ratio), [same_ratio[:, 2].sum() / same_ratio[:, 0].sum(), 0]
+    )
