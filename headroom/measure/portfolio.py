@@ -285,12 +285,12 @@ def run(
     tables = RopeTables(int(trace["kv_len"].max()), rope_base, device)
     ordered = trace.sort_values("invocation", kind="mergesort")
     rows: list[dict] = []
-    sample_frames: list[pd.DataFrame] = []
+    sample_parts: list[tuple] = []
     bar = _progress(len(ordered), progress)
     for index, inv in enumerate(ordered.itertuples(index=False)):
         inv_rows, inv_samples = bench.time_invocation(inv, index, tables.get(inv))
         rows += inv_rows
-        sample_frames += inv_samples
+        sample_parts += inv_samples
         bar.update(1)
         bar.set_postfix_str(f"{bench.timed_calls / max(time.perf_counter() - t_start, 1e-9):,.0f} calls/s")
     bar.close()
@@ -301,7 +301,7 @@ def run(
     out["floor_ratio"] = out["median_us"] / out["floor_us"]
     out["near_floor"] = out["floor_ratio"] < cfg["floor_factor"]
     out["run_wall_s"] = wall_s
-    samples = pd.concat(sample_frames, ignore_index=True)
+    samples = samples_frame(run, sample_parts)
     log.info(
         "portfolio run %d: %d rows, %d samples, %d timed calls in %.1f s wall",
         run,
@@ -410,7 +410,7 @@ class _Bench:
         cands = list(candidates.sort_values("candidate").itertuples(index=False))
         return cls(cfg, run, device, modes, harness, cands, facts, floor, graph_launch, l2, clock)
 
-    def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[pd.DataFrame]]:
+    def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[tuple]]:
         """Every mode x every candidate (in this invocation's seeded order) on one invocation."""
         cfg, cos, sin = self.cfg, *rope
         nbytes = set_bytes(inv)
@@ -463,19 +463,33 @@ class _Bench:
             "graph_launch_us": self.graph_launch,
         }
 
-    def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> pd.DataFrame:
-        return pd.DataFrame(
-            {
-                "run": self.run,
-                "mode": mode,
-                "invocation": int(inv.invocation),
-                "candidate": cand.candidate,
-                "rep": np.arange(m.samples_us.size, dtype=np.int64),
-                "position": position,
-                "latency_us": m.samples_us,
-                "calls": m.calls_per_sample,
-            }
-        )
+    def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> tuple:
+        """One cell's samples, framed once per run by :func:`samples_frame` (a frame per cell costs
+        about a millisecond of host time between cells)."""
+        return (mode, int(inv.invocation), cand.candidate, position, m.samples_us, m.calls_per_sample)
+
+
+def samples_frame(run: int, parts: list[tuple]) -> pd.DataFrame:
+    """The samples table (module docstring) of (mode, invocation, candidate, position, latencies,
+    calls) cells: rep counts 0.. within each cell."""
+    sizes = np.array([p[4].size for p in parts], dtype=np.int64)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+    def each(i: int) -> np.ndarray:  # field i of every cell, once per sample
+        return np.repeat(np.array([p[i] for p in parts]), sizes)
+
+    return pd.DataFrame(
+        {
+            "run": np.full(int(sizes.sum()), run, dtype=np.int64),
+            "mode": each(0),
+            "invocation": each(1).astype(np.int64),
+            "candidate": each(2),
+            "rep": np.arange(int(sizes.sum()), dtype=np.int64) - starts,
+            "position": each(3).astype(np.int64),
+            "latency_us": np.concatenate([p[4] for p in parts]).astype(np.float64),
+            "calls": each(5).astype(np.int64),
+        }
+    )
 
 
 def _progress(total: int, enabled: bool):
