@@ -220,3 +220,19 @@ def test_cuda_adaptive_sampler_stops_by_the_same_rule_in_both_modes():
             assert m.stop_reason == reason and m.samples_us.size == n, (mode, m.stop_reason)
             assert m.rse_pct == pytest.approx(timing.rse_pct(m.samples_us)) and np.all(m.samples_us > 0)
     assert m.replay_us.size == 12 and m.calls_per_sample == 10  # graph: a sample is one replay
+
+
+def test_a_cell_stops_on_its_own_samples_whatever_was_timed_before():
+    """No state carries from one cell to the next: a cell's samples and stop are the same whether a
+    quiet or a noisy candidate was timed before it (stopping never looks at other candidates)."""
+    rule = _rule(target_rse_pct=0.5, max_samples=100)
+
+    def cell_after(previous: list[tuple]) -> timing.Measurement:
+        clock = FakeClock()
+        h = timing.Harness("interpret", warmup=0, reps=7, stop={"eager": rule}, clock=clock)
+        h.time("eager", clock.call, previous)
+        return h.time("eager", clock.call, _latencies(3, seed=7))
+
+    a, b = cell_after(_latencies(0.1, seed=1)), cell_after(_latencies(20, seed=2))
+    assert a.stop_reason == b.stop_reason and a.samples_us.size == b.samples_us.size > 5
+    np.testing.assert_array_equal(a.samples_us, b.samples_us)
