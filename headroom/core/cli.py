@@ -1,4 +1,4 @@
-"""`headroom query | verify | lineage | gate | trace describe` -- the studies from the command line.
+"""`headroom query | verify | lineage | gate | trace describe | plan` -- the studies from the command line.
 
 Exit codes: 0 ok; 1 verification failed or an error; 2 bad usage (an unknown study, no SQL);
 `gate`: 0 stop, 3 continue, 4 no-decision, 5 not run (no decision artifact: the pipeline has not
@@ -425,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="chronological train share (default: policies.train_fraction of config/config.yaml)",
     )
     td.set_defaults(func=cmd_trace_describe)
+
+    from headroom.measure import cost  # `plan`: predicted GPU time per study (issue 19)
+
+    cost.add_parser(sub)
     return p
 
 

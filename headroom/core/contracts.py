@@ -118,7 +118,7 @@ _T = {
     "latency_us": FLOAT, "calls": INT, "timed_calls": INT, "calls_per_sample": INT, "device": STR,
     "working_set_bytes": INT, "l2_bytes": INT, "regime": STR, "regime_multiple": FLOAT,
     "residency": STR, "target_bytes": INT, "buffer_sets": INT, "calls_per_graph": INT,
-    "fusion_speedup": FLOAT,
+    "fusion_speedup": FLOAT, "rse_pct": FLOAT, "stop_reason": STR, "cell_wall_s": FLOAT,
     # lifecycle
     "kind": STR, "candidate_b": STR, "policy": STR, "value": FLOAT, "unit": STR, "compile_s": FLOAT,
     "cache_bytes": FLOAT, "n": INT, "specializations": INT, "specialization_s": STR, "toolchain_s": FLOAT,
@@ -149,10 +149,11 @@ CORRECTNESS = _contract(
     "reason tile fused phase batch q_len kv_len heads_q heads_kv head_dim dtype rotate_k input_seed",
     required="candidate shape_key rel_err max_abs_err tolerance nan_count unwritten_count passed",
 )
+# rse_pct, stop_reason and cell_wall_s came with the adaptive sampler (issue 19): absent in older studies.
 PORTFOLIO = _contract(
     "portfolio",
     "run pid device mode invocation shape_key phase candidate tile fused backend position "
-    f"{_STATS} reps timed_calls calls_per_sample working_set_bytes",
+    f"{_STATS} reps rse_pct stop_reason cell_wall_s timed_calls calls_per_sample working_set_bytes",
     required="run pid mode invocation shape_key candidate tile fused median_us mean_us p10_us p90_us std_us reps",
 )
 PORTFOLIO_SAMPLES = _contract(

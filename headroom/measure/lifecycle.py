@@ -1,7 +1,9 @@
 """lifecycle: what owning a dispatching portfolio costs, measured rather than assumed.
 
-- compile: each candidate compiled cold, in a fresh process (``python -m headroom.measure.lifecycle``)
-  whose TRITON_CACHE_DIR is a new empty directory. The child first initializes CUDA and launches
+- compile: each candidate compiled cold, in a fresh process whose TRITON_CACHE_DIR is a new empty
+  directory (:mod:`headroom.measure.cold_compile`: forked from a server that has imported torch,
+  triton and the kernels once, so no child pays their import; nothing timed changes, since a
+  child always imported them before its first timed step). The child first initializes CUDA and launches
   the empty kernel (Triton's own one-time toolchain work, reported as ``toolchain_s``), then for
   every distinct trace shape makes a first call and a second call of the candidate: when the first
   call added files to the cache, that shape triggered a new specialization, and its compile time is
@@ -323,72 +325,35 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
 # -- cold compile ---------------------------------------------------------------------------------
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs inside the fresh process: cold-compile one candidate on every shape of ``spec``.
-    (Under TRITON_INTERPRET=1 it runs the same steps on the CPU, where nothing compiles: the
-    tests use that to check the plumbing.)"""
-    import torch
-
-    device = "interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    tdev = "cuda" if device == "cuda" else "cpu"
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    cache = Path(os.environ["TRITON_CACHE_DIR"])
-    anchor = torch.empty(16, device=tdev)
-    sync()
-    from headroom.measure.runner import tables as candidate_tables
-    from kernels import empty_kernel_launch
-
-    t0 = time.perf_counter()
-    empty_kernel_launch(anchor)
-    sync()
-    toolchain_s = time.perf_counter() - t0
-    start_bytes = _dir_bytes(cache)
-    cand = pd.Series(spec["candidate"])
-    shapes = pd.DataFrame(spec["shapes"])
-    cos, sin = candidate_tables(
-        int(shapes["kv_len"].max()),
-        int(shapes["head_dim"].iloc[0]),
-        str(shapes["dtype"].iloc[0]),
-        spec["rope_base"],
-        tdev,
-    )
-    out = []
-    for row in shapes.itertuples(index=False):
-        (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]
-        fn = portfolio.candidate_fn(cand, cos, sin, row.phase == "prefill")
-        before = _dir_bytes(cache)
-        t0 = time.perf_counter()
-        fn(q, k, v)
-        sync()
-        first = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        fn(q, k, v)
-        sync()
-        second = time.perf_counter() - t0
-        out.append(
-            {
-                "shape_key": row.shape_key,
-                "first_s": first,
-                "second_s": second,
-                "new_bytes": _dir_bytes(cache) - before,
-            }
-        )
-    return {"toolchain_s": toolchain_s, "cache_bytes": _dir_bytes(cache) - start_bytes, "shapes": out}
-
-
-def _compile_one(
-    cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, interpret: bool = False
-) -> dict:
-    """Run :func:`compile_child` for one candidate in a fresh process with an empty cache dir."""
-    spec = {
+def _spec(cand: Any, shapes: list[dict], rope_base: float) -> dict[str, Any]:
+    return {
         "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
         "shapes": shapes,
         "rope_base": rope_base,
     }
+
+
+def _compile_one(
+    cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, server: Any, log=None
+) -> dict:
+    """Run :func:`headroom.measure.cold_compile.compile_child` for one candidate in a fresh process
+    with an empty cache dir: forked by ``server`` (a :class:`cold_compile.Server`, no import time),
+    or, should that child fail other than by its timeout, started from scratch (``_spawned``)."""
+    spec = _spec(cand, shapes, rope_base)
+    with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
+        result = server.compile(spec, cache, timeout_s=timeout_s)
+    if "error" not in result or result.get("timed_out"):
+        return result
+    (log or logging.getLogger(__name__)).warning(
+        "cold compile of %s in a forked child failed (%s); again in a freshly started process",
+        spec["candidate"]["candidate"],
+        result["error"][-300:],
+    )
+    return _spawned(spec, timeout_s, interpret=server.interpret)
+
+
+def _spawned(spec: dict[str, Any], timeout_s: int, *, interpret: bool) -> dict:
+    """compile_child in a freshly started interpreter (``python -m headroom.measure.cold_compile``)."""
     with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
         env = {**os.environ, "TRITON_CACHE_DIR": cache}
         if interpret:
@@ -396,15 +361,18 @@ def _compile_one(
         else:
             env.pop("TRITON_INTERPRET", None)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        proc = subprocess.run(
-            [sys.executable, "-m", "headroom.measure.lifecycle"],
-            input=json.dumps(spec),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=PROJECT_ROOT,
-        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "headroom.measure.cold_compile"],
+                input=json.dumps(spec),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=PROJECT_ROOT,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"cold-compile child timed out after {timeout_s} s"}
     if proc.returncode != 0:
         return {"error": f"cold-compile child exited {proc.returncode}: {proc.stderr.strip()[-800:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -435,13 +403,17 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
     workers = min(cfg["compile_workers"], len(cands))
     progress = Progress(log, "lifecycle cold compile", len(cands), "candidates")
 
-    def compile_one(cand: Any) -> dict[str, Any]:
-        result = _compile_one(cand, shapes, rope_base, cfg["compile_timeout_s"])
-        progress.step()
-        return result
+    from headroom.measure import cold_compile  # imports the kernels: only once the stage set the mode
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(compile_one, cands))
+    with cold_compile.Server(interpret=False, project_root=PROJECT_ROOT) as server:
+
+        def compile_one(cand: Any) -> dict[str, Any]:
+            result = _compile_one(cand, shapes, rope_base, cfg["compile_timeout_s"], server=server, log=log)
+            progress.step()
+            return result
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(compile_one, cands))
     rows = []
     for cand, res in zip(cands, results, strict=True):
         rows += _compile_result_rows(cand, res, workers, device, log)
@@ -546,7 +518,3 @@ def run(
     for row in out[out["kind"] == "dispatch"].itertuples(index=False):
         log.info("dispatch %-12s %8.1f ns per lookup", row.policy, row.value)
     return out
-
-
-if __name__ == "__main__":
-    print(json.dumps(compile_child(json.loads(sys.stdin.read()))))

@@ -14,6 +14,8 @@ Functions (each returns a new DataFrame; nothing is read from disk, nothing is m
   every run, and of run pairs that disagree
 - :func:`floor_flags` rows whose median lies within ``factor`` times the harness floor
 - :func:`run_summary` one row per (run, mode) for the run log and the report
+- :func:`sampler_summary` one row per (run, mode): how the sampler spent its samples, the noise
+  it reached and why its cells stopped (None for artifacts recorded before the adaptive sampler)
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import pandas as pd
 from headroom.core import defaults
 
 KEY = ["run", "mode", "invocation", "candidate"]
-# A median within this many times the empty-kernel floor measures the harness, not the kernel.
+#: The portfolio columns the sampler writes (absent in studies recorded before it).
+SAMPLER_COLUMNS = ["reps", "rse_pct", "stop_reason", "cell_wall_s"]
 
 
 def _require(df: pd.DataFrame, columns: list[str], name: str) -> None:
@@ -165,6 +168,37 @@ def run_summary(rows: pd.DataFrame, samples: pd.DataFrame, factor: float | None 
                 "rel_std_p90_pct": float(grp["rel_std_pct"].quantile(0.9)),
                 "rel_std_max_pct": float(grp["rel_std_pct"].max()),
                 "near_floor": len(near),
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def sampler_summary(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """Per (run, mode): cells, samples (sum of reps), reps_median / reps_max, rse_median_pct /
+    rse_p90_pct / rse_max_pct (the median's relative standard error each cell reached), one column
+    per stop reason (cells that stopped so: fixed, target, count_cap, time_cap) and sampling_s (the
+    cells' timing loops, summed). None when ``rows`` lack the sampler's columns (older artifacts)."""
+    from headroom.measure.timing import STOP_REASONS
+
+    if not set(SAMPLER_COLUMNS) <= set(rows.columns):
+        return None
+    _require(rows, KEY + SAMPLER_COLUMNS, "rows")
+    records = []
+    for (run, mode), grp in rows.groupby(["run", "mode"], sort=True):
+        reasons = grp["stop_reason"].value_counts()
+        records.append(
+            {
+                "run": run,
+                "mode": mode,
+                "cells": len(grp),
+                "samples": int(grp["reps"].sum()),
+                "reps_median": float(grp["reps"].median()),
+                "reps_max": int(grp["reps"].max()),
+                "rse_median_pct": float(grp["rse_pct"].median()),
+                "rse_p90_pct": float(grp["rse_pct"].quantile(0.9)),
+                "rse_max_pct": float(grp["rse_pct"].max()),
+                **{reason: int(reasons.get(reason, 0)) for reason in STOP_REASONS},
+                "sampling_s": float(grp["cell_wall_s"].sum()),
             }
         )
     return pd.DataFrame.from_records(records)

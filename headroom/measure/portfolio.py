@@ -9,7 +9,10 @@ each mode) is measured at the start of the run and carried as columns, never as 
 Rows (``portfolio/run-{run}.parquet``), one per (mode, invocation, candidate):
     run, pid, started_at (ISO 8601 UTC), mode, invocation, shape_key, phase, candidate, tile, fused,
     backend, position (0-based place in the invocation's timing order), median_us, mean_us, p10_us, p90_us,
-    std_us, rel_std_pct, reps (samples in this row), timed_calls (kernel calls behind the samples),
+    std_us, rel_std_pct, reps (samples in this row), rse_pct (the median's relative standard error,
+    :func:`headroom.measure.timing.rse_pct`), stop_reason (why the sampler stopped: fixed | target |
+    count_cap | time_cap, config `portfolio.sampler`), cell_wall_s (seconds of the cell's timing
+    loop), timed_calls (kernel calls behind the samples),
     calls_per_sample (1 eager, graph_calls graph), graph_replay_us (median undivided replay; NaN
     eager), buffer_sets, set_bytes, working_set_bytes, floor_us (empty kernel, same mode and
     method), floor_ratio (median_us / floor_us), near_floor (floor_ratio < floor_factor),
@@ -65,7 +68,48 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     for key in ("working_set_l2", "floor_factor"):
         if not isinstance(cfg[key], int | float) or not cfg[key] > 0:
             raise ValueError(f"portfolio.{key} must be a positive number, got {cfg[key]!r}")
+    if cfg["sampler"] not in SAMPLERS:
+        raise ValueError(f"portfolio.sampler must be one of {SAMPLERS}, got {cfg['sampler']!r}")
+    cfg["adaptive"] = _adaptive(cfg["adaptive"])
+    stop_rules(cfg)  # refuses a bad adaptive section even while the fixed sampler is chosen
     return cfg
+
+
+SAMPLERS = ("fixed", "adaptive")
+_PER_MODE = ("target_rse_pct", "min_samples", "max_samples")
+
+
+def _adaptive(section: dict[str, Any] | None) -> dict[str, Any]:
+    """`portfolio.adaptive` merged key by key (and mode by mode) onto the default study's."""
+    base = stage_settings.merge("portfolio.adaptive", defaults.section("portfolio")["adaptive"], section)
+    for key in _PER_MODE:
+        if not isinstance(base[key], dict):
+            raise ValueError(
+                f"portfolio.adaptive.{key} must map eager and graph to values, got {base[key]!r}"
+            )
+        base[key] = stage_settings.merge(
+            f"portfolio.adaptive.{key}", defaults.section("portfolio")["adaptive"][key], base[key]
+        )
+    return base
+
+
+def stop_rules(cfg: dict[str, Any]) -> dict[str, timing.StopRule]:
+    """{mode: StopRule} of the adaptive sampler from a settings() dict; {} for the fixed sampler.
+    ValueError names the bad `portfolio.adaptive` key."""
+    a = cfg["adaptive"]
+    for key in ("min_time_s", "max_time_s"):
+        if isinstance(a[key], bool) or not isinstance(a[key], int | float):
+            raise ValueError(f"portfolio.adaptive.{key} must be a number, got {a[key]!r}")
+    rules = {}
+    for mode in timing.MODES:
+        values = {key: a[key][mode] for key in _PER_MODE}
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values.values()):
+            raise ValueError(f"portfolio.adaptive: {mode} values must be numbers, got {values}")
+        try:
+            rules[mode] = timing.StopRule(**values, min_time_s=a["min_time_s"], max_time_s=a["max_time_s"])
+        except ValueError as e:
+            raise ValueError(f"portfolio.adaptive ({mode}): {e}") from None
+    return rules if cfg["sampler"] == "adaptive" else {}
 
 
 def modes_for(mode: str, device: str) -> tuple[str, ...]:
@@ -241,12 +285,12 @@ def run(
     tables = RopeTables(int(trace["kv_len"].max()), rope_base, device)
     ordered = trace.sort_values("invocation", kind="mergesort")
     rows: list[dict] = []
-    sample_frames: list[pd.DataFrame] = []
+    sample_parts: list[tuple] = []
     bar = _progress(len(ordered), progress)
     for index, inv in enumerate(ordered.itertuples(index=False)):
         inv_rows, inv_samples = bench.time_invocation(inv, index, tables.get(inv))
         rows += inv_rows
-        sample_frames += inv_samples
+        sample_parts += inv_samples
         bar.update(1)
         bar.set_postfix_str(f"{bench.timed_calls / max(time.perf_counter() - t_start, 1e-9):,.0f} calls/s")
     bar.close()
@@ -257,7 +301,7 @@ def run(
     out["floor_ratio"] = out["median_us"] / out["floor_us"]
     out["near_floor"] = out["floor_ratio"] < cfg["floor_factor"]
     out["run_wall_s"] = wall_s
-    samples = pd.concat(sample_frames, ignore_index=True)
+    samples = samples_frame(run, sample_parts)
     log.info(
         "portfolio run %d: %d rows, %d samples, %d timed calls in %.1f s wall",
         run,
@@ -268,6 +312,7 @@ def run(
     )
     summary = noise.run_summary(out, samples, cfg["floor_factor"])
     log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
+    log.info("sampler, run %d:\n%s", run, noise.sampler_summary(out).to_string(index=False))
     return out, samples
 
 
@@ -332,6 +377,7 @@ class _Bench:
             reps=cfg["reps"],
             graph_calls=cfg["graph_calls"],
             flush_l2=cfg["flush_l2"],
+            stop=stop_rules(cfg),
         )
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         l2, clock = timing.l2_bytes(), SmClock(device)
@@ -364,7 +410,7 @@ class _Bench:
         cands = list(candidates.sort_values("candidate").itertuples(index=False))
         return cls(cfg, run, device, modes, harness, cands, facts, floor, graph_launch, l2, clock)
 
-    def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[pd.DataFrame]]:
+    def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[tuple]]:
         """Every mode x every candidate (in this invocation's seeded order) on one invocation."""
         cfg, cos, sin = self.cfg, *rope
         nbytes = set_bytes(inv)
@@ -406,6 +452,9 @@ class _Bench:
             "reps": int(m.samples_us.size),
             "timed_calls": m.timed_calls,
             "calls_per_sample": m.calls_per_sample,
+            "rse_pct": m.rse_pct,
+            "stop_reason": m.stop_reason,
+            "cell_wall_s": m.wall_s,
             "graph_replay_us": float(np.median(m.replay_us)) if m.replay_us is not None else math.nan,
             "buffer_sets": m.buffer_sets,
             "set_bytes": nbytes,
@@ -414,19 +463,33 @@ class _Bench:
             "graph_launch_us": self.graph_launch,
         }
 
-    def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> pd.DataFrame:
-        return pd.DataFrame(
-            {
-                "run": self.run,
-                "mode": mode,
-                "invocation": int(inv.invocation),
-                "candidate": cand.candidate,
-                "rep": np.arange(m.samples_us.size, dtype=np.int64),
-                "position": position,
-                "latency_us": m.samples_us,
-                "calls": m.calls_per_sample,
-            }
-        )
+    def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> tuple:
+        """One cell's samples, framed once per run by :func:`samples_frame` (a frame per cell costs
+        about a millisecond of host time between cells)."""
+        return (mode, int(inv.invocation), cand.candidate, position, m.samples_us, m.calls_per_sample)
+
+
+def samples_frame(run: int, parts: list[tuple]) -> pd.DataFrame:
+    """The samples table (module docstring) of (mode, invocation, candidate, position, latencies,
+    calls) cells: rep counts 0.. within each cell."""
+    sizes = np.array([p[4].size for p in parts], dtype=np.int64)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+    def each(i: int) -> np.ndarray:  # field i of every cell, once per sample
+        return np.repeat(np.array([p[i] for p in parts]), sizes)
+
+    return pd.DataFrame(
+        {
+            "run": np.full(int(sizes.sum()), run, dtype=np.int64),
+            "mode": each(0),
+            "invocation": each(1).astype(np.int64),
+            "candidate": each(2),
+            "rep": np.arange(int(sizes.sum()), dtype=np.int64) - starts,
+            "position": each(3).astype(np.int64),
+            "latency_us": np.concatenate([p[4] for p in parts]).astype(np.float64),
+            "calls": each(5).astype(np.int64),
+        }
+    )
 
 
 def _progress(total: int, enabled: bool):

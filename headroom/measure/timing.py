@@ -18,6 +18,16 @@
 Cold timing (``flush_l2``, as NVBench does): before every timed call (eager) or replay (graph) an
 L2-sized buffer is overwritten, outside the timed interval. Without it, inputs rotate among enough
 buffer sets (:func:`buffer_sets`) that a set has left the L2 before it is read again.
+
+How many samples a measurement takes (the *sampler*): ``fixed``, ``reps`` calls (graph:
+``replays`` replays) in one batch; or adaptive, a :class:`StopRule` per mode, the way NVBench's
+``stdrel`` criterion stops: sample in batches until the median's relative standard error
+(:func:`rse_pct`) is at most the target, once the cell holds ``min_samples`` samples and
+``min_time_s`` of timed work, or until ``max_samples`` samples (count cap) or ``max_time_s`` of
+wall-clock time (time cap). The unit of a sample is one call (eager) or one replay of
+``graph_calls`` calls (graph). One loop (:meth:`Harness._sample`) drives every method; a method only
+times "the next k samples" and hands them back, so the host-clock and the CUDA paths stop by the
+same code. The rule looks at the cell's own samples only, never at other candidates.
 """
 
 from __future__ import annotations
@@ -94,6 +104,109 @@ def graph_replays(reps: int, graph_calls: int) -> int:
     return math.ceil(reps / graph_calls)
 
 
+#: Why a measurement stopped: ``fixed`` (the fixed sampler's count), ``target`` (the stop rule's
+#: noise target met), ``count_cap`` (``max_samples`` reached first), ``time_cap`` (``max_time_s``).
+STOP_REASONS = ("fixed", "target", "count_cap", "time_cap")
+# sqrt(pi / 2): the standard error of a median is this many times that of a mean (normal samples);
+# 1.349: an interquartile range over this is a standard deviation (normal samples), robust to the
+# outliers a timing vector carries (NVBench's stdrel moved to the relative IQR for that reason).
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+_IQR_PER_SIGMA = 1.349
+
+
+def rse_pct(samples: np.ndarray) -> float:
+    """Relative standard error of the median, in percent: sqrt(pi/2) * sigma / (sqrt(n) * median),
+    sigma estimated robustly as IQR / 1.349; inf with fewer than two samples.
+
+    >>> round(rse_pct(np.array([99.0, 100.0, 100.0, 101.0])), 3)
+    0.232
+    """
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size < 2:
+        return math.inf
+    q25, median, q75 = np.percentile(x, [25, 50, 75])
+    if not median > 0:
+        return math.inf
+    sigma = (q75 - q25) / _IQR_PER_SIGMA
+    return float(100.0 * _MEDIAN_SE_FACTOR * sigma / (math.sqrt(x.size) * median))
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When an adaptive measurement (one mode of one cell) stops, NVBench ``stdrel``-style.
+
+    target_rse_pct: stop once :func:`rse_pct` of the samples is at most this ...
+    min_samples, min_time_s: ... and the cell holds at least this many samples and this many
+        seconds of timed work (the sum of its samples; graph: of its replays)
+    max_samples: count cap; max_time_s: wall-clock cap on the cell's timed loop (checked after each
+        batch; batches are sized from the time per sample so far to end near the cap)
+    """
+
+    target_rse_pct: float
+    min_samples: int
+    max_samples: int
+    min_time_s: float
+    max_time_s: float
+
+    def __post_init__(self) -> None:
+        if not self.target_rse_pct > 0:
+            raise ValueError(f"target_rse_pct must be > 0, got {self.target_rse_pct!r}")
+        if type(self.min_samples) is not int or self.min_samples < 2:
+            raise ValueError(f"min_samples must be an int >= 2, got {self.min_samples!r}")
+        if type(self.max_samples) is not int or self.max_samples < self.min_samples:
+            raise ValueError(
+                f"max_samples must be an int >= min_samples ({self.min_samples}), got {self.max_samples!r}"
+            )
+        if not self.min_time_s >= 0:
+            raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s!r}")
+        if not self.max_time_s > 0:
+            raise ValueError(f"max_time_s must be > 0, got {self.max_time_s!r}")
+
+    def reason(self, samples_us: np.ndarray, rse: float, wall_s: float) -> str | None:
+        """Why to stop after these samples (STOP_REASONS), or None to take another batch."""
+        n = samples_us.size
+        enough = n >= self.min_samples and float(samples_us.sum()) * 1e-6 >= self.min_time_s
+        if enough and rse <= self.target_rse_pct:
+            return "target"
+        if n >= self.max_samples:
+            return "count_cap"
+        if wall_s >= self.max_time_s:
+            return "time_cap"
+        return None
+
+    def next_batch(self, n: int, rse: float, wall_s: float) -> int:
+        """Samples to take next: what the noise so far says the target needs (n * (rse / target)^2,
+        at least the minimum count and a quarter more than now, so a cell takes few batches), no
+        more than the count cap and than the time left at the pace so far allows (at least one)."""
+        wanted = n * (rse / self.target_rse_pct) ** 2 if math.isfinite(rse) else 2 * n
+        k = max(self.min_samples - n, math.ceil(wanted) - n, math.ceil(n / 4), 1)
+        per_sample_s = wall_s / n if n else 0.0
+        if per_sample_s > 0:
+            k = min(k, max(1, math.floor((self.max_time_s - wall_s) / per_sample_s)))
+        return int(min(k, self.max_samples - n))
+
+
+def sample_loop(
+    rule: StopRule | None, take: Callable[[int], np.ndarray], fixed: int, clock: Callable[[], int]
+) -> tuple[np.ndarray, str, float, float]:
+    """The one sampling loop: ``take(k)`` times the next k samples (their µs, in the method's unit:
+    a call or a replay). No rule: one batch of ``fixed``; a rule: batches until it gives a reason.
+    Returns (samples, stop reason, rse_pct, wall seconds by ``clock``, a nanosecond clock). The
+    harness runs it on the device; :mod:`headroom.measure.cost` replays it on recorded samples."""
+    t0 = clock()
+    if rule is None:
+        x = take(fixed)
+        return x, "fixed", rse_pct(x), (clock() - t0) / 1e9
+    batches = [take(rule.min_samples)]
+    while True:
+        x = np.concatenate(batches)
+        rse, wall_s = rse_pct(x), (clock() - t0) / 1e9
+        reason = rule.reason(x, rse, wall_s)
+        if reason is not None:
+            return x, reason, rse, wall_s
+        batches.append(take(rule.next_batch(x.size, rse, wall_s)))
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One timed (callable, input sets) pair.
@@ -102,6 +215,8 @@ class Measurement:
     calls_per_sample: 1 for eager, the calls captured in the graph for graph mode
     replay_us: graph only, the undivided replay times (same order as samples_us)
     buffer_sets: distinct input sets the calls rotated among
+    stop_reason: one of STOP_REASONS; rse_pct: the median's relative standard error it reached
+    wall_s: wall-clock seconds of the timed loop (batches, their synchronizations)
     """
 
     mode: str
@@ -109,6 +224,9 @@ class Measurement:
     calls_per_sample: int
     buffer_sets: int
     replay_us: np.ndarray | None = None
+    stop_reason: str = "fixed"
+    rse_pct: float = math.nan
+    wall_s: float = math.nan
 
     @property
     def timed_calls(self) -> int:
@@ -144,6 +262,9 @@ class Harness:
     flush_l2: overwrite an L2-sized buffer before every timed call / replay (cold timing)
     replays: graph replays (= graph samples) per measurement; default ceil(reps / graph_calls),
         so both modes time about ``reps`` calls
+    stop: {mode: StopRule} for the adaptive sampler; a mode left out (or None) samples fixed
+    clock: an ``int`` nanosecond clock (``time.perf_counter_ns``): the host-clock samples and every
+        measurement's wall time; tests pass a fake one
     """
 
     def __init__(
@@ -155,34 +276,28 @@ class Harness:
         graph_calls: int = 20,
         flush_l2: bool = False,
         replays: int | None = None,
+        stop: dict[str, StopRule] | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
-        if device not in ("cuda", "interpret"):
-            raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
-        if device == "cuda" and not cuda_available():
-            raise ValueError("device='cuda' but torch sees no CUDA device (or TRITON_INTERPRET=1)")
-        if warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {warmup}")
-        if reps < 1:
-            raise ValueError(f"reps must be >= 1, got {reps}")
-        if graph_calls < 1:
-            raise ValueError(f"graph_calls must be >= 1, got {graph_calls}")
-        if replays is not None and (type(replays) is not int or replays < 1):
-            raise ValueError(f"replays must be a positive int or None, got {replays!r}")
+        _check_harness_args(device, warmup, reps, graph_calls, replays, stop)
         self.device = device
         self.warmup = warmup
         self.reps = reps
         self.graph_calls = graph_calls
         self.flush_l2 = flush_l2
         self.replays = replays if replays is not None else graph_replays(reps, graph_calls)
+        self.stop = dict(stop or {})
+        self.clock = clock
         self.modes: tuple[str, ...] = MODES if device == "cuda" else ("eager",)
         self._events: list = []
         self._flush_buffer = None
         if device == "cuda":
             import torch
 
+            pool = max(reps, self.replays, *(r.max_samples for r in self.stop.values()))
             self._events = [
                 (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(max(reps, self.replays))
+                for _ in range(pool)
             ]
             if flush_l2:
                 self._flush_buffer = torch.empty(max(l2_bytes(), 1), dtype=torch.uint8, device="cuda")
@@ -199,44 +314,99 @@ class Harness:
             raise ValueError("input_sets must hold at least one tuple of arguments")
         if mode == "graph":
             return self._graph(fn, input_sets)
-        if self.device == "cuda":
-            return self._eager_cuda(fn, input_sets)
-        return self._eager_host(fn, input_sets)
-
-    def _eager_host(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         n = len(input_sets)
         for i in range(self.warmup):
             fn(*input_sets[i % n])
-        ns = np.empty(self.reps, dtype=np.int64)
-        clock = time.perf_counter_ns
-        for i in range(self.reps):
-            args = input_sets[i % n]
-            t0 = clock()
-            fn(*args)
-            ns[i] = clock() - t0
-        return Measurement("eager", ns.astype(np.float64) / 1e3, 1, n)
+        take = self._eager_cuda(fn, input_sets) if self.device == "cuda" else self._eager_host(fn, input_sets)
+        us, reason, rse, wall_s = self._sample("eager", take, self.reps)
+        return Measurement("eager", us, 1, n, None, reason, rse, wall_s)
 
-    def _eager_cuda(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
+    def _sample(self, mode: str, take: Callable[[int], np.ndarray], fixed: int):
+        return sample_loop(self.stop.get(mode), take, fixed, self.clock)
+
+    def _eager_host(self, fn: Callable, input_sets: Sequence[tuple]) -> Callable[[int], np.ndarray]:
+        n, clock, done = len(input_sets), self.clock, [0]
+
+        def take(k: int) -> np.ndarray:
+            ns = np.empty(k, dtype=np.int64)
+            for j in range(k):
+                args = input_sets[(done[0] + j) % n]
+                t0 = clock()
+                fn(*args)
+                ns[j] = clock() - t0
+            done[0] += k
+            return ns.astype(np.float64) / 1e3
+
+        return take
+
+    def _eager_cuda(self, fn: Callable, input_sets: Sequence[tuple]) -> Callable[[int], np.ndarray]:
+        """k calls, each between a pair of pooled events, one synchronize per batch. A batch after
+        the first starts with one untimed call, so that its first timed call finds the stream busy
+        as every later call does, not idle after the synchronize."""
         import torch
 
-        n = len(input_sets)
-        for i in range(self.warmup):
-            fn(*input_sets[i % n])
+        n, done = len(input_sets), [0]
         torch.cuda.synchronize()
-        for i, (start, end) in enumerate(self._events[: self.reps]):
-            args = input_sets[i % n]
-            self._flush()
-            start.record()
-            fn(*args)
-            end.record()
-        torch.cuda.synchronize()
-        us = np.array([1e3 * s.elapsed_time(e) for s, e in self._events[: self.reps]], dtype=np.float64)
-        return Measurement("eager", us, 1, n)
+
+        def take(k: int) -> np.ndarray:
+            if done[0]:
+                fn(*input_sets[(done[0] - 1) % n])
+            events = self._events[:k]
+            for j, (start, end) in enumerate(events):
+                args = input_sets[(done[0] + j) % n]
+                self._flush()
+                start.record()
+                fn(*args)
+                end.record()
+            torch.cuda.synchronize()
+            done[0] += k
+            return np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
+
+        return take
 
     def _graph(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         """Capture ``graph_calls`` calls per graph; with more input sets than calls, capture
         several graphs over consecutive slices of the sets and alternate replays among them, so
-        the working set inside graph mode is as large as in eager mode."""
+        the working set inside graph mode is as large as in eager mode. A sample is one replay."""
+        import torch
+
+        n = len(input_sets)
+        graphs = self._capture(fn, input_sets)
+        # Every graph replays at least once untimed: a graph's first replay uploads it.
+        for i in range(max(len(graphs), math.ceil(self.warmup / self.graph_calls))):
+            graphs[i % len(graphs)].replay()
+        torch.cuda.synchronize()
+        done = [0]
+
+        def take(k: int) -> np.ndarray:
+            if done[0]:  # as in eager: the first timed replay of a later batch finds the stream busy
+                graphs[(done[0] - 1) % len(graphs)].replay()
+            events = self._events[:k]
+            for j, (start, end) in enumerate(events):
+                graph = graphs[(done[0] + j) % len(graphs)]
+                self._flush()
+                start.record()
+                graph.replay()
+                end.record()
+            torch.cuda.synchronize()
+            done[0] += k
+            return np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
+
+        replay_us, reason, rse, wall_s = self._sample("graph", take, self.replays)
+        n_graphs = len(graphs)
+        graphs.clear()  # frees the captured graphs (and their memory pool) before the next cell
+        return Measurement(
+            "graph",
+            replay_us / self.graph_calls,
+            self.graph_calls,
+            min(n, n_graphs * self.graph_calls),
+            replay_us,
+            reason,
+            rse,
+            wall_s,
+        )
+
+    def _capture(self, fn: Callable, input_sets: Sequence[tuple]) -> list:
         import torch
 
         n = len(input_sets)
@@ -255,27 +425,7 @@ class Harness:
                 for j in range(self.graph_calls):
                     fn(*input_sets[(g_index * self.graph_calls + j) % n])
             graphs.append(graph)
-        # Every graph replays at least once untimed: a graph's first replay uploads it.
-        for i in range(max(n_graphs, math.ceil(self.warmup / self.graph_calls))):
-            graphs[i % n_graphs].replay()
-        torch.cuda.synchronize()
-        events = self._events[: self.replays]
-        for i, (start, end) in enumerate(events):
-            graph = graphs[i % n_graphs]
-            self._flush()
-            start.record()
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize()
-        replay_us = np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
-        del graphs
-        return Measurement(
-            "graph",
-            replay_us / self.graph_calls,
-            self.graph_calls,
-            min(n, n_graphs * self.graph_calls),
-            replay_us,
-        )
+        return graphs
 
     def graph_launch_us(self, fn: Callable, args: tuple) -> float:
         """Median replay time of a graph holding one call of ``fn`` (an empty kernel): what one
@@ -284,3 +434,21 @@ class Harness:
             raise ValueError("graph_launch_us needs CUDA")
         one = Harness("cuda", warmup=self.warmup, reps=self.replays, graph_calls=1, replays=self.replays)
         return float(np.median(one._graph(fn, [args]).replay_us))
+
+
+def _check_harness_args(device, warmup, reps, graph_calls, replays, stop) -> None:
+    if device not in ("cuda", "interpret"):
+        raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
+    if device == "cuda" and not cuda_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device (or TRITON_INTERPRET=1)")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if graph_calls < 1:
+        raise ValueError(f"graph_calls must be >= 1, got {graph_calls}")
+    if replays is not None and (type(replays) is not int or replays < 1):
+        raise ValueError(f"replays must be a positive int or None, got {replays!r}")
+    for mode, rule in (stop or {}).items():
+        if mode not in MODES or not isinstance(rule, StopRule):
+            raise ValueError(f"stop must map modes {MODES} to StopRule, got {mode!r}: {rule!r}")

@@ -4,8 +4,9 @@ One model turns requests into invocations (headroom.trace.requests; docs/traces.
 prefills its context at arrival, then decodes in a continuous-batching engine. The requests come
 from either source:
 
-- `trace.source: synthetic`: a seeded chat-like request log (exponential inter-arrival gaps,
-  prompt lengths drawn from a short list, a uniform number of generated tokens);
+- `trace.source: synthetic`: a seeded chat-like request log (exponential inter-arrival gaps;
+  prompt lengths drawn from a short list and a uniform number of generated tokens, or both
+  lognormal and clipped: `trace.synthetic.lengths`);
 - `trace.source: <path>`: a real request log (CSV or Parquet; relative paths resolve against the
   project root) whose columns `trace.columns` maps.
 
@@ -150,6 +151,12 @@ def _check_synthetic(check: _Checker, syn: dict[str, Any]) -> None:
     check.pos_int("synthetic.generated_tokens[0]")
     check.pos_int("synthetic.generated_tokens[1]")
     check.need(gen[0] <= gen[1], "synthetic.generated_tokens", "must be [min, max] with min <= max")
+    check.need(syn["lengths"] in LENGTHS, "synthetic.lengths", f"must be one of {LENGTHS}")
+    for key in ("prompt_median", "generated_median"):
+        check.need(_is_pos_num(syn[key]), f"synthetic.{key}", "must be a number > 0")
+    for key in ("prompt_sigma", "generated_sigma"):
+        ok = _is_pos_num(syn[key]) or (syn[key] == 0 and not isinstance(syn[key], bool))
+        check.need(ok, f"synthetic.{key}", "must be a number >= 0")
 
 
 def _check_tokens(check: _Checker, tok: dict[str, Any], round_to: int) -> None:
@@ -202,17 +209,35 @@ def resolve_source(source: str, base_dir: str | Path = ".") -> Path | None:
 # -- requests -------------------------------------------------------------------------------------
 
 
+#: How the synthetic log draws token counts (`trace.synthetic.lengths`).
+LENGTHS = ("choice", "lognormal")
+
+
 def synthetic_requests(syn: dict[str, Any], seed: int) -> Requests:
-    """A seeded chat-like request log: Poisson arrivals, prompts from a list, uniform generation."""
+    """A seeded chat-like request log: Poisson arrivals (mean gap `mean_gap_s`), then per request
+    a context and a generated token count. `lengths: choice`: the context drawn uniformly from the
+    list `prompt_tokens`, generation uniform in `generated_tokens` = [min, max]. `lengths:
+    lognormal`: both lognormal (`*_median` = exp(mu), `*_sigma` of the log), rounded to integers and
+    clipped to [min, max] of `prompt_tokens` and of `generated_tokens`."""
     rng = np.random.default_rng(seed)
     n = syn["requests"]
     gaps_s = rng.exponential(syn["mean_gap_s"], size=n)
     gaps_s[0] = 0.0  # the log starts with its first request
     arrival_ns = np.round(np.cumsum(gaps_s) * NS_PER_S).astype(np.int64)
-    context = rng.choice(np.asarray(syn["prompt_tokens"], dtype=np.int64), size=n)
     lo, hi = syn["generated_tokens"]
-    generated = rng.integers(lo, hi + 1, size=n, dtype=np.int64)
+    if syn["lengths"] == "lognormal":
+        prompts = syn["prompt_tokens"]
+        context = _lognormal(rng, syn["prompt_median"], syn["prompt_sigma"], n, min(prompts), max(prompts))
+        generated = _lognormal(rng, syn["generated_median"], syn["generated_sigma"], n, lo, hi)
+    else:
+        context = rng.choice(np.asarray(syn["prompt_tokens"], dtype=np.int64), size=n)
+        generated = rng.integers(lo, hi + 1, size=n, dtype=np.int64)
     return Requests(arrival_ns, context, generated, np.arange(1, n + 1, dtype=np.int64))
+
+
+def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int, lo: int, hi: int) -> np.ndarray:
+    x = rng.lognormal(math.log(median), sigma, size=n)
+    return np.clip(np.rint(x), lo, hi).astype(np.int64)
 
 
 def scale_tokens(requests: Requests, scale: float, max_kv_len: int | None) -> Requests:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from headroom.analysis import policies
-from headroom.core import artifacts
+from headroom.core import artifacts, contracts
 from headroom.measure import calibrate, graph_sweep, lifecycle, noise, portfolio
 from headroom.measure.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available as portfolio_cuda
@@ -179,6 +179,46 @@ def test_noise_report_over_the_three_runs(three_runs):
     stability = noise.winner_stability(rows)
     assert len(stability) == 3 and (stability["runs"] == 3).all()
     assert len(noise.run_summary(rows, samples)) == 3
+
+
+def test_fixed_sampler_records_why_each_cell_stopped(three_runs):
+    rows = _load(three_runs)
+    assert (rows["stop_reason"] == "fixed").all() and (rows["cell_wall_s"] > 0).all()
+    summary = noise.sampler_summary(rows)
+    assert summary["cells"].tolist() == [9, 9, 9] and summary["fixed"].tolist() == [9, 9, 9]
+    assert (summary["samples"] == 9 * REPS).all() and (summary["target"] == 0).all()
+
+
+@interpreter_only
+def test_adaptive_sampler_in_a_portfolio_run():
+    """On the interpreter every cell is noisy and slow: a tiny target can only end by a cap, and
+    each cell keeps every sample it took; a huge target ends each cell at the minimum count."""
+    trace = tiny_trace().iloc[[1]]
+    cands = tiny_candidates().iloc[:2]
+    adaptive = {"min_samples": {"eager": 2}, "max_samples": {"eager": 3}, "max_time_s": 60.0}
+    for target, reasons, counts in ((1e-9, {"count_cap"}, {3}), (1e9, {"target"}, {2})):
+        section = {
+            "sampler": "adaptive",
+            "warmup_reps": 0,
+            "adaptive": {**adaptive, "target_rse_pct": {"eager": target}},
+        }
+        rows, samples = portfolio.run(trace, cands, section, run=1, device="interpret", progress=False)
+        assert set(rows["stop_reason"]) == reasons and set(rows["reps"]) == counts
+        per_cell = samples.groupby("candidate").size()
+        assert (per_cell.loc[rows["candidate"]].to_numpy() == rows["reps"].to_numpy()).all()
+        assert np.isfinite(rows["rse_pct"]).all()
+        contracts.check("portfolio", artifacts.to_table(rows))  # the new columns are typed
+
+
+def test_adaptive_settings_are_checked_by_name():
+    with pytest.raises(ValueError, match="portfolio.sampler"):
+        portfolio.settings({"sampler": "nvbench"})
+    with pytest.raises(ValueError, match=r"portfolio.adaptive \(graph\).*max_samples"):
+        portfolio.settings({"adaptive": {"max_samples": {"graph": 3}}})
+    with pytest.raises(ValueError, match="portfolio.adaptive.target_rse_pct: unknown key"):
+        portfolio.settings({"adaptive": {"target_rse_pct": {"prefill": 1.0}}})
+    rules = portfolio.stop_rules(portfolio.settings({"sampler": "adaptive"}))
+    assert set(rules) == {"eager", "graph"} and portfolio.stop_rules(portfolio.settings({})) == {}
 
 
 def test_candidate_order_properties():
@@ -420,16 +460,108 @@ def test_calibrate_and_graph_sweep_on_cuda():
     assert np.isfinite(df["fusion_speedup"]).all()
 
 
-def test_cold_compile_child_plumbing_on_the_interpreter():
-    """The fresh-process path end to end (spec out, JSON back); the interpreter compiles nothing,
-    so its cache stays empty and no shape counts as a specialization."""
+def _compile_inputs():
     trace = tiny_trace()
     shapes = [
         {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
     ]
-    cand = next(tiny_candidates().itertuples(index=False))
-    res = lifecycle._compile_one(cand, shapes, 10000.0, 300, interpret=True)
+    return trace, shapes, next(tiny_candidates().itertuples(index=False))
+
+
+def _check_child_result(res: dict, trace: pd.DataFrame) -> None:
     assert "error" not in res, res.get("error")
     assert [s["shape_key"] for s in res["shapes"]] == list(trace["shape_key"])
     assert all(s["first_s"] > 0 and s["second_s"] > 0 and s["new_bytes"] == 0 for s in res["shapes"])
-    assert res["cache_bytes"] == 0 and res["toolchain_s"] > 0
+    assert res["cache_bytes"] == 0 and res["toolchain_s"] > 0 and res["pid"] != os.getpid()
+
+
+@interpreter_only
+def test_cold_compile_child_plumbing_on_the_interpreter():
+    """The forked path end to end (spec out, result back), one fresh process per candidate; the
+    interpreter compiles nothing, so its cache stays empty and no shape counts as a specialization."""
+    from headroom.measure import cold_compile
+
+    trace, shapes, cand = _compile_inputs()
+    with cold_compile.Server(interpret=True, project_root=ROOT) as server:
+        first = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
+        second = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
+    _check_child_result(first, trace)
+    _check_child_result(second, trace)
+    assert first["pid"] != second["pid"]
+
+
+@interpreter_only
+def test_cold_compile_fallback_starts_a_fresh_interpreter(caplog):
+    from headroom.measure import cold_compile
+
+    trace, shapes, cand = _compile_inputs()
+    _check_child_result(
+        lifecycle._spawned(lifecycle._spec(cand, shapes, 10000.0), 300, interpret=True), trace
+    )
+    # A forked child that fails (here: compiled kernels and no CUDA) is retried in a freshly started
+    # process, whose own failure is what the row records.
+    with cold_compile.Server(interpret=False, project_root=ROOT) as server, caplog.at_level(logging.WARNING):
+        res = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
+    assert "again in a freshly started process" in caplog.text
+    assert res["error"].startswith("cold-compile child exited")
+
+
+@interpreter_only
+def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
+    from headroom.measure import cold_compile
+
+    _, shapes, cand = _compile_inputs()
+    spec = lifecycle._spec(cand, shapes, 1e4)
+    with cold_compile.Server(interpret=True, project_root=ROOT) as server:
+        assert "error" not in server.compile(spec, str(tmp_path / "a"), timeout_s=300)  # the server is up
+        res = server.compile(spec, str(tmp_path / "b"), timeout_s=0.001)
+        assert res["timed_out"] and res["error"] == "cold-compile child timed out after 0.001 s"
+        assert lifecycle._compile_one(cand, shapes, 1e4, 0.001, server=server)["timed_out"]  # no retry
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_portfolio_adaptive_sampler_on_cuda():
+    """Both modes stop by the adaptive rule: a loose target at the minimum count, an unreachable
+    minimum time at the count cap (graph: counted in replays)."""
+    adaptive = {"min_samples": {"eager": 6, "graph": 3}, "max_samples": {"eager": 12, "graph": 5}}
+    for extra, reason, counts in (
+        ({"target_rse_pct": {"eager": 50.0, "graph": 50.0}}, "target", {"eager": 6, "graph": 3}),
+        ({"min_time_s": 1e3, "max_time_s": 60.0}, "count_cap", {"eager": 12, "graph": 5}),
+    ):
+        section = {
+            "sampler": "adaptive",
+            "warmup_reps": 3,
+            "graph_calls": 10,
+            "adaptive": {**adaptive, **extra},
+        }
+        rows, samples = portfolio.run(
+            _cuda_trace(), _cuda_candidates(), section, run=1, device="cuda", progress=False
+        )
+        assert set(rows["stop_reason"]) == {reason}
+        assert rows.groupby("mode")["reps"].unique().map(set).to_dict() == {m: {n} for m, n in counts.items()}
+        assert (rows.loc[rows["mode"] == "graph", "timed_calls"] == 10 * counts["graph"]).all()
+        assert len(samples) == rows["reps"].sum() and np.isfinite(rows["rse_pct"]).all()
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cold_compile_on_cuda_forked_and_spawned_agree():
+    """A forked child compiles cold as a freshly started one does: the same specializations, new
+    cache files, the toolchain timed."""
+    from headroom.measure import cold_compile
+
+    trace = _cuda_trace()
+    shapes = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
+    ]
+    cand = next(_cuda_candidates().itertuples(index=False))
+    with cold_compile.Server(interpret=False, project_root=ROOT) as server:
+        forked = lifecycle._compile_one(cand, shapes, 10000.0, 600, server=server)
+    spawned = lifecycle._spawned(lifecycle._spec(cand, shapes, 10000.0), 600, interpret=False)
+    for res in (forked, spawned):
+        assert "error" not in res, res.get("error")
+        assert res["toolchain_s"] > 0 and res["cache_bytes"] > 0 and res["pid"] != os.getpid()
+        assert res["shapes"][0]["new_bytes"] > 0  # the first shape compiled the candidate's kernels
+    compiled = [[s["new_bytes"] > 0 for s in r["shapes"]] for r in (forked, spawned)]
+    assert compiled[0] == compiled[1]

@@ -123,3 +123,42 @@ def test_missing_columns_raise_naming_them():
         noise.rel_std(pd.DataFrame({"run": [1], "mode": ["eager"], "invocation": [0], "candidate": ["a"]}))
     with pytest.raises(ValueError, match="factor"):
         noise.floor_flags(_rows({(1, 0, "a"): 1.0}), factor=0)
+
+
+def test_sampler_summary_counts_stop_reasons_and_accepts_old_artifacts():
+    rows = _rows({(1, 0, "a"): 5.0, (1, 0, "b"): 50.0, (1, 1, "a"): 6.0}, mode="graph")
+    assert noise.sampler_summary(rows) is None  # recorded before the sampler: no columns, no table
+    rows = rows.assign(
+        reps=[5, 28, 9],
+        rse_pct=[0.2, 0.9, 0.4],
+        stop_reason=["target", "count_cap", "target"],
+        cell_wall_s=0.01,
+    )
+    s = noise.sampler_summary(rows).iloc[0]
+    assert (s["cells"], s["samples"], s["reps_max"], s["reps_median"]) == (3, 42, 28, 9.0)
+    assert (s["target"], s["count_cap"], s["time_cap"], s["fixed"]) == (2, 1, 0, 0)
+    assert s["rse_max_pct"] == 0.9 and s["sampling_s"] == pytest.approx(0.03)
+
+
+def test_noise_section_replays_a_recorded_reference_without_sampler_columns():
+    from pathlib import Path
+
+    from headroom.core import artifacts
+    from headroom.report.sections import noise as section
+
+    ref = Path(__file__).resolve().parents[2] / "data/reference/h200/default-gen2/portfolio"
+    rows = pd.concat([artifacts.read(ref / f"run-{r}.parquet") for r in (1, 2, 3)], ignore_index=True)
+    assert "stop_reason" not in rows.columns
+    s = section.section(rows, None, "")
+    assert any("before the adaptive sampler" in t for t in s.text)
+
+
+def test_noise_section_shows_the_sampler_table_when_rows_have_its_columns():
+    from headroom.report.sections import noise as section
+
+    rows = _rows({(1, 0, "a"): 5.0, (1, 0, "b"): 6.0, (2, 0, "a"): 5.1, (2, 0, "b"): 6.2})
+    rows = rows.assign(std_us=0.1, reps=10, rse_pct=0.5, stop_reason="target", cell_wall_s=0.01)
+    s = section.section(rows, None, "")
+    titles = [t.title for t in s.tables]
+    assert any("why cells stopped" in t for t in titles), titles
+    assert not any("before the adaptive sampler" in t for t in s.text)

@@ -93,3 +93,146 @@ def test_cuda_eager_and_graph_agree_on_a_memory_bound_copy():
     assert graph.calls_per_sample == 10
     # A launch-insensitive copy: both methods within 25 % of each other.
     assert np.median(graph.samples_us) == pytest.approx(np.median(eager.samples_us), rel=0.25)
+
+
+# -- the adaptive sampler, on a fake clock ---------------------------------------------------------
+
+
+class FakeClock:
+    """A nanosecond clock that only moves when a timed call says how long it took."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def call(self, us: float) -> None:
+        self.ns += round(us * 1e3)
+
+
+def _latencies(spread_pct: float, n: int = 64, seed: int = 0) -> list[tuple]:
+    """Input sets that make the fake call take 100 us x (1 + spread_pct% standard normal noise)."""
+    x = 100.0 * (1 + spread_pct / 100 * np.random.default_rng(seed).standard_normal(n))
+    return [(float(v),) for v in np.maximum(x, 1.0)]
+
+
+def _rule(**kw) -> timing.StopRule:
+    args = {
+        "target_rse_pct": 1.0,
+        "min_samples": 5,
+        "max_samples": 200,
+        "min_time_s": 0.0,
+        "max_time_s": 10.0,
+    }
+    return timing.StopRule(**{**args, **kw})
+
+
+def _adaptive(rule: timing.StopRule, sets: list[tuple]) -> timing.Measurement:
+    clock = FakeClock()
+    h = timing.Harness("interpret", warmup=0, reps=7, stop={"eager": rule}, clock=clock)
+    return h.time("eager", clock.call, sets)
+
+
+def test_rse_pct_is_the_robust_standard_error_of_the_median():
+    x = 100 + np.random.default_rng(1).standard_normal(10_000)
+    # sigma 1 us on 100 us: sqrt(pi/2) * 1 / sqrt(n) percent, within sampling error
+    assert timing.rse_pct(x) == pytest.approx(np.sqrt(np.pi / 2) / np.sqrt(x.size), rel=0.05)
+    with_outliers = np.concatenate([x, np.full(100, 1e4)])  # 1% of samples 100x slower
+    assert timing.rse_pct(with_outliers) < 1.1 * timing.rse_pct(x)  # the IQR ignores them
+    assert timing.rse_pct(np.array([5.0])) == np.inf
+
+
+def test_fixed_sampler_records_its_reason_and_noise():
+    clock = FakeClock()
+    m = timing.Harness("interpret", warmup=0, reps=7, clock=clock).time("eager", clock.call, _latencies(2))
+    assert m.samples_us.size == 7 and m.stop_reason == "fixed"
+    assert m.rse_pct == pytest.approx(timing.rse_pct(m.samples_us))
+    assert m.wall_s == pytest.approx(m.samples_us.sum() / 1e6)
+
+
+def test_quiet_cell_stops_on_target_at_the_minimum_count():
+    m = _adaptive(_rule(), _latencies(0.5))
+    assert m.stop_reason == "target" and m.samples_us.size == 5 and m.rse_pct <= 1.0
+    np.testing.assert_allclose(m.samples_us, [s[0] for s in _latencies(0.5)[:5]], atol=1e-3)
+
+
+def test_noisy_cell_samples_until_the_target_then_stops():
+    m = _adaptive(_rule(), _latencies(10, n=400))
+    # 10% spread needs about (1.25 * 10 / 1)^2 ~ 160 samples for 1%: more than the minimum, under the cap
+    assert m.stop_reason == "target" and 5 < m.samples_us.size < 200
+    assert m.rse_pct <= 1.0 and m.rse_pct == pytest.approx(timing.rse_pct(m.samples_us))
+    # the samples are the calls in order: rotation over the input sets continued across batches
+    np.testing.assert_allclose(
+        m.samples_us, [s[0] for s in _latencies(10, n=400)[: m.samples_us.size]], atol=1e-3
+    )
+
+
+def test_min_time_keeps_a_quiet_cell_sampling():
+    m = _adaptive(_rule(min_time_s=0.002), _latencies(0.5))  # 2 ms of 100-us calls: 20 samples
+    assert m.stop_reason == "target" and 20 <= m.samples_us.size < 30
+
+
+def test_count_cap_stops_a_cell_that_never_meets_its_target():
+    m = _adaptive(_rule(target_rse_pct=0.01, max_samples=40), _latencies(10))
+    assert m.stop_reason == "count_cap" and m.samples_us.size == 40 and m.rse_pct > 0.01
+
+
+def test_time_cap_stops_a_slow_noisy_cell_near_the_cap():
+    m = _adaptive(_rule(target_rse_pct=0.01, max_time_s=0.003), _latencies(10))  # ~30 calls of 100 us
+    assert m.stop_reason == "time_cap" and m.samples_us.size < 200
+    assert 0.003 <= m.wall_s <= 0.003 + 2 * m.samples_us.max() / 1e6
+
+
+def test_every_cap_keeps_the_minimum_count():
+    m = _adaptive(_rule(target_rse_pct=0.01, min_samples=8, max_time_s=1e-6), _latencies(10))
+    assert m.stop_reason == "time_cap" and m.samples_us.size == 8
+
+
+def test_stop_rule_refuses_bad_settings_by_name():
+    for kw, name in (
+        ({"target_rse_pct": 0}, "target_rse_pct"),
+        ({"min_samples": 1}, "min_samples"),
+        ({"max_samples": 4}, "max_samples"),
+        ({"min_time_s": -1}, "min_time_s"),
+        ({"max_time_s": 0}, "max_time_s"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            _rule(**kw)
+    with pytest.raises(ValueError, match="stop"):
+        timing.Harness("interpret", stop={"eager": {"target_rse_pct": 1}})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not timing.cuda_available(), reason="needs a CUDA GPU")
+def test_cuda_adaptive_sampler_stops_by_the_same_rule_in_both_modes():
+    src = torch.randn(1 << 24, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    loose = timing.StopRule(target_rse_pct=5.0, min_samples=5, max_samples=50, min_time_s=0.0, max_time_s=5.0)
+    # min_time_s out of reach: only the count cap can stop it, after several batches
+    tight = timing.StopRule(
+        target_rse_pct=5.0, min_samples=5, max_samples=12, min_time_s=1e3, max_time_s=60.0
+    )
+    for rule, reason, n in ((loose, "target", 5), (tight, "count_cap", 12)):
+        h = timing.Harness("cuda", warmup=3, reps=40, graph_calls=10, stop={"eager": rule, "graph": rule})
+        for mode in timing.MODES:
+            m = h.time(mode, lambda s, d: d.copy_(s), [(src, dst)])
+            assert m.stop_reason == reason and m.samples_us.size == n, (mode, m.stop_reason)
+            assert m.rse_pct == pytest.approx(timing.rse_pct(m.samples_us)) and np.all(m.samples_us > 0)
+    assert m.replay_us.size == 12 and m.calls_per_sample == 10  # graph: a sample is one replay
+
+
+def test_a_cell_stops_on_its_own_samples_whatever_was_timed_before():
+    """No state carries from one cell to the next: a cell's samples and stop are the same whether a
+    quiet or a noisy candidate was timed before it (stopping never looks at other candidates)."""
+    rule = _rule(target_rse_pct=0.5, max_samples=100)
+
+    def cell_after(previous: list[tuple]) -> timing.Measurement:
+        clock = FakeClock()
+        h = timing.Harness("interpret", warmup=0, reps=7, stop={"eager": rule}, clock=clock)
+        h.time("eager", clock.call, previous)
+        return h.time("eager", clock.call, _latencies(3, seed=7))
+
+    a, b = cell_after(_latencies(0.1, seed=1)), cell_after(_latencies(20, seed=2))
+    assert a.stop_reason == b.stop_reason and a.samples_us.size == b.samples_us.size > 5
+    np.testing.assert_array_equal(a.samples_us, b.samples_us)

@@ -29,6 +29,11 @@ def section(portfolio: pd.DataFrame | None, samples: pd.DataFrame | None, why: s
                 .rename(columns={"median": "rel_std_median_pct", "max": "rel_std_max_pct"}),
             )
         )
+    sampler = noise.sampler_summary(p)
+    if sampler is not None:
+        s.tables.append(table("Samples per cell, noise reached and why cells stopped", sampler))
+    else:
+        s.text.append("Sampler columns absent: these runs were recorded before the adaptive sampler.")
     spread = noise.median_spread(p)
     s.text.append(
         f"Run-to-run spread of medians: median {fmt(spread['spread_pct'].median())}%, "

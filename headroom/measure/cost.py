@@ -1,0 +1,382 @@
+"""`headroom plan`: what each study will cost on the GPU, before it runs.
+
+A linear cost model of the stage wall times (``benchmarks/*.tsv``) of the recorded references
+(``data/reference/<gpu>/*``), each stage with the terms that drive it:
+
+- fixed stages (environment, calibrate, trace, candidates, graph_sweep and the analysis stages):
+  their mean over the references;
+- correctness: a + b * candidates + c * candidates * shapes (one check per candidate and distinct
+  shape, one JIT compile per candidate's kernels);
+- lifecycle: a + b * candidates + c * candidates * shapes (a cold-compile child per candidate
+  that calls every shape, a plan build per generation-2 candidate and shape);
+- a portfolio run: start + cells * (overhead + timed), cells = modes * invocations * candidates.
+  ``start`` (process start: the benchmark's wall time minus the run's own ``run_wall_s``) and the
+  ``overhead`` (inputs, graph capture, warm-up, host time between events: the run's wall time minus
+  its samples' timed time; per cell, plus per eager call once references differ in eager calls per
+  cell, :func:`_overhead`) come from the references; ``timed`` is the study's sampler replayed on
+  the recorded samples of the reference with the study's trace source (the same loop the harness
+  runs: :func:`headroom.measure.timing.sample_loop`) for the samples a cell takes, times calls per
+  sample, times a call's time: per mode a + b * input megabytes, fitted on every recorded row
+  (a: launch and fixed work; b: the bytes a call reads, q/k/v), at the study's mean bytes.
+
+Coefficients are non-negative least squares (scipy.optimize.nnls) over the references. Every
+reference so far has 48 invocations, so the per-shape and per-cell terms are extrapolated for a
+longer trace: a recorded longer study (config/studies/power-pilot.yaml) refits them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.core import artifacts
+from headroom.measure import timing
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_ROOT = PROJECT_ROOT / "data" / "reference"
+FIXED_STAGES = (
+    "environment", "calibrate", "trace", "candidates", "graph_sweep", "policies", "decision",
+    "roofline", "report", "catalog",
+)  # fmt: skip
+GPU_STAGES = frozenset({"environment", "calibrate", "correctness", "lifecycle", "graph_sweep", "portfolio"})
+_LINEAR = ("correctness", "lifecycle")
+
+
+def bench_s(path: Path) -> float:
+    """Wall seconds of one Snakemake benchmark file (its first row's `s`)."""
+    return float(pd.read_csv(path, sep="\t")["s"].iloc[0])
+
+
+@dataclass
+class Reference:
+    """One recorded study: its stage times and the sizes that drive them."""
+
+    name: str
+    path: Path
+    stage_s: dict[str, float]
+    run_s: list[float]
+    invocations: int
+    shapes: int
+    candidates: int
+    modes: int
+    source: str
+    generation: int
+    mean_set_bytes: float
+    start_s: float
+    overheads: list[tuple[int, int, float]]  # per run: cells, eager calls, seconds beyond the samples
+    samples_per_cell: dict[str, float]  # per mode, as recorded (run 1)
+    calls_per_sample: dict[str, int]
+
+    @property
+    def cells(self) -> int:
+        return self.modes * self.invocations * self.candidates
+
+    def samples(self) -> pd.DataFrame:
+        return artifacts.read(self.path / "portfolio" / "run-1-samples.parquet")
+
+    def rows(self) -> pd.DataFrame:
+        return artifacts.read(self.path / "portfolio" / "run-1.parquet")
+
+
+def read_reference(path: Path) -> Reference:
+    """A recorded study folder (benchmarks/, trace, candidates, portfolio) as a Reference."""
+    bench = path / "benchmarks"
+    stage_s = {p.stem: bench_s(p) for p in sorted(bench.glob("*.tsv"))}
+    run_paths = sorted((bench / "portfolio").glob("run-*.tsv"))
+    if not run_paths or "correctness" not in stage_s or "lifecycle" not in stage_s:
+        raise ValueError(f"{path}: no benchmarks/portfolio/run-*.tsv, correctness.tsv or lifecycle.tsv")
+    trace = artifacts.read(path / "trace.parquet")
+    cands = artifacts.read(path / "candidates.parquet")
+    runs = [artifacts.read(path / "portfolio" / f"{p.stem}.parquet") for p in run_paths]
+    run_s = [bench_s(p) for p in run_paths]
+    starts, overheads = [], []
+    for rows, wall in zip(runs, run_s, strict=True):
+        inner = float(rows["run_wall_s"].iloc[0])
+        timed = float((rows["mean_us"] * rows["reps"] * rows["calls_per_sample"]).sum()) * 1e-6
+        starts.append(wall - inner)
+        eager_calls = int(rows.loc[rows["mode"] == "eager", "reps"].sum())
+        overheads.append((len(rows), eager_calls, inner - timed))
+    first = runs[0]
+    source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source", "synthetic")
+    return Reference(
+        name=path.name,
+        path=path,
+        stage_s=stage_s,
+        run_s=run_s,
+        invocations=len(trace),
+        shapes=int(trace["shape_key"].nunique()),
+        candidates=int(first["candidate"].nunique()),
+        modes=int(first["mode"].nunique()),
+        source=str(source),
+        generation=int(cands["generation"].max()) if "generation" in cands else 1,
+        mean_set_bytes=float(first.drop_duplicates("invocation")["set_bytes"].mean()),
+        start_s=float(np.mean(starts)),
+        overheads=overheads,
+        samples_per_cell=first.groupby("mode")["reps"].mean().to_dict(),
+        calls_per_sample=first.groupby("mode")["calls_per_sample"].max().astype(int).to_dict(),
+    )
+
+
+def references(root: Path = REFERENCE_ROOT) -> list[Reference]:
+    """Every recorded study under root/<gpu>/<study> that has stage benchmarks."""
+    found = [read_reference(p) for p in sorted(root.glob("*/*")) if (p / "benchmarks" / "portfolio").is_dir()]
+    if not found:
+        raise ValueError(f"no recorded study with benchmarks under {root}: nothing to fit a cost model on")
+    return found
+
+
+@dataclass
+class Model:
+    """Stage costs fitted on the references (module docstring)."""
+
+    refs: list[Reference]
+    fixed_s: dict[str, float]
+    linear: dict[str, np.ndarray]  # stage -> (a, b per candidate, c per candidate x shape)
+    start_s: float
+    overhead_s: np.ndarray  # (seconds per cell, seconds per eager call) beyond the timed samples
+    call_us: dict[str, np.ndarray]  # mode -> (us per call, us per input MB)
+    dropped: frozenset[str] = field(default_factory=frozenset)
+
+    def call_time_us(self, mode: str, megabytes: float) -> float:
+        return float(self.call_us[mode] @ np.array([1.0, megabytes]))
+
+    def linear_s(self, stage: str, candidates: int, shapes: int) -> float:
+        return float(self.linear[stage] @ np.array([1.0, candidates, candidates * shapes]))
+
+
+def fit(refs: list[Reference]) -> Model:
+    from scipy.optimize import nnls
+
+    fixed = {s: float(np.mean([r.stage_s[s] for r in refs if s in r.stage_s])) for s in FIXED_STAGES}
+    fixed = {s: v for s, v in fixed.items() if math.isfinite(v)}
+    x = np.array([[1.0, r.candidates, r.candidates * r.shapes] for r in refs])
+    linear = {stage: nnls(x, np.array([r.stage_s[stage] for r in refs]))[0] for stage in _LINEAR}
+    dropped = frozenset().union(*(_dropped(r) for r in refs))
+    start = float(np.mean([r.start_s for r in refs]))
+    overhead = _overhead(np.array([o for r in refs for o in r.overheads], dtype=np.float64))
+    rows = pd.concat([r.rows() for r in refs], ignore_index=True)
+    call_us = {}
+    for mode, grp in rows.groupby("mode", sort=True):
+        design = np.column_stack([np.ones(len(grp)), grp["set_bytes"].to_numpy() / 1e6])
+        call_us[mode] = nnls(design, grp["median_us"].to_numpy())[0]
+    return Model(refs, fixed, linear, start, overhead, call_us, dropped)
+
+
+def _overhead(runs: np.ndarray) -> np.ndarray:
+    """(per cell, per eager call) seconds from the runs' (cells, eager calls, seconds) by NNLS. While
+    every run took about as many eager calls per cell (the fixed sampler's references), the two are
+    not separable: all of it is charged per cell (an upper bound for a sampler taking fewer calls)."""
+    from scipy.optimize import nnls
+
+    ratio = runs[:, 1] / runs[:, 0]
+    if ratio.max() < 1.1 * ratio.min():
+        return np.array([float(np.sum(runs[:, 2]) / np.sum(runs[:, 0])), 0.0])
+    return nnls(runs[:, :2], runs[:, 2])[0]
+
+
+def _dropped(ref: Reference) -> set[str]:
+    """Candidates a reference built but never timed (correctness found them unsupported there)."""
+    built = set(artifacts.read(ref.path / "candidates.parquet")["candidate"])
+    return built - set(ref.samples()["candidate"].unique())
+
+
+# -- a study ---------------------------------------------------------------------------------------
+
+
+def closest(refs: list[Reference], source: str, generation: int) -> Reference:
+    """The reference whose trace source (then kernel generation) matches the study's best."""
+    return min(refs, key=lambda r: (r.source != source, r.generation != generation, r.name))
+
+
+def simulated_cell(samples: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """{mode: (mean samples per cell, mean timed seconds per cell)} of the study's sampler
+    (portfolio settings ``cfg``) replayed on a reference run's recorded samples: each cell's
+    samples in their recorded order, cycled when the sampler asks for more than were recorded."""
+    from headroom.measure import portfolio
+
+    rules = portfolio.stop_rules(cfg)
+    fixed = {"eager": cfg["reps"], "graph": timing.graph_replays(cfg["reps"], cfg["graph_calls"])}
+    out = {}
+    for mode, grp in samples.sort_values("rep", kind="mergesort").groupby("mode", sort=True):
+        counts, timed = [], []
+        for _, cell in grp.groupby(["invocation", "candidate"], sort=False):
+            unit = cell["latency_us"].to_numpy() * cell["calls"].to_numpy()
+            replay = _Replay(unit)
+            x, _, _, _ = timing.sample_loop(rules.get(mode), replay.take, fixed[mode], replay.clock)
+            counts.append(x.size)
+            timed.append(float(x.sum()) * 1e-6)
+        out[mode] = (float(np.mean(counts)), float(np.mean(timed)))
+    return out
+
+
+class _Replay:
+    """Recorded samples replayed: ``take(k)`` hands out the next k (cycling), and ``clock`` (ns)
+    advances by their time, as the device's clock would have."""
+
+    def __init__(self, unit: np.ndarray) -> None:
+        self.unit, self.done, self.ns = unit, 0, 0
+
+    def take(self, k: int) -> np.ndarray:
+        x = self.unit[(self.done + np.arange(k)) % self.unit.size]
+        self.done += k
+        self.ns += round(float(x.sum()) * 1e3)
+        return x
+
+    def clock(self) -> int:
+        return self.ns
+
+
+@dataclass
+class Plan:
+    """One study's jobs (stage, count, predicted seconds each), timed cells and the facts behind."""
+
+    study: str
+    jobs: list[tuple[str, int, float]]
+    cells: int
+    facts: dict[str, Any]
+
+    @property
+    def gpu_s(self) -> float:
+        return sum(n * s for stage, n, s in self.jobs if stage in GPU_STAGES)
+
+    @property
+    def total_s(self) -> float:
+        return sum(n * s for _, n, s in self.jobs)
+
+
+def _stage_jobs(model: Model, candidates: int, shapes: int, runs: int, run_s: float) -> list:
+    jobs = [(s, 1, model.fixed_s[s]) for s in ("environment", "calibrate", "trace", "candidates")]
+    jobs += [(s, 1, model.linear_s(s, candidates, shapes)) for s in _LINEAR]
+    jobs += [("graph_sweep", 1, model.fixed_s["graph_sweep"]), ("portfolio", runs, run_s)]
+    return jobs + [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
+
+
+def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
+    """The jobs, timed cells and predicted seconds of one resolved study (config.plan_studies)."""
+    from headroom.measure import candidates as hcandidates
+    from headroom.measure import portfolio
+    from headroom.trace import invocations
+
+    if study.get("replay"):
+        jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
+        return Plan(name, jobs, 0, {"replay": study["replay"]})
+    trace = invocations.build_trace(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
+    built = hcandidates.build(
+        study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
+    )
+    admitted = [c for c in built["candidate"] if c not in model.dropped]
+    cfg = portfolio.settings({k: v for k, v in study["portfolio"].items() if k != "runs"})
+    modes = portfolio.modes_for(cfg["mode"], study["device"])
+    ref = closest(model.refs, str(study["trace"]["source"]), int(study["generation"]))
+    per_mode = simulated_cell(ref.samples(), cfg)
+    megabytes = float(np.mean([portfolio.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
+    calls = {"eager": 1, "graph": cfg["graph_calls"]}
+    n_inv, n_cand = len(trace), len(admitted)
+    samples = {m: per_mode[m][0] for m in modes}
+    run_s = _run_s(model, n_inv * n_cand, samples, calls, megabytes)
+    runs = int(study["portfolio"]["runs"])
+    facts = {
+        "device": study["device"],
+        "invocations": n_inv,
+        "shapes": int(trace["shape_key"].nunique()),
+        "candidates": n_cand,
+        "modes": modes,
+        "runs": runs,
+        "sampler": cfg["sampler"],
+        "samples_per_cell": samples,
+        "reference": ref.name,
+        "megabytes": megabytes,
+        "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
+    }
+    jobs = _stage_jobs(model, n_cand, facts["shapes"], runs, run_s)
+    return Plan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
+
+
+def _run_s(
+    model: Model, pairs: int, samples: dict[str, float], calls: dict[str, int], megabytes: float
+) -> float:
+    """A portfolio run: start + per (invocation, candidate) pair and mode, the cell's overhead and
+    its samples' time (eager calls also their host overhead)."""
+    per_pair = 0.0
+    for mode, n in samples.items():
+        per_pair += model.overhead_s[0] + n * calls[mode] * model.call_time_us(mode, megabytes) * 1e-6
+        per_pair += model.overhead_s[1] * n if mode == "eager" else 0.0
+    return model.start_s + pairs * per_pair
+
+
+def reference_plan(ref: Reference, model: Model) -> Plan:
+    """The model's plan of a recorded study as it was run (its recorded samples per cell)."""
+    pairs = ref.invocations * ref.candidates
+    run_s = _run_s(model, pairs, ref.samples_per_cell, ref.calls_per_sample, ref.mean_set_bytes / 1e6)
+    jobs = _stage_jobs(model, ref.candidates, ref.shapes, len(ref.run_s), run_s)
+    facts = {"measured_s": sum(ref.stage_s.values()) + sum(ref.run_s)}
+    return Plan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
+
+
+# -- text and the verb -----------------------------------------------------------------------------
+
+
+def plan_text(plan: Plan) -> str:
+    f = plan.facts
+    if "replay" in f:
+        head = f"study {plan.study}: replay of {f['replay']} (no GPU jobs)"
+    elif "measured_s" in f:
+        head = f"reference {plan.study}: measured {f['measured_s']:.0f} s"
+    else:
+        per = ", ".join(f"{m} {n:.1f}" for m, n in f["samples_per_cell"].items())
+        head = (
+            f"study {plan.study} ({f['device']}): {f['invocations']} invocations, {f['shapes']} shapes, "
+            f"{f['candidates']} candidates, modes {'/'.join(f['modes'])}, {f['runs']} runs, sampler "
+            f"{f['sampler']} (samples per cell: {per}, replayed on {f['reference']}'s samples; "
+            f"{f['megabytes']:.0f} MB per input set: "
+            + ", ".join(f"{m} {us:.0f} us" for m, us in f["call_us"].items())
+            + " per call)"
+        )
+    lines = [head, f"  {'job':<12} {'count':>5} {'gpu':>4} {'predicted_s':>12}"]
+    for stage, n, s in plan.jobs:
+        each = f"{n} x {s:.1f}" if n > 1 else f"{s:.1f}"
+        lines.append(f"  {stage:<12} {n:>5} {('yes' if stage in GPU_STAGES else 'no'):>4} {each:>12}")
+    lines.append(
+        f"  timed cells {plan.cells:,}; predicted {plan.gpu_s:.0f} s of GPU jobs, {plan.total_s:.0f} s in all"
+    )
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    """The `plan` verb of `headroom` (headroom.core.cli)."""
+    p = sub.add_parser(
+        "plan",
+        help="each study's jobs, timed cells and predicted GPU time (fitted on the recorded references)",
+    )
+    p.add_argument("studies", nargs="*", help="study names (default: --study, else config.yaml's studies)")
+    p.add_argument("--references", default=str(REFERENCE_ROOT), help="recorded studies, <gpu>/<study>/")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="also the model's plan of each reference beside its measured time",
+    )
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from headroom.core import cli
+    from headroom.core import config as hconfig
+
+    try:
+        config = hconfig.load(PROJECT_ROOT / "config" / "config.yaml")
+        names = args.studies or ([args.study] if getattr(args, "study", None) else config["studies"])
+        model = fit(references(Path(args.references)))
+        studies = hconfig.plan_studies({**config, "studies": list(names)}, cuda_available=True)
+        texts = [plan_text(plan_study(name, study, model)) for name, study in studies.items()]
+        if args.validate:
+            texts += [plan_text(reference_plan(ref, model)) for ref in model.refs]
+    except (ValueError, hconfig.ConfigError) as exc:
+        raise cli.CliError(str(exc), cli.EXIT_USAGE) from None
+    print("\n\n".join(texts))
+    return 0

@@ -1,0 +1,88 @@
+"""`headroom plan`'s cost model, fitted on the recorded H200 references (data/reference/h200)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headroom.core import cli
+from headroom.core import config as hconfig
+from headroom.measure import cost, portfolio
+
+
+@pytest.fixture(scope="module")
+def model() -> cost.Model:
+    return cost.fit(cost.references())
+
+
+def _study(name: str, overrides: dict | None = None) -> dict:
+    config = hconfig.deep_merge(hconfig.load(cost.PROJECT_ROOT / "config" / "config.yaml"), overrides or {})
+    return hconfig.plan_studies({**config, "studies": [name]}, cuda_available=True)[name]
+
+
+def test_the_model_predicts_each_recorded_reference_within_15_percent(model):
+    assert len(model.refs) >= 4
+    for ref in model.refs:
+        plan = cost.reference_plan(ref, model)
+        measured = plan.facts["measured_s"]
+        assert plan.total_s == pytest.approx(measured, rel=0.15), ref.name
+        assert plan.cells == len(ref.run_s) * ref.cells
+
+
+def test_replaying_the_fixed_sampler_on_recorded_samples_gives_back_the_recorded_cells(model):
+    ref = next(r for r in model.refs if r.name == "default-gen2")
+    samples = ref.samples()
+    per_mode = cost.simulated_cell(samples, portfolio.settings({"reps": 280, "graph_calls": 20}))
+    assert per_mode["eager"][0] == 280 and per_mode["graph"][0] == 14
+    recorded = samples.assign(t=samples["latency_us"] * samples["calls"]).groupby("mode")["t"].sum()
+    cells = samples.groupby("mode")[["invocation", "candidate"]].value_counts().groupby("mode").size()
+    for mode in ("eager", "graph"):
+        assert per_mode[mode][1] == pytest.approx(recorded[mode] * 1e-6 / cells[mode])
+
+
+def test_the_adaptive_sampler_is_predicted_to_take_fewer_samples(model):
+    adaptive = cost.plan_study("default", _study("default", {"portfolio": {"sampler": "adaptive"}}), model)
+    fixed = cost.plan_study("default", _study("default"), model)
+    assert adaptive.cells == fixed.cells == 3 * 2 * 48 * 18  # runs x modes x invocations x admitted
+    per_cell = adaptive.facts["samples_per_cell"]
+    assert 10 <= per_cell["eager"] < 280 and 5 <= per_cell["graph"] <= 28
+    assert adaptive.gpu_s < fixed.gpu_s
+    assert fixed.facts["candidates"] == 18  # native-sdpa-efficient: never admitted on the H200
+
+
+def test_the_pilot_fits_one_device_call(model):
+    plan = cost.plan_study("power-pilot", _study("power-pilot"), model)
+    assert plan.facts["invocations"] == 120 and plan.facts["sampler"] == "adaptive"
+    assert plan.facts["shapes"] > 19  # a longer lognormal log brings new shapes
+    assert plan.gpu_s < 600
+    jobs = {stage: (n, s) for stage, n, s in plan.jobs}
+    assert jobs["portfolio"][0] == 3 and all(np.isfinite(s) and s > 0 for _, s in jobs.values())
+
+
+def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
+    assert cli.main(["plan", "default", "replay-h200-default-gen2"]) == 0
+    out = capsys.readouterr().out
+    assert "study default (cuda): 48 invocations" in out and "timed cells 5,184" in out
+    assert "replay of" in out and "no GPU jobs" in out
+    assert cli.main(["plan", "no-such-study"]) == cli.EXIT_USAGE
+    assert "unknown study 'no-such-study'" in capsys.readouterr().err
+    assert cli.main(["plan", "default", "--references", str(tmp_path)]) == cli.EXIT_USAGE
+    assert "nothing to fit a cost model on" in capsys.readouterr().err
+
+
+def test_a_reference_without_stage_times_is_refused(tmp_path):
+    (tmp_path / "benchmarks" / "portfolio").mkdir(parents=True)
+    pd.DataFrame({"s": [1.0]}).to_csv(tmp_path / "benchmarks" / "trace.tsv", sep="\t", index=False)
+    with pytest.raises(ValueError, match="run-\\*.tsv, correctness.tsv or lifecycle.tsv"):
+        cost.read_reference(tmp_path)
+
+
+def test_overhead_splits_per_cell_and_per_call_once_runs_differ_in_calls_per_cell(model):
+    assert model.overhead_s[1] == 0.0 and model.overhead_s[0] > 0  # fixed-sampler references only
+    cells = np.array([1000.0, 2000.0, 1500.0])
+    calls = np.array([280_000.0, 50_000.0, 150_000.0])  # an adaptive run takes fewer calls per cell
+    runs = np.column_stack([cells, calls, 0.007 * cells + 66e-6 * calls])
+    np.testing.assert_allclose(cost._overhead(runs), [0.007, 66e-6], rtol=1e-6)
+    same_ratio = runs[[0]].repeat(2, axis=0) * [[1, 1, 1], [2, 2, 2]]
+    np.testing.assert_allclose(
+        cost._overhead(same_ratio), [same_ratio[:, 2].sum() / same_ratio[:, 0].sum(), 0]
+    )
