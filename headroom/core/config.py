@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import math
 import os
@@ -62,9 +63,20 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+@functools.cache
 def _schema() -> dict[str, Any]:
     with open(SCHEMA_PATH) as fh:
         return yaml.safe_load(fh)
+
+
+def bound(name: str) -> int:
+    """The schema's upper bound `$defs.<name>.maximum` (e.g. 'tokens'), for code that checks the same
+    quantity outside a config (a request log's token counts)."""
+    return _schema()["$defs"][name]["maximum"]
+
+
+def bound_reason(name: str) -> str:
+    return _schema()["$defs"][name]["description"]
 
 
 def _key(path) -> str:
@@ -273,10 +285,36 @@ def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> di
         with _named_in(overlay):
             validate_schema(study)
             check_semantics({**study, "device": device})
+            check_trace_source(study)
+        if config["trace"]["source"] != study["trace"]["source"]:
+            check_trace_source(config)
     study["device"] = device
     if device == "cuda":
         check_semantics(study)
+        check_trace_source(study)
     return study
+
+
+def check_trace_source(study: dict[str, Any], base_dir: str | os.PathLike = ".") -> Path | None:
+    """The study's request log (None: synthetic), checked where the plan runs, before any job: a
+    missing file, a directory, a FIFO or device, an unreadable or empty file, a name that is not
+    .csv/.parquet or a header without the mapped columns is refused here, so Snakemake never
+    deletes the old trace for a job that cannot run. Relative paths: from base_dir (the project
+    root, where Snakemake and the trace job run). A log outside the project is allowed (logs
+    live on data disks); its BLAKE3 is recorded in the trace's provenance."""
+    from headroom.trace import invocations, requests
+
+    try:
+        cfg = invocations.settings(study["trace"])
+        path = invocations.resolve_source(cfg["source"], base_dir)
+        if path is not None:
+            requests.check_log(path, cfg["columns"])
+    except ValueError as exc:
+        msg = str(exc)
+        raise ConfigError(
+            msg if msg.startswith("config key") else f"config key 'trace.source': {msg}"
+        ) from None
+    return path
 
 
 _KEY_IN_MESSAGE = re.compile(r"config key '([^']+)'")

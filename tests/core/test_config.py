@@ -85,7 +85,7 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("cuda", [True, False], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "cpu"])
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_config_names_the_key(name, cuda):
     # also on a machine without CUDA, where only the smoke overlay would run: the study is checked
