@@ -289,6 +289,11 @@ def _batches(path: Path, columns: dict[str, str]) -> Iterator[pa.RecordBatch]:
     return _parquet_batches(path, _parquet_file(path, columns), names)
 
 
+def _shown(value: Any) -> str:
+    """A raw log value as a message quotes it (a NumPy scalar as the plain number it holds)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _values(col: pa.Array) -> pd.Series:
     return (
         col.to_pandas() if pa.types.is_timestamp(col.type) else pd.Series(col.to_numpy(zero_copy_only=False))
@@ -311,7 +316,7 @@ def _parse_arrival(
             if bad.size:
                 i = int(bad[0])
                 raise ValueError(
-                    f"{where(i)}, column '{column}': unparsable arrival {values.iloc[i]!r} (the column holds seconds)"
+                    f"{where(i)}, column '{column}': unparsable arrival {_shown(values.iloc[i])} (the column holds seconds)"
                 )
             return np.round(as_number.to_numpy(dtype=np.float64) * NS_PER_S).astype(np.int64), True
         parsed = pd.to_datetime(values, format=fmt or "ISO8601", errors="coerce", utc=True)
@@ -320,7 +325,7 @@ def _parse_arrival(
         i = int(bad[0])
         raise ValueError(
             f"{where(i)}, column '{column}': unparsable timestamp "
-            f"{values.iloc[i]!r} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
+            f"{_shown(values.iloc[i])} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
         )
     return parsed.dt.tz_convert(None).dt.as_unit("ns").astype(np.int64).to_numpy(), False
 
@@ -344,7 +349,7 @@ def _parse_tokens(values: pd.Series, where: Any, column: str) -> np.ndarray:
         else:
             what = "non-positive"
         raise ValueError(
-            f"{where(i)}, column '{column}': {what} token count {values.iloc[i]!r} "
+            f"{where(i)}, column '{column}': {what} token count {_shown(values.iloc[i])} "
             f"(token counts must be integers from 1 to {MAX_TOKENS:,})"
         )
     return number.astype(np.int64)
@@ -392,8 +397,8 @@ class _Parsed:
         i = int(backwards[0]) + (0 if lead else 1)  # the later row, in this block
         before = self.last[0] if lead and i == 0 else raw.iloc[i - 1]
         raise ValueError(
-            f"{where(i)}, column '{self.columns['arrival']}': arrival {raw.iloc[i]!r} is earlier than "
-            f"row {self.rows + i}'s {before!r}; a request log must be in time order"
+            f"{where(i)}, column '{self.columns['arrival']}': arrival {_shown(raw.iloc[i])} is earlier than "
+            f"row {self.rows + i}'s {_shown(before)}; a request log must be in time order"
         )
 
     def requests(self) -> Requests:
