@@ -368,6 +368,8 @@ class _Parsed:
         self.parts: dict[str, list[np.ndarray]] = {"arrival": [], "context": [], "generated": []}
 
     def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return  # (an empty block decides nothing, seconds or timestamps included)
         if self.rows + batch.num_rows > MAX_REQUESTS:
             raise _too_many(self.path, self.rows + batch.num_rows)
         offset = self.rows
@@ -384,8 +386,7 @@ class _Parsed:
             name = cols[f"{role}_tokens"]
             self.parts[role].append(_parse_tokens(_values(batch.column(name)), where, name))
         self.rows += batch.num_rows
-        if batch.num_rows:
-            self.last = (raw.iloc[-1], int(arrival[-1]))
+        self.last = (raw.iloc[-1], int(arrival[-1]))
 
     def _check_order(self, raw: pd.Series, arrival: np.ndarray, where: Any) -> None:
         """Rows in time order, the previous block's last row included."""
