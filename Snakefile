@@ -1,14 +1,24 @@
 # headroom: is a shape-adaptive attention kernel portfolio worth building?
 # Run: snakemake --cores 1 --resources gpu=1   (profiles/default is applied automatically)
 #      snakemake ... --config 'studies=[default,azure-conv]'   (several studies, results/<study>/)
+import sys
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+
+# `headroom` imports from this checkout, installed or not (rules/common.smk says more).
+sys.path.insert(0, workflow.basedir)
+from headroom.core.config import type_cli_values
 
 
 configfile: "config/config.yaml"
 
 
+# A nested --config value (decision={max_gap_to_oracle_pct: 2.0}) arrives as strings: typed here
+# as the schema types it, in the merged config and in the overrides the studies are planned with.
+type_cli_values(config)
+type_cli_values(workflow.config_settings.config)
 validate(config, "headroom/core/schema.yaml")
 
 

@@ -1,5 +1,6 @@
 # Shared by all rule files -- the studies of this run (resolved once, here), the artifact registry,
 # per-study params, resources and source-file inputs.
+import functools
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 # (they inherit the environment), installed or not.
 sys.path.insert(0, workflow.basedir)
 
+from headroom.core import artifacts as hartifacts
 from headroom.core import config as hconfig
 from headroom.core import replay as hreplay
 from headroom.core import sources
@@ -145,10 +147,23 @@ from headroom.trace.invocations import resolve_source
 
 
 def trace_source(wildcards):
-    """The request log is an input, so a changed log reruns the trace (and its BLAKE3 lands in the
-    provenance); the synthetic source has none."""
+    """The request log is an input (its BLAKE3 lands in the provenance); the synthetic source has
+    none. The plan has checked it (headroom.core.config.check_trace_source)."""
     source = resolve_source(STUDIES[wildcards.study]["trace"].get("source", "synthetic"))
     return [str(source)] if source else []
+
+
+@functools.cache
+def _blake3(path):
+    return hartifacts.hash_file(path)
+
+
+def trace_source_blake3(wildcards):
+    """A params function: the request log's BLAKE3, hashed at plan time, so a log whose content
+    changed reruns its study's trace (and what is made from it) even when its mtime is older than
+    the trace (a checkout, `cp -p`); None for the synthetic source."""
+    source = trace_source(wildcards)
+    return _blake3(source[0]) if source else None
 
 
 def recorded(wildcards):

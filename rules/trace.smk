@@ -22,6 +22,7 @@ rule trace:
         runtime=10,
     params:
         trace=cfg("trace"),
+        source_blake3=trace_source_blake3,
         partition=cfg("partition", pick=("heads_q", "heads_kv", "head_dim", "dtype")),
     script:
         "../scripts/trace.py"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -61,9 +63,20 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+@functools.cache
 def _schema() -> dict[str, Any]:
     with open(SCHEMA_PATH) as fh:
         return yaml.safe_load(fh)
+
+
+def bound(name: str) -> int:
+    """The schema's upper bound `$defs.<name>.maximum` (e.g. 'tokens'), for code that checks the same
+    quantity outside a config (a request log's token counts)."""
+    return _schema()["$defs"][name]["maximum"]
+
+
+def bound_reason(name: str) -> str:
+    return _schema()["$defs"][name]["description"]
 
 
 def _key(path) -> str:
@@ -74,7 +87,8 @@ def _key(path) -> str:
 
 
 def validate_schema(config: dict[str, Any]) -> None:
-    """JSON-schema check with a message naming the offending key and value."""
+    """JSON-schema check with a message naming the offending key and value (and, past an upper
+    bound, the schema's reason for it); a NaN or infinite number anywhere is refused too."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(_schema())
@@ -82,7 +96,71 @@ def validate_schema(config: dict[str, Any]) -> None:
     if errors:
         err = errors[0]
         key = _key(err.absolute_path)
-        raise ConfigError(f"config key '{key}': {err.message} (value: {err.instance!r})")
+        why = (
+            f"; {err.schema['description']}"
+            if err.validator == "maximum" and "description" in err.schema
+            else ""
+        )
+        raise ConfigError(f"config key '{key}': {err.message} (value: {err.instance!r}){why}")
+    path = _non_finite(config, ())
+    if path is not None:
+        raise ConfigError(
+            f"config key '{_key(path)}': {_at(config, path)!r} is not a finite number; every number of a "
+            "study is finite (a missing bound is null where the schema allows it)"
+        )
+
+
+def _non_finite(node: Any, path: tuple) -> tuple | None:
+    """The path of the first NaN or infinite float in a config tree, or None."""
+    if isinstance(node, float):
+        return None if math.isfinite(node) else path
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        found = _non_finite(value, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _at(node: Any, path) -> Any:
+    for key in path:
+        node = node[key]
+    return node
+
+
+#: JSON-schema types a --config string may be read as (bool is no integer here).
+_SCHEMA_TYPES = {
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def type_cli_values(values: dict[str, Any]) -> dict[str, Any]:
+    """--config values typed as the schema types them, in place (returns `values`).
+
+    Snakemake reads a nested --config value (`decision={max_gap_to_oracle_pct: 2.0}`) with YAML's
+    BaseLoader, which keeps every scalar a string. Each string where the schema wants a number, an
+    integer, a boolean or null becomes what YAML reads it as, when that is of a wanted type; any
+    other string is left for the schema check to refuse. A `smoke` overlay is typed like a study."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    trees = [values] + ([values["smoke"]] if isinstance(values.get("smoke"), dict) else [])
+    for tree in trees:
+        for err in validator.iter_errors(tree):
+            if err.validator != "type" or not isinstance(err.instance, str) or not err.absolute_path:
+                continue
+            wanted = [err.validator_value] if isinstance(err.validator_value, str) else err.validator_value
+            try:
+                parsed = yaml.safe_load(err.instance)
+            except yaml.YAMLError:
+                continue
+            if any(_SCHEMA_TYPES.get(t, lambda v: False)(parsed) for t in wanted):
+                *parents, last = err.absolute_path
+                _at(tree, parents)[last] = parsed
+    return values
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -207,10 +285,37 @@ def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> di
         with _named_in(overlay):
             validate_schema(study)
             check_semantics({**study, "device": device})
+            check_trace_source(study)
+        if config["trace"]["source"] != study["trace"]["source"]:
+            check_trace_source(config)
     study["device"] = device
     if device == "cuda":
         check_semantics(study)
+        check_trace_source(study)
     return study
+
+
+def check_trace_source(study: dict[str, Any], base_dir: str | os.PathLike = ".") -> Path | None:
+    """The study's request log (None: synthetic), checked where the plan runs, before any job: a
+    missing file, a directory, a FIFO or device, an unreadable or empty file, a name that is not
+    .csv/.parquet or a header without the mapped columns is refused here, so Snakemake never
+    deletes the old trace for a job that cannot run. Relative paths: from base_dir (the project
+    root, where Snakemake and the trace job run). A log outside the project is allowed (logs
+    live on data disks); its BLAKE3 is recorded in the trace's provenance."""
+    from headroom.trace import invocations, requests
+
+    if study["trace"]["source"] == "synthetic":
+        return None  # (an installed wheel validates such a study without the default config)
+    try:
+        cfg = invocations.settings(study["trace"])
+        path = invocations.resolve_source(cfg["source"], base_dir)
+        requests.check_log(path, cfg["columns"])
+    except ValueError as exc:
+        msg = str(exc)
+        raise ConfigError(
+            msg if msg.startswith("config key") else f"config key 'trace.source': {msg}"
+        ) from None
+    return path
 
 
 _KEY_IN_MESSAGE = re.compile(r"config key '([^']+)'")
@@ -261,7 +366,14 @@ def study_names(config: dict[str, Any]) -> list[str]:
     """The studies this run builds: config `studies:` (default: the default study), or the one replay
     study `--config replay=DIR` names. Duplicates and names that cannot be folders are refused."""
     if config.get("replay"):
-        return [replay_study_name(config["replay"])]
+        name = replay_study_name(config["replay"])
+        if not STUDY_NAME.match(name):
+            raise ConfigError(
+                f"config key 'replay': {config['replay']!r} would replay as study {name!r}, but a study name "
+                "must be letters, digits, '-' or '_' (it names the folder results/<study>/); copy or rename "
+                "the recorded folder"
+            )
+        return [name]
     names = config.get("studies") or ["default"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"config key 'studies': expected a list of study names, got {names!r}")

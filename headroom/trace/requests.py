@@ -23,13 +23,19 @@ prefill and decode invocations. The model, in full (docs/traces.md says the same
 from __future__ import annotations
 
 import heapq
+import os
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from headroom.core import config as hconfig
 
 NS_PER_S = 1_000_000_000
 PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
@@ -71,11 +77,19 @@ def _where(path: Path, row: int, is_csv: bool) -> str:
     return f"{path}: row {row}{line}"
 
 
-# Bounded memory: a CSV is parsed a block at a time, and a row longer than a block (binary data,
-# a file padded with zero bytes) fails at once instead of being buffered whole.
+# Bounded memory. A log is read a block at a time (a CSV block of CSV_BLOCK_BYTES, a Parquet batch
+# of PARQUET_BATCH_ROWS rows) and each block is parsed and checked before the next is read, so only
+# the parsed requests are kept: 32 bytes per request (arrival, context, generated, row: int64 each)
+# beside one block's text. A row longer than a block (binary data, a file padded with zero bytes)
+# fails at once instead of being buffered whole. At most MAX_REQUESTS requests, each token count at
+# most MAX_TOKENS (the schema's bounds, headroom/core/schema.yaml: one place for both).
 CSV_BLOCK_BYTES = 1 << 20
 PARQUET_BATCH_ROWS = 65_536
 INT64_MAX = 2**63 - 1
+MAX_REQUESTS = hconfig.bound("requests")
+MAX_TOKENS = hconfig.bound("tokens")
+#: What trace.source may name: a regular, readable, non-empty file with one of these suffixes.
+LOG_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
 def _invalid_utf8_line(path: Path) -> tuple[int, int] | None:
@@ -111,7 +125,16 @@ def _csv_header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(text)), [])
 
 
-def _read_csv(path: Path, names: list[str]) -> pa.Table:
+def _missing_columns(path: Path, present: list[str], columns: dict[str, str]) -> None:
+    missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
+    if missing:
+        raise ValueError(
+            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+            "Map the log's columns with trace.columns."
+        )
+
+
+def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
     """The named columns as text, a block at a time."""
     import pyarrow.csv as pacsv
 
@@ -121,7 +144,7 @@ def _read_csv(path: Path, names: list[str]) -> pa.Table:
         bad_rows.append(row.number if row.number is not None else -1)
         return "error"
 
-    batches, rows = [], 0
+    rows = 0
     try:
         reader = pacsv.open_csv(
             path,
@@ -132,26 +155,24 @@ def _read_csv(path: Path, names: list[str]) -> pa.Table:
             ),
         )
         for batch in reader:
-            batches.append(batch)
             rows += batch.num_rows
+            yield batch
     except pa.ArrowInvalid as exc:
-        msg = str(exc).splitlines()[0][:200]
-        if "UTF8" in msg or "utf8" in msg.lower():
-            where = _invalid_utf8_line(path)
-            at = (
-                f"line {where[0]} (data row {where[0] - 1}), byte {where[1]}"
-                if where
-                else f"after row {rows}"
-            )
-            raise ValueError(f"{path}: {at}: not UTF-8 text; save the request log as UTF-8") from None
-        if bad_rows and bad_rows[0] > 0:
-            at = f"line {bad_rows[0]} (data row {bad_rows[0] - 1})"
-        else:
-            at = f"after data row {rows} (line {rows + 1})"
-        raise ValueError(
-            f"{path}: {at}: not a CSV row of the request log ({msg}); the file is not the CSV it claims to be"
-        ) from None
-    return pa.Table.from_batches(batches, schema=pa.schema([(n, pa.string()) for n in names]))
+        raise _csv_error(path, str(exc).splitlines()[0][:200], rows, bad_rows) from None
+
+
+def _csv_error(path: Path, msg: str, rows: int, bad_rows: list[int]) -> ValueError:
+    if "UTF8" in msg or "utf8" in msg.lower():
+        where = _invalid_utf8_line(path)
+        at = f"line {where[0]} (data row {where[0] - 1}), byte {where[1]}" if where else f"after row {rows}"
+        return ValueError(f"{path}: {at}: not UTF-8 text; save the request log as UTF-8")
+    if bad_rows and bad_rows[0] > 0:
+        at = f"line {bad_rows[0]} (data row {bad_rows[0] - 1})"
+    else:
+        at = f"after data row {rows} (line {rows + 1})"
+    return ValueError(
+        f"{path}: {at}: not a CSV row of the request log ({msg}); the file is not the CSV it claims to be"
+    )
 
 
 # Parquet column types a role accepts; anything else (a boolean token count, a timestamp of
@@ -169,7 +190,8 @@ def _arrival_type_ok(t: pa.DataType) -> bool:
     return _token_type_ok(t) or pa.types.is_timestamp(t)
 
 
-def _read_parquet(path: Path, columns: dict[str, str]) -> pa.Table:
+def _parquet_file(path: Path, columns: dict[str, str]) -> pq.ParquetFile:
+    """The open Parquet file, its footer checked: the mapped columns, their types, the row count."""
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -177,25 +199,32 @@ def _read_parquet(path: Path, columns: dict[str, str]) -> pa.Table:
             f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:200]}); truncated or not Parquet?"
         ) from None
     schema = pf.schema_arrow
-    present = schema.names
-    missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
-    if missing:
-        raise ValueError(
-            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
-            "Map the log's columns with trace.columns."
-        )
+    _missing_columns(path, schema.names, columns)
     for role, name in columns.items():
         t = schema.field(name).type
         ok = _arrival_type_ok(t) if role == "arrival" else _token_type_ok(t)
         if not ok:
             want = "a timestamp, seconds or text" if role == "arrival" else "integers (or text holding them)"
             raise ValueError(f"{path}: column '{name}' ({role}) has type {t}; expected {want}")
-    names = list(dict.fromkeys(columns.values()))
-    batches, rows = [], 0
+    if pf.metadata.num_rows > MAX_REQUESTS:
+        raise _too_many(path, pf.metadata.num_rows)
+    return pf
+
+
+def _too_many(path: Path, rows: int) -> ValueError:
+    return ValueError(
+        f"{path}: {rows:,} requests or more, past the most a request log may hold ({MAX_REQUESTS:,}: "
+        f"32 bytes each in memory, and the model emits an invocation for every one); cut the log to "
+        "the time the study needs"
+    )
+
+
+def _parquet_batches(path: Path, pf: pq.ParquetFile, names: list[str]) -> Iterator[pa.RecordBatch]:
+    rows = 0
     try:
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names):
-            batches.append(batch)
             rows += batch.num_rows
+            yield batch
     except (OSError, pa.ArrowException) as exc:
         raise ValueError(
             f"{path}: unreadable after row {rows} ({str(exc).splitlines()[0][:200]}); "
@@ -203,69 +232,110 @@ def _read_parquet(path: Path, columns: dict[str, str]) -> pa.Table:
         ) from None
     if rows != pf.metadata.num_rows:
         raise ValueError(f"{path}: its metadata claims {pf.metadata.num_rows} rows but {rows} could be read")
-    return pa.Table.from_batches(batches, schema=pa.schema([schema.field(n) for n in names]))
 
 
-def _read_table(path: Path, columns: dict[str, str]) -> tuple[pd.DataFrame, bool]:
-    """The three mapped columns as a DataFrame, named by their role; fails on missing columns."""
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet", ".pq"):
+def _kind(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def check_log(path: str | Path, columns: dict[str, str]) -> None:
+    """What a request log must be, checked without reading its rows (the plan runs this before any
+    job, headroom.core.config; the reader again): a .csv or .parquet name; a regular file (not a
+    directory, FIFO, device or socket: links are followed), readable and not empty; a header (CSV)
+    or footer (Parquet) holding the mapped columns. ValueError naming the file and what it is."""
+    path = Path(path)
+    if path.suffix.lower() not in LOG_SUFFIXES:
         raise ValueError(f"{path}: trace.source must be a .csv or .parquet request log (or 'synthetic')")
-    if not path.is_file():
-        raise ValueError(f"{path}: trace.source names no such file")
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path}: the request log is empty (0 bytes); expected a header row and requests")
-    is_csv = suffix == ".csv"
-    if is_csv:
-        present = _csv_header(path)
-        missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
-        if missing:
-            raise ValueError(
-                f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
-                "Map the log's columns with trace.columns."
-            )
-        table = _read_csv(path, list(dict.fromkeys(columns.values())))
-    else:
-        table = _read_parquet(path, columns)
-    frame = {}
-    for role, name in columns.items():
-        col = table.column(name)
-        frame[role] = (
-            col.to_pandas() if pa.types.is_timestamp(col.type) else col.to_numpy(zero_copy_only=False)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: trace.source names no such file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: trace.source cannot be looked at ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(
+            f"{path}: trace.source is {_kind(st.st_mode)}, not a regular file; name a CSV or Parquet request log"
         )
-    return pd.DataFrame(frame), is_csv
+    if st.st_size == 0:
+        raise ValueError(f"{path}: the request log is empty (0 bytes); expected a header row and requests")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise ValueError(
+            f"{path}: the request log cannot be read ({exc.strerror}); check its permissions"
+        ) from None
+    if path.suffix.lower() == ".csv":
+        _missing_columns(path, _csv_header(path), columns)
+    else:
+        _parquet_file(path, columns)
 
 
-def _parse_arrival(values: pd.Series, path: Path, column: str, is_csv: bool, fmt: str | None) -> np.ndarray:
-    """Arrival times as int64 ns. Timestamps (ISO 8601 or `fmt`) or numbers of seconds."""
+def _batches(path: Path, columns: dict[str, str]) -> Iterator[pa.RecordBatch]:
+    """The mapped columns of a checked log, a block at a time."""
+    check_log(path, columns)
+    names = list(dict.fromkeys(columns.values()))
+    if path.suffix.lower() == ".csv":
+        return _csv_batches(path, names)
+    return _parquet_batches(path, _parquet_file(path, columns), names)
+
+
+def _shown(value: Any) -> str:
+    """A raw log value as a message quotes it (a NumPy scalar as the plain number it holds)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _values(col: pa.Array) -> pd.Series:
+    return (
+        col.to_pandas() if pa.types.is_timestamp(col.type) else pd.Series(col.to_numpy(zero_copy_only=False))
+    )
+
+
+def _parse_arrival(
+    values: pd.Series, where: Any, column: str, fmt: str | None, seconds: bool | None
+) -> tuple[np.ndarray, bool]:
+    """Arrival times as int64 ns, and whether the column holds seconds (decided on the first block
+    by what most of its values are, then kept): timestamps (ISO 8601 or `fmt`) or seconds."""
     if pd.api.types.is_datetime64_any_dtype(values):
         parsed = pd.to_datetime(values, utc=True)
     else:
-        as_number = pd.to_numeric(values, errors="coerce") if fmt is None else None
-        if as_number is not None and as_number.notna().mean() > 0.5:
+        as_number = pd.to_numeric(values, errors="coerce") if fmt is None and seconds is not False else None
+        if seconds is None:
+            seconds = as_number is not None and as_number.notna().mean() > 0.5
+        if seconds:
             bad = np.flatnonzero(as_number.isna().to_numpy() | ~np.isfinite(as_number.to_numpy(dtype=float)))
             if bad.size:
                 i = int(bad[0])
                 raise ValueError(
-                    f"{_where(path, i + 1, is_csv)}, column '{column}': unparsable arrival "
-                    f"{values.iloc[i]!r} (the column holds seconds)"
+                    f"{where(i)}, column '{column}': unparsable arrival {_shown(values.iloc[i])} (the column holds seconds)"
                 )
-            return np.round(as_number.to_numpy(dtype=np.float64) * NS_PER_S).astype(np.int64)
+            return np.round(as_number.to_numpy(dtype=np.float64) * NS_PER_S).astype(np.int64), True
         parsed = pd.to_datetime(values, format=fmt or "ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"{_where(path, i + 1, is_csv)}, column '{column}': unparsable timestamp "
-            f"{values.iloc[i]!r} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
+            f"{where(i)}, column '{column}': unparsable timestamp "
+            f"{_shown(values.iloc[i])} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
         )
-    return parsed.dt.tz_convert(None).dt.as_unit("ns").astype(np.int64).to_numpy()
+    return parsed.dt.tz_convert(None).dt.as_unit("ns").astype(np.int64).to_numpy(), False
 
 
-def _parse_tokens(values: pd.Series, path: Path, column: str, is_csv: bool) -> np.ndarray:
+def _parse_tokens(values: pd.Series, where: Any, column: str) -> np.ndarray:
     number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
     too_big = number >= 2.0**63  # an int64 cast would wrap around silently
-    bad = np.flatnonzero(~np.isfinite(number) | (number != np.floor(number)) | (number < 1) | too_big)
+    bad = np.flatnonzero(
+        ~np.isfinite(number) | (number != np.floor(number)) | (number < 1) | (number > MAX_TOKENS)
+    )
     if bad.size:
         i = int(bad[0])
         if not np.isfinite(number[i]):
@@ -274,40 +344,89 @@ def _parse_tokens(values: pd.Series, path: Path, column: str, is_csv: bool) -> n
             what = "non-integer"
         elif too_big[i]:
             what = "out-of-range (beyond int64)"
+        elif number[i] > MAX_TOKENS:
+            what = f"out-of-range ({hconfig.bound_reason('tokens')})"
         else:
             what = "non-positive"
         raise ValueError(
-            f"{_where(path, i + 1, is_csv)}, column '{column}': {what} token count {values.iloc[i]!r} "
-            "(token counts must be integers >= 1)"
+            f"{where(i)}, column '{column}': {what} token count {_shown(values.iloc[i])} "
+            f"(token counts must be integers from 1 to {MAX_TOKENS:,})"
         )
     return number.astype(np.int64)
+
+
+class _Parsed:
+    """A log parsed block by block: each block checked (rows numbered across blocks, time order
+    across block boundaries) and kept only as int64 arrays."""
+
+    def __init__(self, path: Path, columns: dict[str, str], fmt: str | None):
+        self.path, self.columns, self.fmt = path, columns, fmt
+        self.is_csv = path.suffix.lower() == ".csv"
+        self.rows = 0
+        self.seconds: bool | None = None
+        self.last: tuple[Any, int] | None = None  # (raw arrival, ns) of the previous block's last row
+        self.parts: dict[str, list[np.ndarray]] = {"arrival": [], "context": [], "generated": []}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return  # (an empty block decides nothing, seconds or timestamps included)
+        if self.rows + batch.num_rows > MAX_REQUESTS:
+            raise _too_many(self.path, self.rows + batch.num_rows)
+        offset = self.rows
+
+        def where(i: int) -> str:
+            return _where(self.path, offset + i + 1, self.is_csv)
+
+        cols = self.columns
+        raw = _values(batch.column(cols["arrival"]))
+        arrival, self.seconds = _parse_arrival(raw, where, cols["arrival"], self.fmt, self.seconds)
+        self._check_order(raw, arrival, where)
+        self.parts["arrival"].append(arrival)
+        for role in ("context", "generated"):
+            name = cols[f"{role}_tokens"]
+            self.parts[role].append(_parse_tokens(_values(batch.column(name)), where, name))
+        self.rows += batch.num_rows
+        self.last = (raw.iloc[-1], int(arrival[-1]))
+
+    def _check_order(self, raw: pd.Series, arrival: np.ndarray, where: Any) -> None:
+        """Rows in time order, the previous block's last row included."""
+        lead = [self.last[1]] if self.last else []
+        step = np.diff(np.concatenate([np.asarray(lead, np.int64), arrival]))
+        backwards = np.flatnonzero(step < 0)
+        if not backwards.size:
+            return
+        i = int(backwards[0]) + (0 if lead else 1)  # the later row, in this block
+        before = self.last[0] if lead and i == 0 else raw.iloc[i - 1]
+        raise ValueError(
+            f"{where(i)}, column '{self.columns['arrival']}': arrival {_shown(raw.iloc[i])} is earlier than "
+            f"row {self.rows + i}'s {_shown(before)}; a request log must be in time order"
+        )
+
+    def requests(self) -> Requests:
+        if self.rows == 0:
+            raise ValueError(f"{self.path}: the request log has no rows")
+        arrival, context, generated = (
+            np.concatenate(self.parts.pop(k)) for k in ("arrival", "context", "generated")
+        )
+        arrival -= arrival[0]
+        return Requests(arrival, context, generated, np.arange(1, self.rows + 1, dtype=np.int64))
 
 
 def read_request_log(
     path: str | Path, columns: dict[str, str], arrival_format: str | None = None
 ) -> Requests:
-    """Read and check a request log (CSV or Parquet).
+    """Read and check a request log (CSV or Parquet), a block at a time (bounded memory: above).
 
     columns maps the roles 'arrival', 'context_tokens', 'generated_tokens' to column names.
     Raises ValueError naming the file, the 1-based data row and the column for: a missing column,
-    an unparsable or decreasing arrival, a token count that is not an integer >= 1, no rows.
+    an unparsable or decreasing arrival, a token count that is not an integer from 1 to
+    MAX_TOKENS, no rows, more than MAX_REQUESTS rows; and what check_log refuses.
     """
     path = Path(path)
-    table, is_csv = _read_table(path, columns)
-    if len(table) == 0:
-        raise ValueError(f"{path}: the request log has no rows")
-    arrival = _parse_arrival(table["arrival"], path, columns["arrival"], is_csv, arrival_format)
-    backwards = np.flatnonzero(np.diff(arrival) < 0)
-    if backwards.size:
-        i = int(backwards[0]) + 1
-        raise ValueError(
-            f"{_where(path, i + 1, is_csv)}, column '{columns['arrival']}': arrival "
-            f"{table['arrival'].iloc[i]!r} is earlier than row {i}'s {table['arrival'].iloc[i - 1]!r}; "
-            "a request log must be in time order"
-        )
-    context = _parse_tokens(table["context_tokens"], path, columns["context_tokens"], is_csv)
-    generated = _parse_tokens(table["generated_tokens"], path, columns["generated_tokens"], is_csv)
-    return Requests(arrival - arrival[0], context, generated, np.arange(1, len(table) + 1, dtype=np.int64))
+    parsed = _Parsed(path, columns, arrival_format)
+    for batch in _batches(path, columns):
+        parsed.add(batch)
+    return parsed.requests()
 
 
 def _segments(eligible, context, generated, max_batch: int, end_tick: int | None) -> tuple[list, ...]:
@@ -358,6 +477,24 @@ def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.
     return ticks, d_batch, d_max, d_mean
 
 
+#: The most invocations the model may emit from the log's start to the window's end (prefills and
+#: decodes): the stream is built and sorted in memory, ~120 bytes per invocation at the peak (measured:
+#: 1.16 GB for 10 M).
+MAX_STREAM_INVOCATIONS = 10_000_000
+
+
+def _check_stream_size(prefills: int, decodes: int) -> None:
+    """Refuse, before allocating it, a stream past MAX_STREAM_INVOCATIONS (a log of a few requests
+    generating millions of tokens each, or a long log without a window)."""
+    if prefills + decodes > MAX_STREAM_INVOCATIONS:
+        raise ValueError(
+            f"the request log would make the engine emit {prefills + decodes:,} invocations ({prefills:,} "
+            f"prefills, {decodes:,} decode steps) from its start to the window's end, past the most a trace "
+            f"is built from ({MAX_STREAM_INVOCATIONS:,}, held in memory); end the window earlier "
+            "(trace.window.duration_s), clip sequences (trace.tokens.max_kv_len) or cut the log"
+        )
+
+
 def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
     """All invocations that start before end_ns (None: until every request is done), in order."""
     if max_batch < 1 or decode_step_ns < 1:
@@ -369,6 +506,7 @@ def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns:
     end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
     eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
     segments = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
+    _check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
     ticks, d_batch, d_max, d_mean = _decode_ticks(*segments)
     p_time = arrival[:n]
     p = n

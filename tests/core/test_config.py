@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 import yaml
@@ -41,10 +42,50 @@ BAD = {
     "too few invocations": (lambda c: c["trace"].update(invocations=1), "trace.invocations"),
     "graph_sweep tile index": (lambda c: c["graph_sweep"].update(tile=9), "graph_sweep.tile"),
     "missing replay dir": (lambda c: c.update(replay="no/such/dir"), "replay"),
+    # upper bounds (issue 23 item 14): refused before the DAG is built
+    "portfolio.runs past its bound": (lambda c: c["portfolio"].update(runs=1_000_000_000), "portfolio.runs"),
+    "portfolio.reps past its bound": (lambda c: c["portfolio"].update(reps=10**9), "portfolio.reps"),
+    "trace.invocations past its bound": (
+        lambda c: c["trace"].update(invocations=10**9),
+        "trace.invocations",
+    ),
+    "max_kv_len past its bound": (
+        lambda c: c["trace"]["tokens"].update(max_kv_len=2**30),
+        "trace.tokens.max_kv_len",
+    ),
+    "synthetic requests past their bound": (
+        lambda c: c["trace"]["synthetic"].update(requests=10**9),
+        "trace.synthetic.requests",
+    ),
+    "synthetic generated tokens past their bound": (
+        lambda c: c["trace"]["synthetic"].update(generated_tokens=[1, 10**9]),
+        "trace.synthetic.generated_tokens[1]",
+    ),
+    "bootstrap resamples past their bound": (
+        lambda c: c["policies"].update(bootstrap_resamples=10**9),
+        "policies.bootstrap_resamples",
+    ),
+    # non-finite numbers (item 30): refused at plan time, not in the job
+    "NaN threshold": (
+        lambda c: c["decision"].update(max_gap_to_oracle_pct=float("nan")),
+        "decision.max_gap_to_oracle_pct",
+    ),
+    "infinite threshold": (
+        lambda c: c["decision"].update(max_policy_gain_pct=float("inf")),
+        "decision.max_policy_gain_pct",
+    ),
+    "NaN tolerance": (
+        lambda c: c["correctness"]["tolerances"]["float16"].update(rel=float("nan")),
+        "correctness.tolerances.float16.rel",
+    ),
+    "infinite confidence-free float": (
+        lambda c: c["trace"]["batching"].update(decode_step_s=float("inf")),
+        "trace.batching.decode_step_s",
+    ),
 }
 
 
-@pytest.mark.parametrize("cuda", [True, False], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "cpu"])
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_config_names_the_key(name, cuda):
     # also on a machine without CUDA, where only the smoke overlay would run: the study is checked
@@ -108,7 +149,13 @@ def test_unknown_key_in_a_graph_sweep_shape_is_refused():
         (lambda c: c["partition"].update(heads_q=30), "partition.heads_q"),  # semantic
         (lambda c: c["portfolio"].update(reps="many"), "reps"),  # schema (snakemake.utils.validate)
         (lambda c: c["tiles"][0].update(block_m=24), "tiles[0].block_m"),
+        (
+            lambda c: c["decision"].update(max_gap_to_oracle_pct=float("nan")),
+            "decision.max_gap_to_oracle_pct",
+        ),
+        (lambda c: c["portfolio"].update(runs=1001), "runs"),  # schema, with its reason
     ],
+    ids=["semantic", "schema", "block", "nan-threshold", "runs-bound"],
 )
 def test_snakemake_refuses_bad_config_before_any_job_and_leaves_results_untouched(tmp_path, edit, key):
     project = copy_project(tmp_path / "p")
@@ -122,3 +169,82 @@ def test_snakemake_refuses_bad_config_before_any_job_and_leaves_results_untouche
     assert key in proc.stdout + proc.stderr
     assert sorted(p.name for p in results.iterdir()) == ["keep.txt"]
     assert (results / "keep.txt").read_text() == "untouched"
+
+
+def test_a_bound_names_its_reason():
+    with pytest.raises(hconfig.ConfigError) as exc:
+        hconfig.resolve(_bad(lambda c: c["portfolio"].update(runs=1_000_000_000)), cuda_available=True)
+    assert "maximum of 1000" in str(exc.value) and "Snakemake job" in str(exc.value), str(exc.value)
+
+
+def test_nan_in_the_smoke_overlay_is_refused_under_its_own_key():
+    cfg = _bad(lambda c: c["smoke"]["portfolio"].update(floor_factor=float("nan")))
+    with pytest.raises(hconfig.ConfigError, match=r"'smoke.portfolio.floor_factor'.*not a finite number"):
+        hconfig.resolve(cfg, cuda_available=False)
+
+
+def test_the_bounds_admit_the_planned_studies():
+    """What the study-power and serving-traces issues plan: 500+ invocations, kv_len 131,072,
+    adaptive repetition counts up to 100,000, Mooncake-size request logs."""
+
+    def planned(c):
+        c["trace"].update(invocations=512)
+        c["trace"]["tokens"].update(max_kv_len=131_072)
+        c["trace"]["synthetic"].update(requests=100_000, prompt_tokens=[126_195, 131_071])
+        c["graph_sweep"]["shapes"].append({"phase": "prefill", "batch": 1, "q_len": 2048, "kv_len": 131_072})
+        c["portfolio"].update(reps=100_000, runs=10)
+
+    study = hconfig.resolve(_bad(planned), cuda_available=True)
+    assert study["trace"]["tokens"]["max_kv_len"] == 131_072 and study["portfolio"]["reps"] == 100_000
+
+
+def test_nested_cli_values_are_typed_as_the_schema_types_them():
+    # what Snakemake's --config parser gives for decision={...} and smoke={...}: YAML BaseLoader strings
+    values = {
+        "decision": {"max_gap_to_oracle_pct": "2.0", "max_policy_gain_pct": "1"},
+        "trace": {"tokens": {"max_kv_len": "null"}, "window": {"max_invocations": "64"}},
+        "portfolio": {"flush_l2": "true", "reps": "ten"},
+        "report": {"title": "1.0"},
+        "smoke": {"portfolio": {"reps": "2"}},
+    }
+    hconfig.type_cli_values(values)
+    assert values["decision"] == {"max_gap_to_oracle_pct": 2.0, "max_policy_gain_pct": 1}
+    assert values["trace"] == {"tokens": {"max_kv_len": None}, "window": {"max_invocations": 64}}
+    assert values["portfolio"] == {"flush_l2": True, "reps": "ten"}  # "ten" is left for the schema to refuse
+    assert values["report"] == {"title": "1.0"}  # a string where the schema wants one stays a string
+    assert values["smoke"] == {"portfolio": {"reps": 2}}
+    # a study overlay's planned config takes the typed override (the default study's is Snakemake's config)
+    cfg = {**BASE, "studies": ["tiny"]}
+    studies = hconfig.plan_studies(
+        cfg, hconfig.type_cli_values({"decision": {"max_gap_to_oracle_pct": "2.0"}})
+    )
+    assert studies["tiny"]["decision"]["max_gap_to_oracle_pct"] == 2.0
+
+
+def test_snakemake_takes_a_nested_numeric_config_value(tmp_path):
+    project = copy_project(tmp_path / "p")
+    proc = snakemake(project, "--dry-run", "--config", "decision={max_gap_to_oracle_pct: 2.0}", timeout=300)
+    assert "trace" in proc.stdout  # planned; on main: "'2.0' is not of type 'number'"
+    proc = snakemake(project, "--dry-run", "--config", "decision={max_gap_to_oracle_pct: two}", check=False)
+    assert proc.returncode != 0 and "max_gap_to_oracle_pct" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", ["wé ird;$(touch PWNED)", "a.b", "sp ace"])
+def test_a_replay_folder_whose_name_is_no_study_name_is_refused(tmp_path, name):
+    folder = tmp_path / name
+    folder.mkdir()
+    with pytest.raises(hconfig.ConfigError, match=r"config key 'replay'.*study name"):
+        hconfig.study_names({"replay": str(folder)})
+
+
+def test_snakemake_refuses_a_replay_folder_named_against_the_rule_and_leaves_results_untouched(tmp_path):
+    project = copy_project(tmp_path / "p")
+    results = project / "results"
+    results.mkdir()
+    (results / "keep.txt").write_text("untouched")
+    recorded = tmp_path / "wé ird;$(touch PWNED)"
+    shutil.copytree(ROOT / "data/reference/h200/default-gen2", recorded)
+    proc = snakemake(project, "--config", f"replay={recorded}", check=False, timeout=300)
+    assert proc.returncode != 0 and "config key 'replay'" in proc.stdout + proc.stderr
+    assert sorted(p.name for p in results.iterdir()) == ["keep.txt"]
+    assert not list(tmp_path.rglob("PWNED"))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from headroom.analysis import policies
-from headroom.core import artifacts, contracts
+from headroom.core import artifacts, contracts, defaults
 from headroom.measure import calibrate, graph_sweep, lifecycle, noise, portfolio
 from headroom.measure.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available as portfolio_cuda
@@ -66,7 +66,7 @@ DRIVER = textwrap.dedent(
     import os, sys
     os.environ["TRITON_INTERPRET"] = "1"
     import pandas as pd
-    from headroom.core import artifacts
+    from headroom.core import artifacts, defaults
     from headroom.measure import portfolio
     trace, cands, run, out = pd.read_parquet(sys.argv[1]), pd.read_parquet(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rows, samples = portfolio.run(trace, cands, {"reps": REPS, "warmup_reps": 0, "mode": "both"}, run=run,
@@ -416,22 +416,28 @@ def _cuda_trace() -> pd.DataFrame:
 
 
 def _cuda_candidates() -> pd.DataFrame:
+    """One tile crossed with every RoPE placement of the default study."""
     tiles = [{"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}]
-    return build_candidates(tiles, ["unfused", "fused", "q_fused"])
+    return build_candidates(tiles, defaults.section("rope"))
 
 
 @pytest.mark.gpu
 @cuda_only
 def test_portfolio_both_modes_on_cuda():
+    trace, candidates = _cuda_trace(), _cuda_candidates()
     rows, samples = portfolio.run(
-        _cuda_trace(),
-        _cuda_candidates(),
-        {"reps": 40, "warmup_reps": 5, "graph_calls": 10},
+        trace,
+        candidates,
+        {"reps": 40, "warmup_reps": 5, "graph_calls": 10, "mode": "both"},
         run=1,
         device="cuda",
         progress=False,
     )
-    assert set(rows["mode"]) == {"eager", "graph"} and len(rows) == 2 * 2 * 2
+    # one row per (mode, invocation, candidate): both modes x the trace x the candidates
+    assert set(rows["mode"]) == {"eager", "graph"}
+    assert len(rows) == 2 * len(trace) * len(candidates)
+    assert not rows.duplicated(["mode", "invocation", "candidate"]).any()
+    assert set(rows["candidate"]) == set(candidates["candidate"])
     graph = rows[rows["mode"] == "graph"]
     assert (
         (graph["reps"] == 4).all()
