@@ -61,6 +61,10 @@ BAD = {
         lambda c: c["trace"]["synthetic"].update(generated_tokens=[1, 10**9]),
         "trace.synthetic.generated_tokens[1]",
     ),
+    "adaptive max_samples past its bound": (
+        lambda c: c["portfolio"]["adaptive"]["max_samples"].update(graph=10**9),
+        "portfolio.adaptive.max_samples.graph",
+    ),
     "bootstrap resamples past their bound": (
         lambda c: c["policies"].update(bootstrap_resamples=10**9),
         "policies.bootstrap_resamples",
@@ -193,9 +197,11 @@ def test_the_bounds_admit_the_planned_studies():
         c["trace"]["synthetic"].update(requests=100_000, prompt_tokens=[126_195, 131_071])
         c["graph_sweep"]["shapes"].append({"phase": "prefill", "batch": 1, "q_len": 2048, "kv_len": 131_072})
         c["portfolio"].update(reps=100_000, runs=10)
+        c["portfolio"]["adaptive"]["max_samples"].update(eager=100_000, graph=100_000)
 
     study = hconfig.resolve(_bad(planned), cuda_available=True)
     assert study["trace"]["tokens"]["max_kv_len"] == 131_072 and study["portfolio"]["reps"] == 100_000
+    assert study["portfolio"]["adaptive"]["max_samples"] == {"eager": 100_000, "graph": 100_000}
 
 
 def test_nested_cli_values_are_typed_as_the_schema_types_them():
