@@ -6,6 +6,7 @@ rule catalog:
         code=src("scripts/catalog.py"),
     output:
         catalog=f"{R}/catalog.duckdb",
+        catalog_blake3=f"{R}/catalog.duckdb.blake3",
     log:
         f"{R}/logs/catalog.log",
     benchmark:
@@ -29,6 +30,9 @@ rule studies:
     output:
         html=f"{R}/report/studies.html",
         md=f"{R}/report/studies.md",
+        # sidecars as outputs: a deleted one is written again by a plain run
+        html_blake3=f"{R}/report/studies.html.blake3",
+        md_blake3=f"{R}/report/studies.md.blake3",
     log:
         f"{R}/logs/studies.log",
     conda:

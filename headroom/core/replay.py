@@ -84,18 +84,46 @@ def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -
     return root / recorded_input
 
 
-def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
-    """Verify every artifact of a recorded folder and the lineage between them; return their names."""
-    folder = Path(folder)
-    who = f"study {study!r}: " if study else ""
-    names = recorded_names(folder)
+def code_conflicts(folder: Path, names: list[str]) -> list[str]:
+    """Pairs of artifacts of `folder` made by different versions of a module they both loaded. The
+    artifacts of one run are made by one version of the code (an edit reruns every rule that loads
+    the file), so a pair that differs comes from two runs: a calibration of an older generation
+    copied into a folder recorded before the calibration recorded its environment, say."""
+    first: dict[str, tuple[str, str]] = {}  # module -> (the first artifact that loaded it, its hash)
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        for module, digest in sorted(artifacts.read_provenance(folder / name).get("code", {}).items()):
+            other, known = first.setdefault(module, (name, digest))
+            if known != digest:
+                pairs.setdefault((other, name), []).append(f"{module} {known[:12]} vs {digest[:12]}")
+    return [f"{a} and {b} were made by different code ({', '.join(m)})" for (a, b), m in pairs.items()]
+
+
+def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str]:
+    """{name: BLAKE3} of a recorded folder's artifacts, each verified and of the kind its name says."""
     digests = {}
     for name in names:
         try:
             digests[name] = artifacts.verify(folder / name)
+            kind = artifacts.read_kind(folder / name)
         except (artifacts.ArtifactError, OSError) as exc:
             raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
-    mixed = []
+        if kind is not None and kind != artifacts.kind_of_name(name):
+            raise ReplayError(
+                f"{who}replay folder {folder}: {name} holds a {kind!r} artifact, not the "
+                f"{artifacts.kind_of_name(name)!r} its name says"
+            )
+    return digests
+
+
+def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
+    """Verify every artifact of a recorded folder (bytes, kind) and that they come from one run (the
+    lineage between them, the code that made them); return their names."""
+    folder = Path(folder)
+    who = f"study {study!r}: " if study else ""
+    names = recorded_names(folder)
+    digests = _kinds_and_hashes(folder, names, who)
+    mixed = code_conflicts(folder, names)
     for name in names:
         for inp, recorded in artifacts.read_provenance(folder / name).get("inputs", {}).items():
             source = _recorded_as(inp, folder, set(names))
