@@ -98,7 +98,7 @@ def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: b
     """The study an artifact belongs to: the first folder below the results root."""
     root = Path(results_dir).resolve()
     try:
-        rel = Path(path).resolve().relative_to(root)
+        rel = (Path(path).parent.resolve() / Path(path).name).relative_to(root)  # a link not followed
     except ValueError:
         raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
     if flat or len(rel.parts) < 2:
@@ -375,12 +375,16 @@ def table_differences(catalog_path: Path, paths: list[Path], *, project_root: Pa
         _fill(con, rows, edges, by_kind)
         con.execute("ATTACH ? AS cat (READ_ONLY)", [str(catalog_path)])
         built, held = _tables(con, "memory"), _tables(con, "cat")
-        out = [f"table {t!r} is not one a build makes (added inside the catalog)" for t in sorted(held - built)]
+        out = [
+            f"table {t!r} is not one a build makes (added inside the catalog)" for t in sorted(held - built)
+        ]
         out += [f"table {t!r} is missing (dropped inside the catalog)" for t in sorted(built - held)]
         for t in sorted((built & held) - {EXCLUDED_TABLE}):
             try:
                 extra, lost = (
-                    con.execute(f'SELECT count(*) FROM (FROM {a}."{t}" EXCEPT ALL FROM {b}."{t}")').fetchone()[0]
+                    con.execute(
+                        f'SELECT count(*) FROM (FROM {a}."{t}" EXCEPT ALL FROM {b}."{t}")'
+                    ).fetchone()[0]
                     for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
                 )
             except duckdb.Error as exc:

@@ -39,7 +39,7 @@ class IdentityError(artifacts.ArtifactError):
 def folder_study(path: str | os.PathLike, project_root: str | os.PathLike) -> str | None:
     """The study folder an artifact lies in (results/<study>/...), None outside one."""
     results = Path(project_root).resolve() / "results"
-    path = Path(path).resolve()
+    path = Path(path).parent.resolve() / Path(path).name  # a symlink is where it lies, not its target
     if not path.is_relative_to(results):
         return None
     rel = path.relative_to(results).parts

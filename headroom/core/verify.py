@@ -154,14 +154,18 @@ def catalog_problems(results: Path, root: Path, current: dict[str, str], study: 
         return [f"{path}: cannot be rebuilt from the artifacts it lists ({exc}); {_rebuild_hint(results)}"]
 
 
-def verify_results(results: Path, study: str | None = None, folder: Path | None = None) -> tuple[list[str], int]:
+def verify_results(
+    results: Path, study: str | None = None, folder: Path | None = None
+) -> tuple[list[str], int]:
     """(every problem found, number of files checked) for the whole results folder, or for the study
     whose folder is `folder` (the catalog's rows of that study only)."""
     root = results.resolve().parent
     files = hcatalog.hashed_files(results)
     catalog_file = (results / hcatalog.CATALOG_NAME).resolve()
     if folder is not None:
-        files = [f for f in files if f.resolve().is_relative_to(folder.resolve()) or f.resolve() == catalog_file]
+        files = [
+            f for f in files if f.resolve().is_relative_to(folder.resolve()) or f.resolve() == catalog_file
+        ]
     problems, current = files_problems(files, root)
     problems += _orphan_sidecars(folder if folder is not None else results, results)
     wal = hcatalog.wal_file(results / hcatalog.CATALOG_NAME)
