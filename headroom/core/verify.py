@@ -139,12 +139,20 @@ def catalog_problems(results: Path, root: Path, current: dict[str, str], study: 
     try:
         stale = _stale_catalog(con, results, root, current, study)
         rels = [r[0] for r in con.execute("SELECT path FROM artifacts ORDER BY path").fetchall()]
+        held = {r[0] for r in con.execute("SELECT DISTINCT study FROM artifacts").fetchall()}
     except duckdb.Error as exc:
         return [f"{path}: no artifacts table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
     finally:
         con.close()
     if stale:
         return stale
+    forgotten = [
+        f"{path}: does not hold study {name!r}, whose folder verifies; {_rebuild_hint(results)}"
+        for name, folder in hcatalog.studies(results).items()
+        if name not in held and (study is None or name == study) and not folder_problems(folder, results)
+    ]
+    if forgotten:
+        return forgotten
     try:
         return [
             f"{path}: {line}; {_rebuild_hint(results)}"

@@ -415,3 +415,15 @@ def test_verify_reports_a_non_parquet_artifact_in_one_line(flat, capsys):
     artifacts.record_hash(bogus)
     code, out, err = run_cli(capsys, flat, "verify")
     assert code == 1 and "run-9.parquet: not a readable Parquet artifact" in out and "Traceback" not in err
+
+
+def test_verify_says_when_the_catalog_forgets_a_verifying_study(tmp_path, capsys):
+    """A catalog built for another `studies=` list: verify names the study folder it left out."""
+    project = tmp_path / "proj"
+    results = project / "results"
+    make_study(project, results / "a")
+    build(project)
+    assert run_cli(capsys, results, "verify")[0] == 0
+    make_study(project, results / "b")  # a study run since, by a run whose catalog was lost
+    code, out, _ = run_cli(capsys, results, "verify")
+    assert code == 1 and "does not hold study 'b', whose folder verifies" in out

@@ -16,7 +16,10 @@ def test_first_difference_names_the_first_differing_cell():
     b = a.copy()
     b.loc[1, "verdict"] = "continue"
     b.loc[2, "x"] = 3.0
-    assert recompute.first_difference(a, b) == "row 1, column 'verdict': the study's 'stop', recomputed 'continue'"
+    assert (
+        recompute.first_difference(a, b)
+        == "row 1, column 'verdict': the study's 'stop', recomputed 'continue'"
+    )
     assert "rows" in recompute.first_difference(a, a.head(2))
     assert "columns differ" in recompute.first_difference(a, a[["verdict", "x"]])
     c = a.copy()
