@@ -170,6 +170,7 @@ def test_replay_refuses_an_environment_of_another_run(tmp_path):
     """A calibration records the environment it was measured in (rules/measure.smk): a replay folder
     whose environment is another run's is refused naming both hashes."""
     folder = _recorded_copy(tmp_path, "default-gen2")
+    (folder / "README.md").unlink()  # a results folder replayed as it is: no import manifest
     env = artifacts.verify(folder / "environment.parquet")
     prov = artifacts.read_provenance(folder / "calibration.parquet")
     prov["inputs"] = {"results/default-gen2/environment.parquet": env}
@@ -182,6 +183,33 @@ def test_replay_refuses_an_environment_of_another_run(tmp_path):
     other = artifacts.recorded_hash(folder / "environment.parquet")
     assert "calibration.parquet was made from a environment.parquet" in str(err.value)
     assert env[:16] in str(err.value) and other[:16] in str(err.value)
+
+
+def test_replay_refuses_a_generation1_environment_in_a_generation2_reference(tmp_path):
+    """The committed references predate the environment edge; their README's table, written at
+    import from the verified artifacts, names the environment that belongs there."""
+    folder = _recorded_copy(tmp_path, "default-gen2")
+    copy_artifact(REFERENCE / "default/environment.parquet", folder / "environment.parquet")
+    with pytest.raises(replay.ReplayError) as err:
+        replay.check_recorded(folder)
+    gen1 = artifacts.recorded_hash(REFERENCE / "default/environment.parquet")
+    gen2 = artifacts.recorded_hash(REFERENCE / "default-gen2/environment.parquet")
+    assert f"environment.parquet has BLAKE3 {gen1[:16]}" in str(err.value)
+    assert f"default-gen2's README.md recorded {gen2[:16]}" in str(err.value)
+
+
+def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
+    import tarfile
+
+    from scripts import import_reference
+
+    src = _recorded_copy(tmp_path, "default-gen2")
+    tarball = tmp_path / "study.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname="results/default-gen2")
+    out = import_reference.import_study(tarball, "again", tmp_path / "dest", None, None)
+    names = replay.check_recorded(out)
+    assert replay.manifest(out) == {n: artifacts.recorded_hash(out / n) for n in names}
 
 
 def test_replay_refuses_an_artifact_of_the_wrong_kind(tmp_path):
