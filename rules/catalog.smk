@@ -1,5 +1,6 @@
 # The SQL entry point over every study's artifacts: results/catalog.duckdb (tables `artifacts`,
-# `lineage` and one table per kind, loaded after their hashes are verified). The study of an artifact is its folder under results/.
+# `lineage` and one table per kind, loaded after their hashes and identities are verified). The study
+# of an artifact is its folder under results/; study folders of other runs that verify are loaded too.
 rule catalog:
     input:
         artifacts=lambda wildcards: [p for name in STUDIES for p in artifacts_of(name)],

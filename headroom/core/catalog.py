@@ -6,7 +6,15 @@ Tables
 - `lineage`: one row per (artifact, input) edge with the input's BLAKE3 recorded at write time
   and its BLAKE3 now, so a broken chain is one `WHERE NOT matches` away;
 - one table per artifact kind (`trace`, `portfolio`, `portfolio_samples`, `policy_eval`, ...) with
-  the rows of every artifact of that kind, a `study` column first.
+  the rows of every artifact of that kind, a `study` column first;
+- `excluded_studies`: (study, problem) of each study folder under results/ left out because it does
+  not verify (half-written, an older schema, another study's artifact in it).
+
+It spans this run's studies and every other study folder under results/ that verifies, so a run
+with another `studies=` list forgets none. Every artifact's identity is checked as it is loaded
+(headroom/core/identity.py). It is built into a fresh file and checkpointed, so no write-ahead log
+belongs beside it: readers and `headroom verify` refuse one (DuckDB would replay it into the
+answers), and `verify` compares every table with a fresh build from the artifacts it lists.
 
 The kind tables hold the artifacts' *data*, parsed from the very bytes whose BLAKE3 was checked at
 build time: a query answers from verified bytes only and never reads a file (`headroom query`
