@@ -54,7 +54,12 @@ localrules:
 rule all:
     default_target: True
     input:
-        f"{R}/catalog.duckdb",
-        f"{R}/report/studies.html",
+        [f"{R}/{name}{ext}" for name in ("catalog.duckdb", "report/studies.html") for ext in ("", ".blake3")],
+        f"{R}/report/studies.md.blake3",
         [p + ext for name in STUDIES for p in artifacts_of(name) for ext in ("", ".blake3")],
-        expand(f"{R}/{{study}}/report/{{page}}", study=list(STUDIES), page=["index.html", "report.md"]),
+        expand(
+            f"{R}/{{study}}/report/{{page}}{{ext}}",
+            study=list(STUDIES),
+            page=["index.html", "report.md"],
+            ext=["", ".blake3"],
+        ),

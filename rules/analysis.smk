@@ -107,6 +107,9 @@ rule report:
     output:
         html=report(f"{S}/report/index.html", caption="captions/report_html.rst", category="Report"),
         md=report(f"{S}/report/report.md", caption="captions/report_md.rst", category="Report"),
+        # the pages' BLAKE3 sidecars, so a deleted one is written again by a plain run
+        html_blake3=f"{S}/report/index.html.blake3",
+        md_blake3=f"{S}/report/report.md.blake3",
         figures=report(
             directory(f"{S}/report/figures"),
             patterns=["{name}.png"],

@@ -96,6 +96,9 @@ rule graph_sweep:
 
 rule calibrate:
     input:
+        # read for its identity only: the calibration records the environment it was measured in,
+        # so a calibration of another run beside this study's environment is refused
+        environment=f"{S}/environment.parquet",
         code=src("scripts/calibrate.py"),
     output:
         **artifact(calibration=f"{S}/calibration.parquet"),

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headroom.core import artifacts  # noqa: E402
-from headroom.core.replay import import_artifact  # noqa: E402
+from headroom.core.replay import MANIFEST_HEADER, import_artifact, manifest_row  # noqa: E402
 
 MEASURED = ["environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration"]
 
@@ -69,9 +69,8 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         "",
         f"    snakemake --cores 1 --config replay={out.as_posix()}",
         "",
-        "| artifact | BLAKE3 | bytes |",
-        "| --- | --- | --- |",
-        *[f"| {n} | `{d}` | {b} |" for n, d, b in rows],
+        *MANIFEST_HEADER,  # the manifest check_recorded holds a replay folder to
+        *[manifest_row(n, d, b) for n, d, b in rows],
         "",
         "`benchmarks/` holds Snakemake's per-stage wall times of the run; `snakemake.log` its log.",
     ]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,10 +58,41 @@ class ArtifactHashError(ArtifactError):
         )
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_SIDECAR_MAX_BYTES = 4096  # a digest, two spaces and a file name
+
+
+class NotRegularFileError(ArtifactError):
+    """A FIFO, device, directory or socket where an artifact (or its sidecar) should be."""
+
+
+def open_regular(path: str | os.PathLike):
+    """`path` opened for binary reading, refused unless it is a regular file (a symlink is followed).
+    Opened non-blocking first, so a FIFO is refused instead of waiting for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except IsADirectoryError:
+        raise NotRegularFileError(f"{path}: a directory, not a file; remove it and rerun") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFileError(
+            f"{path}: not a regular file (a FIFO, device, directory or socket); remove it and rerun "
+            "the pipeline, which writes it again"
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    with open_regular(path) as fh:
+        return fh.read()
+
+
 def hash_file(path: str | os.PathLike) -> str:
-    """BLAKE3 (hex) of a file's bytes."""
+    """BLAKE3 (hex) of a regular file's bytes (NotRegularFileError for anything else)."""
     h = blake3.blake3()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(_CHUNK_BYTES):
             h.update(chunk)
     return h.hexdigest()
@@ -70,14 +103,26 @@ def sidecar(path: str | os.PathLike) -> Path:
 
 
 def recorded_hash(path: str | os.PathLike) -> str:
+    """The BLAKE3 recorded in `path`'s sidecar; ArtifactError naming the sidecar when it is missing,
+    not a regular file, or not a BLAKE3 record (empty, not text, too long)."""
     side = sidecar(path)
+    fix = "delete the artifact and its sidecar and rerun the pipeline, which writes both again"
     try:
-        text = side.read_text().strip()
+        with open_regular(side) as fh:
+            raw = fh.read(_SIDECAR_MAX_BYTES + 1)
     except FileNotFoundError:
         raise ArtifactError(
             f"{path}: no recorded BLAKE3 ({side} is missing); was it written by headroom.core.artifacts.write?"
         ) from None
-    return text.split()[0]
+    except NotRegularFileError:
+        raise ArtifactError(f"{path}: its sidecar {side} is not a regular file; {fix}") from None
+    try:
+        words = raw.decode("ascii").split() if len(raw) <= _SIDECAR_MAX_BYTES else []
+    except UnicodeDecodeError:
+        words = []
+    if not words or not _DIGEST.fullmatch(words[0]):
+        raise ArtifactError(f"{path}: its sidecar {side} holds no BLAKE3 (empty or not a hash record); {fix}")
+    return words[0]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -191,8 +236,8 @@ def verify(path: str | os.PathLike) -> str:
     """Return the artifact's BLAKE3 after checking it against the recorded one."""
     if not Path(path).exists():
         raise ArtifactError(f"{path}: artifact does not exist")
+    actual = hash_file(path)  # refuses a FIFO or a device before anything else is read
     recorded = recorded_hash(path)
-    actual = hash_file(path)
     if actual != recorded:
         raise ArtifactHashError(path, recorded, actual)
     return actual
@@ -203,8 +248,8 @@ def read_verified_bytes(path: str | os.PathLike) -> tuple[bytes, str]:
     the caller parses is exactly what was verified (no window for the file to change in between)."""
     if not Path(path).exists():
         raise ArtifactError(f"{path}: artifact does not exist")
+    data = read_regular(path)
     recorded = recorded_hash(path)
-    data = Path(path).read_bytes()
     actual = blake3.blake3(data).hexdigest()
     if actual != recorded:
         raise ArtifactHashError(path, recorded, actual)
@@ -227,7 +272,8 @@ def read(path: str | os.PathLike) -> pd.DataFrame:
 
 def _meta(path: str | os.PathLike) -> dict[bytes, bytes]:
     try:
-        return pq.read_schema(path).metadata or {}
+        with open_regular(path) as fh:
+            return pq.read_schema(fh).metadata or {}
     except (OSError, pa.ArrowInvalid) as exc:
         raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
 
@@ -240,3 +286,36 @@ def read_provenance(path: str | os.PathLike) -> dict[str, Any]:
 def read_kind(path: str | os.PathLike) -> str | None:
     raw = _meta(path).get(META_KIND)
     return raw.decode() if raw else None
+
+
+_RUN = re.compile(r"run-\d+")
+_RUN_SAMPLES = re.compile(r"run-\d+-samples")
+
+
+def kind_of_name(path: str | os.PathLike) -> str:
+    """The kind an artifact's file name says it holds: portfolio/run-<r>.parquet is a `portfolio`,
+    portfolio/run-<r>-samples.parquet a `portfolio_samples`, any other <kind>.parquet a <kind>."""
+    path = Path(path)
+    if path.parent.name == "portfolio" and _RUN_SAMPLES.fullmatch(path.stem):
+        return "portfolio_samples"
+    if path.parent.name == "portfolio" and _RUN.fullmatch(path.stem):
+        return "portfolio"
+    return path.stem
+
+
+def temp_files(path: str | os.PathLike) -> list[Path]:
+    """Temporary files of interrupted writes of `path` (and of its sidecar), as write() names them."""
+    path = Path(path)
+    found = set(path.parent.glob(f".{path.name}.*.tmp"))
+    found |= set(path.parent.glob(f".{sidecar(path).name}.*.tmp"))
+    return sorted(found)
+
+
+def clean_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Remove what killed writes of `path` left behind. Only the job that writes `path` calls this
+    (Snakemake runs one job per output at a time), so no write in progress is removed."""
+    removed = []
+    for tmp in temp_files(path):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed

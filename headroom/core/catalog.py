@@ -6,7 +6,15 @@ Tables
 - `lineage`: one row per (artifact, input) edge with the input's BLAKE3 recorded at write time
   and its BLAKE3 now, so a broken chain is one `WHERE NOT matches` away;
 - one table per artifact kind (`trace`, `portfolio`, `portfolio_samples`, `policy_eval`, ...) with
-  the rows of every artifact of that kind, a `study` column first.
+  the rows of every artifact of that kind, a `study` column first;
+- `excluded_studies`: (study, problem) of each study folder under results/ left out because it does
+  not verify (half-written, an older schema, another study's artifact in it).
+
+It spans this run's studies and every other study folder under results/ that verifies, so a run
+with another `studies=` list forgets none. Every artifact's identity is checked as it is loaded
+(headroom/core/identity.py). It is built into a fresh file and checkpointed, so no write-ahead log
+belongs beside it: readers and `headroom verify` refuse one (DuckDB would replay it into the
+answers), and `verify` compares every table with a fresh build from the artifacts it lists.
 
 The kind tables hold the artifacts' *data*, parsed from the very bytes whose BLAKE3 was checked at
 build time: a query answers from verified bytes only and never reads a file (`headroom query`
@@ -36,7 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headroom.core import artifacts
+from headroom.core import artifacts, identity
 from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,7 +63,12 @@ QUERY_CONFIG = {
     "lock_configuration": True,
 }
 # Reserved table names: a kind may not shadow them.
-_RESERVED = {"artifacts", "lineage"}
+EXCLUDED_TABLE = "excluded_studies"
+_RESERVED = {"artifacts", "lineage", EXCLUDED_TABLE}
+WAL_SUFFIX = ".wal"
+# The `artifacts` columns that describe a file's stat when the catalog was built, not its bytes (a
+# file rewritten with the same bytes has a new mtime): left out when verify compares the table.
+STAT_COLUMNS = " EXCLUDE (mtime_ns, created_at)"
 
 
 def _hidden(path: Path, root: Path) -> bool:
@@ -63,11 +76,12 @@ def _hidden(path: Path, root: Path) -> bool:
 
 
 def discover(results_dir: str | os.PathLike) -> list[Path]:
-    """Every Parquet artifact under `results_dir` (with or without its recorded hash), sorted."""
+    """Every Parquet artifact under `results_dir` (with or without its recorded hash), sorted; a
+    FIFO or a device under an artifact's name is listed too, so its readers refuse it."""
     root = Path(results_dir)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.rglob("*.parquet") if p.is_file() and not _hidden(p, root))
+    return sorted(p for p in root.rglob("*.parquet") if not p.is_dir() and not _hidden(p, root))
 
 
 def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
@@ -77,10 +91,10 @@ def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
         return []
     found = set(discover(root))
     for page in root.rglob("*"):
-        if page.is_file() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
+        if not page.is_dir() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
             if not page.name.endswith(artifacts.SIDECAR_SUFFIX):
                 found.add(page)
-    if (root / CATALOG_NAME).is_file():
+    if os.path.lexists(root / CATALOG_NAME):
         found.add(root / CATALOG_NAME)
     return sorted(found)
 
@@ -95,7 +109,7 @@ def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: b
     """The study an artifact belongs to: the first folder below the results root."""
     root = Path(results_dir).resolve()
     try:
-        rel = Path(path).resolve().relative_to(root)
+        rel = (Path(path).parent.resolve() / Path(path).name).relative_to(root)  # a link not followed
     except ValueError:
         raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
     if flat or len(rel.parts) < 2:
@@ -116,9 +130,31 @@ def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
     return dict(sorted(out.items()))
 
 
+def wal_file(catalog_path: str | os.PathLike) -> Path | None:
+    """The write-ahead log beside the catalog, if there is one (DuckDB would replay it on open)."""
+    wal = Path(str(catalog_path) + WAL_SUFFIX)
+    return wal if os.path.lexists(wal) else None
+
+
+def wal_message(wal: Path) -> str:
+    return (
+        f"{wal}: a write-ahead log beside the catalog, which DuckDB would replay into its answers; the "
+        "catalog is built checkpointed and never written after, so this file is not the pipeline's: "
+        f"delete it (and rebuild the catalog if in doubt)"
+    )
+
+
+def verify_file(catalog_path: str | os.PathLike) -> str:
+    """The catalog's BLAKE3 once it matches the recorded one and no write-ahead log lies beside it."""
+    wal = wal_file(catalog_path)
+    if wal is not None:
+        raise artifacts.ArtifactError(wal_message(wal))
+    return artifacts.verify(catalog_path)
+
+
 def open_readonly(catalog_path: str | os.PathLike):
     """A safe connection (QUERY_CONFIG) to the catalog, after checking its recorded BLAKE3."""
-    artifacts.verify(catalog_path)
+    verify_file(catalog_path)
     return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
 
 
@@ -219,8 +255,9 @@ def _read_artifact(path: Path, root: Path, results_root: Path, *, flat: bool, di
     return row, edges, kind, _with_study(table.replace_schema_metadata(None), study, path)
 
 
-def _fill(con, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
-    """Create and fill the catalog's tables: `artifacts`, `lineage` and one per artifact kind."""
+def _fill(con, rows, edges, by_kind: dict[str, list[pa.Table]], excluded=()) -> None:
+    """Create and fill the catalog's tables: `artifacts`, `lineage`, one per artifact kind, and
+    `excluded_studies` (study folders under results/ left out because they do not verify)."""
     con.execute(
         """CREATE TABLE artifacts (study VARCHAR, path VARCHAR PRIMARY KEY, kind VARCHAR,
            blake3 VARCHAR, bytes BIGINT, mtime_ns BIGINT, rows BIGINT, rule VARCHAR,
@@ -231,10 +268,13 @@ def _fill(con, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
         """CREATE TABLE lineage (study VARCHAR, artifact VARCHAR, input_path VARCHAR,
            input_blake3 VARCHAR, current_blake3 VARCHAR, matches BOOLEAN)"""
     )
+    con.execute(f"CREATE TABLE {EXCLUDED_TABLE} (study VARCHAR, problem VARCHAR)")
     if rows:
         con.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     if edges:
         con.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?)", edges)
+    if excluded:
+        con.executemany(f"INSERT INTO {EXCLUDED_TABLE} VALUES (?, ?)", list(excluded))
     for kind, tables in sorted(by_kind.items()):
         names = []
         for i, table in enumerate(tables):
@@ -246,8 +286,9 @@ def _fill(con, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
             con.unregister(n)
 
 
-def _write_atomically(catalog_path: Path, rows, edges, by_kind: dict[str, list[pa.Table]]) -> None:
-    """Write the catalog to a temporary file, its BLAKE3 sidecar, then move it into place."""
+def _write_atomically(catalog_path: Path, rows, edges, by_kind, excluded) -> None:
+    """Write the catalog into a fresh temporary file, checkpointed (no write-ahead log), then its
+    BLAKE3 sidecar, then move it into place; a WAL left beside the final name is removed."""
     catalog_path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(catalog_path)
     fd, tmp = tempfile.mkstemp(dir=catalog_path.parent, prefix=f".{catalog_path.name}.", suffix=".tmp")
@@ -255,34 +296,117 @@ def _write_atomically(catalog_path: Path, rows, edges, by_kind: dict[str, list[p
     os.unlink(tmp)  # duckdb creates the file itself (with the umask's permissions)
     try:
         con = duckdb.connect(tmp)
-        _fill(con, rows, edges, by_kind)
+        _fill(con, rows, edges, by_kind, excluded)
+        con.execute("CHECKPOINT")
         con.close()
+        if wal_file(tmp) is not None:
+            raise RuntimeError(f"{tmp}: DuckDB left a write-ahead log after a checkpoint and close")
         # The sidecar first, as for every artifact: whenever the catalog exists its hash does too.
         artifacts.write_sidecar(catalog_path, artifacts.hash_file(tmp))
+        Path(str(catalog_path) + WAL_SUFFIX).unlink(missing_ok=True)
         os.replace(tmp, catalog_path)
     except BaseException:
-        for leftover in (Path(tmp), Path(tmp + ".wal")):
+        for leftover in (Path(tmp), Path(tmp + WAL_SUFFIX)):
             leftover.unlink(missing_ok=True)
         raise
 
 
-def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.PathLike) -> dict[str, int]:
-    """(Re)build the catalog over the artifacts `paths` (the pipeline passes every artifact its
-    rules declare); paths in it are relative to `project_root`. Each artifact's bytes are read
-    once, checked against their recorded BLAKE3, and loaded into the catalog's tables. Written
-    atomically, its own BLAKE3 beside it; temporary catalogs of killed builds are removed first."""
-    root = Path(project_root)
-    catalog_path = Path(catalog_path)
-    results_root = catalog_path.parent
-    paths = sorted(Path(p) for p in paths)
+def _collect(paths: list[Path], root: Path, results_root: Path):
+    """(artifact rows, lineage edges, {kind: tables}) of `paths`, each read once, verified."""
     flat = any(len(Path(_rel(p, results_root)).parts) == 1 for p in paths)
     rows, edges = [], []
     by_kind: dict[str, list[pa.Table]] = {}
     digests: dict[Path, str] = {}  # every file hashed once, however many artifacts read it
-    for path in paths:
+    for path in sorted(paths):
         row, own_edges, kind, table = _read_artifact(path, root, results_root, flat=flat, digests=digests)
         rows.append(row)
         edges.extend(own_edges)
         by_kind.setdefault(kind, []).append(table)
-    _write_atomically(catalog_path, rows, edges, by_kind)
-    return {"artifacts": len(rows), "lineage": len(edges), "tables": len(by_kind)}
+    return rows, edges, by_kind
+
+
+def other_studies(paths: list[Path], results_root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """The artifacts of study folders under `results_root` that `paths` do not cover and that verify
+    (headroom/core/verify.py), and (study, first problem) of each folder that does not."""
+    from headroom.core import verify  # verify reads the catalog: imported here, not at the top
+
+    covered = {_rel(p, results_root).split("/")[0] for p in paths}
+    if is_flat(results_root):
+        return [], []
+    found, excluded = [], []
+    for name, folder in studies(results_root).items():
+        if name in covered:
+            continue
+        problems = verify.folder_problems(folder, results_root)
+        if problems:
+            excluded.append((name, f"{problems[0]} ({len(problems)} problem(s))"))
+        else:
+            found.extend(discover(folder))
+    return found, excluded
+
+
+def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.PathLike) -> dict[str, object]:
+    """(Re)build the catalog over the artifacts `paths` (the pipeline passes every artifact its
+    rules declare) and those of every other study folder under results/ that verifies (folders
+    that do not are left out and listed in `excluded_studies`); paths in it are relative to
+    `project_root`. Each artifact's bytes are read once, checked against their recorded BLAKE3 and
+    its identity (kind, study, lineage: headroom/core/identity.py; a problem in `paths` is an
+    error naming it), and loaded into the catalog's tables. Written into a fresh file, atomically,
+    its own BLAKE3 beside it; temporary catalogs of killed builds are removed first."""
+    root = Path(project_root)
+    catalog_path = Path(catalog_path)
+    results_root = catalog_path.parent
+    paths = sorted(Path(p) for p in paths)
+    found = [line for p in paths for line in identity.problems(p, root)]
+    if found:
+        raise identity.IdentityError("; ".join(found))
+    others, excluded = other_studies(paths, results_root)
+    rows, edges, by_kind = _collect(paths + others, root, results_root)
+    _write_atomically(catalog_path, rows, edges, by_kind, excluded)
+    return {
+        "artifacts": len(rows),
+        "lineage": len(edges),
+        "tables": len(by_kind),
+        "excluded": [name for name, _ in excluded],
+    }
+
+
+def _tables(con, database: str) -> set[str]:
+    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_schema = 'main'"
+    return {r[0] for r in con.execute(sql, [database]).fetchall()}
+
+
+def table_differences(catalog_path: Path, paths: list[Path], *, project_root: Path) -> list[str]:
+    """Tables of the catalog that differ from a fresh build's over `paths` (the artifacts it lists),
+    each named with how many rows differ; `excluded_studies` is not compared (it describes other
+    folders at build time), nor the stat columns of `artifacts` (STAT_COLUMNS)."""
+    rows, edges, by_kind = _collect(paths, Path(project_root), catalog_path.parent)
+    con = duckdb.connect()
+    try:
+        _fill(con, rows, edges, by_kind)
+        con.execute("ATTACH ? AS cat (READ_ONLY)", [str(catalog_path)])
+        built, held = _tables(con, "memory"), _tables(con, "cat")
+        out = [
+            f"table {t!r} is not one a build makes (added inside the catalog)" for t in sorted(held - built)
+        ]
+        out += [f"table {t!r} is missing (dropped inside the catalog)" for t in sorted(built - held)]
+        for t in sorted((built & held) - {EXCLUDED_TABLE}):
+            cols = STAT_COLUMNS if t == "artifacts" else ""
+            try:
+                extra, lost = (
+                    con.execute(
+                        f'SELECT count(*) FROM (SELECT *{cols} FROM {a}."{t}" EXCEPT ALL SELECT *{cols} FROM {b}."{t}")'
+                    ).fetchone()[0]
+                    for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
+                )
+            except duckdb.Error as exc:
+                out.append(f"table {t!r} has other columns than its artifacts ({str(exc).splitlines()[0]})")
+                continue
+            if extra or lost:
+                out.append(
+                    f"table {t!r} differs from its artifacts ({extra} row(s) not in them, {lost} of "
+                    "theirs missing): it was edited inside the catalog"
+                )
+        return out
+    finally:
+        con.close()

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts
+from headroom.core import artifacts, identity
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -79,7 +79,7 @@ def _verified_catalog(results: Path) -> Path:
     while True:
         rebuilding = hcatalog.rebuild_in_progress(path)
         try:
-            artifacts.verify(path)
+            hcatalog.verify_file(path)
             return path
         except artifacts.ArtifactHashError as exc:
             if not rebuilding:
@@ -87,7 +87,9 @@ def _verified_catalog(results: Path) -> Path:
                     f"the catalog {path} is corrupt or changed since it was built (recorded BLAKE3 "
                     f"{exc.recorded}, file has {exc.actual}); {_rebuild_hint(results)}"
                 ) from None
-        except artifacts.ArtifactError:
+        except artifacts.ArtifactError as exc:
+            if hcatalog.wal_file(path) is not None or isinstance(exc, artifacts.NotRegularFileError):
+                raise CliError(str(exc)) from None
             if path.exists():
                 if not rebuilding:
                     raise CliError(
@@ -202,88 +204,28 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def _catalog_problems(results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
-    """Artifacts whose bytes differ from what the catalog loaded."""
-    import duckdb
-
-    path = results / hcatalog.CATALOG_NAME
-    try:
-        con = duckdb.connect(str(path), read_only=True, config=QUERY_CONFIG)
-    except duckdb.Error as exc:
-        return [f"{path}: cannot be opened ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
-    try:
-        rows = con.execute("SELECT study, path, blake3 FROM artifacts").fetchall()
-    except duckdb.Error as exc:
-        return [f"{path}: no artifacts table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
-    finally:
-        con.close()
-    problems = []
-    for row_study, rel, recorded in rows:
-        if study and row_study != study:
-            continue
-        now = current.get(str((root / rel).resolve()))
-        if now is None and (root / rel).exists():
-            now = artifacts.hash_file(root / rel)
-        if now != recorded:
-            what = "is missing" if now is None else f"has BLAKE3 {now}"
-            problems.append(
-                f"{path}: stale, it loaded {rel} with BLAKE3 {recorded} but the file {what}; "
-                f"{_rebuild_hint(results)}"
-            )
-    return problems
-
-
 def verify_results(results: Path, study: str | None = None) -> tuple[list[str], int]:
-    """(every problem found, number of files checked): files whose bytes changed or whose recorded
-    hash is missing, recorded hashes whose file is gone, lineage edges whose input changed, and a
-    catalog that no longer matches the artifacts."""
-    root = _project_root(results)
-    problems: list[str] = []
-    files = hcatalog.hashed_files(results)
-    if study is not None:
-        folder = study_folder(results, study)[1].resolve()
-        catalog_file = (results / hcatalog.CATALOG_NAME).resolve()
-        files = [f for f in files if f.resolve().is_relative_to(folder) or f.resolve() == catalog_file]
-    current: dict[str, str] = {}
-    for path in files:
-        try:
-            current[str(path.resolve())] = artifacts.verify(path)
-        except artifacts.ArtifactError as exc:
-            problems.append(str(exc))
-    scope = study_folder(results, study)[1] if study else results
-    if scope.is_dir():
-        for side in sorted(scope.rglob("*" + artifacts.SIDECAR_SUFFIX)):
-            target = Path(str(side)[: -len(artifacts.SIDECAR_SUFFIX)])
-            if not target.exists() and not hcatalog._hidden(side, results):
-                problems.append(f"{target}: missing; its recorded BLAKE3 ({side.name}) remains (deleted?)")
-    for path in files:
-        if path.suffix != ".parquet" or str(path.resolve()) not in current:
-            continue
-        prov = artifacts.read_provenance(path)
-        for inp, recorded in sorted(prov.get("inputs", {}).items()):
-            inp_path = lineage_input(path, inp, root).resolve()
-            if not inp_path.exists():
-                problems.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
-                continue
-            now = current.get(str(inp_path)) or artifacts.hash_file(inp_path)
-            if now != recorded:
-                problems.append(f"{path}: lineage input {inp} changed: recorded {recorded}, now {now}")
-    catalog_file = results / hcatalog.CATALOG_NAME
-    if str(catalog_file.resolve()) in current:
-        problems.extend(_catalog_problems(results, root, current, study))
-    if not files:
-        problems.append(f"no artifacts under {results}")
-    return problems, len(files)
+    """(every problem found, number of files checked): headroom/core/verify.py."""
+    from headroom.core import verify
+
+    folder = study_folder(results, study)[1] if study is not None else None
+    return verify.verify_results(results, study, folder)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     problems, n = verify_results(Path(args.results), args.study)
+    if args.recompute and not problems:  # headroom/core/recompute.py: re-run the derived stages
+        from headroom.core import recompute
+
+        folder = study_folder(Path(args.results), args.study)[1] if args.study else None
+        problems = recompute.recompute_results(Path(args.results), folder)
     if problems:
         for p in problems:
             print(f"FAIL {p}")
         print(f"{len(problems)} problem(s) in {n} file(s)")
         return 1
-    print(f"ok: {n} files verified (artifacts, report, catalog), every lineage edge matches")
+    again = "; the derived stages recompute to the same tables" if args.recompute else ""
+    print(f"ok: {n} files verified (artifacts, report, catalog), every lineage edge matches{again}")
     return 0
 
 
@@ -339,8 +281,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"not run: {path} does not exist (run the pipeline, or check --results/--study)")
         return EXIT_NOT_RUN
-    try:
-        row = artifacts.read(path).iloc[0].to_dict()
+    try:  # the decision's bytes, kind, study and inputs (headroom/core/identity.py)
+        row = identity.read(path, _project_root(results)).iloc[0].to_dict()
     except artifacts.ArtifactError as exc:
         raise CliError(str(exc)) from None
     verdict = str(row.get("verdict", "no-decision"))
@@ -398,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_query)
 
     v = sub.add_parser("verify", parents=[study], help="re-hash every artifact and check every lineage edge")
+    v.add_argument(
+        "--recompute",
+        action="store_true",
+        help="also re-run the CPU-derived stages in a temporary folder and compare their tables",
+    )
     v.set_defaults(func=cmd_verify)
 
     ln = sub.add_parser(
@@ -439,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         _err(str(exc))
         return exc.code
+    except artifacts.ArtifactError as exc:  # a file refused on a read path: one line, no traceback
+        _err(str(exc))
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ refused naming both artifacts. `import_artifact` then brings each one into resul
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -84,18 +85,75 @@ def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -
     return root / recorded_input
 
 
-def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
-    """Verify every artifact of a recorded folder and the lineage between them; return their names."""
-    folder = Path(folder)
-    who = f"study {study!r}: " if study else ""
-    names = recorded_names(folder)
+#: A recorded folder's README.md lists its artifacts as written at import (scripts/import_reference.py)
+MANIFEST_HEADER = ("| artifact | BLAKE3 | bytes |", "| --- | --- | --- |")
+_MANIFEST_ROW = re.compile(r"^\| (?P<name>[^|]+) \| `(?P<digest>[0-9a-f]{64})` \| (?P<bytes>\d+) \|$")
+
+
+def manifest_row(name: str, digest: str, size: int) -> str:
+    return f"| {name} | `{digest}` | {size} |"
+
+
+def manifest(folder: Path) -> dict[str, str]:
+    """{artifact: BLAKE3} as the folder's README.md recorded them at import ({} without one)."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return {}
+    rows = (_MANIFEST_ROW.match(line) for line in readme.read_text(encoding="utf-8").splitlines())
+    return {m["name"]: m["digest"] for m in rows if m}
+
+
+def manifest_conflicts(folder: Path, digests: dict[str, str]) -> list[str]:
+    """Artifacts whose BLAKE3 differs from the one the folder's README recorded at import."""
+    recorded = manifest(folder)
+    return [
+        f"{name} has BLAKE3 {digest[:16]}, but {folder.name}'s README.md recorded {recorded[name][:16]} "
+        f"for it at import (an artifact of another run copied in)"
+        for name, digest in digests.items()
+        if name in recorded and recorded[name] != digest
+    ]
+
+
+def code_conflicts(folder: Path, names: list[str]) -> list[str]:
+    """Pairs of artifacts of `folder` made by different versions of a module they both loaded. The
+    artifacts of one run are made by one version of the code (an edit reruns every rule that loads
+    the file), so a pair that differs comes from two runs: a calibration of an older generation
+    copied into a folder recorded before the calibration recorded its environment, say."""
+    first: dict[str, tuple[str, str]] = {}  # module -> (the first artifact that loaded it, its hash)
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        for module, digest in sorted(artifacts.read_provenance(folder / name).get("code", {}).items()):
+            other, known = first.setdefault(module, (name, digest))
+            if known != digest:
+                pairs.setdefault((other, name), []).append(f"{module} {known[:12]} vs {digest[:12]}")
+    return [f"{a} and {b} were made by different code ({', '.join(m)})" for (a, b), m in pairs.items()]
+
+
+def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str]:
+    """{name: BLAKE3} of a recorded folder's artifacts, each verified and of the kind its name says."""
     digests = {}
     for name in names:
         try:
             digests[name] = artifacts.verify(folder / name)
+            kind = artifacts.read_kind(folder / name)
         except (artifacts.ArtifactError, OSError) as exc:
             raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
-    mixed = []
+        if kind is not None and kind != artifacts.kind_of_name(name):
+            raise ReplayError(
+                f"{who}replay folder {folder}: {name} holds a {kind!r} artifact, not the "
+                f"{artifacts.kind_of_name(name)!r} its name says"
+            )
+    return digests
+
+
+def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
+    """Verify every artifact of a recorded folder (bytes, kind) and that they come from one run (the
+    lineage between them, the code that made them); return their names."""
+    folder = Path(folder)
+    who = f"study {study!r}: " if study else ""
+    names = recorded_names(folder)
+    digests = _kinds_and_hashes(folder, names, who)
+    mixed = manifest_conflicts(folder, digests) + code_conflicts(folder, names)
     for name in names:
         for inp, recorded in artifacts.read_provenance(folder / name).get("inputs", {}).items():
             source = _recorded_as(inp, folder, set(names))

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from headroom import __version__
-from headroom.core import artifacts, contracts, sources
+from headroom.core import artifacts, contracts, identity, sources
 
 VERSIONED_PACKAGES = ("torch", "triton", "numpy", "pandas", "pyarrow", "snakemake")
 
@@ -202,6 +202,24 @@ def check_environments(stage: Stage) -> None:
         )
 
 
+def check_inputs(stage: Stage) -> None:
+    """Every artifact a job reads is what its name and study folder say (headroom/core/identity.py):
+    its kind, its study, and the inputs it was made from are the files beside it."""
+    found = []
+    for path in _files(stage.smk.input):
+        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
+            found += identity.problems(path, Path.cwd())
+    if found:
+        raise identity.IdentityError(f"study {stage.study!r}: " + "; ".join(found))
+
+
+def clean_outputs(stage: Stage) -> None:
+    """Remove what a killed earlier job left beside this job's outputs (temporary files)."""
+    for path in _files(stage.smk.output):
+        for tmp in artifacts.clean_temp_files(path):
+            stage.log.info("removed %s, left by an interrupted write", tmp)
+
+
 def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> None:
     """Run a rule's `main(stage)` with logging and device set up; a failure exits non-zero with
     the error in the rule's log (and on stderr) so Snakemake names the failing rule. `device`: the
@@ -216,6 +234,8 @@ def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> 
         if device is not None:
             device.check(stage.study, stage.device)
         check_environments(stage)
+        check_inputs(stage)
+        clean_outputs(stage)
         main(stage)
     except Exception as exc:
         log.exception("rule %s failed: %s", stage.rule, exc)

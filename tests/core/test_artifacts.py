@@ -76,9 +76,8 @@ def test_failure_during_write_leaves_no_file_and_no_temporary(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet", "x.parquet.blake3"]
 
 
-def test_killed_mid_write_leaves_nothing_under_the_final_name(tmp_path):
-    """SIGKILL a process while it writes a large artifact: the final name never appears."""
-    path = tmp_path / "big.parquet"
+def _kill_mid_write(path):
+    """SIGKILL a process while it writes a large artifact at `path`."""
     script = textwrap.dedent(
         f"""
         import numpy as np, pandas as pd
@@ -92,10 +91,138 @@ def test_killed_mid_write_leaves_nothing_under_the_final_name(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"
     deadline = time.time() + 60
-    while time.time() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+    while time.time() < deadline and not artifacts.temp_files(path):
         time.sleep(0.005)
-    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir()), "writer never started its temporary file"
+    assert artifacts.temp_files(path), "writer never started its temporary file"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def test_killed_mid_write_leaves_nothing_under_the_final_name(tmp_path):
+    """SIGKILL a process while it writes a large artifact: the final name never appears."""
+    path = tmp_path / "big.parquet"
+    _kill_mid_write(path)
     assert not path.exists()
     assert not artifacts.sidecar(path).exists()
+
+
+def test_the_next_run_of_a_killed_job_removes_its_temporary_files(tmp_path, monkeypatch):
+    """kill -9 mid-write leaves a .tmp beside the output; the job's next run (Snakemake reruns an
+    incomplete job) removes it before it writes."""
+    from headroom.core import stage
+    from tests.core.test_identity import fake_job
+
+    path = tmp_path / "results" / "s" / "trace.parquet"
+    path.parent.mkdir(parents=True)
+    _kill_mid_write(path)
+    left = artifacts.temp_files(path)
+    assert left
+    other = path.parent / ".lifecycle.parquet.abc.tmp"  # another output's: not this job's to remove
+    other.write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    job = fake_job(
+        "s", {}, {"trace": "results/s/trace.parquet", "trace_blake3": "results/s/trace.parquet.blake3"}
+    )
+    stage.run_stage(job, lambda s: None)
+    assert not any(p.exists() for p in left) and artifacts.temp_files(path) == []
+    assert other.exists()
+
+
+# -- what is not a regular file, or not a sidecar, is refused with one line ------------------------
+def _cli(args, cwd, timeout=30):
+    """`headroom ARGS` in a subprocess, so a read that blocks fails the test instead of hanging it."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "headroom.core.cli", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"headroom {' '.join(args)} hung (reading a FIFO or a device?)")
+
+
+@pytest.fixture
+def study(tmp_path):
+    from tests.core.test_catalog import build, make_study
+
+    project = tmp_path / "proj"
+    make_study(project, project / "results" / "s")
+    build(project)
+    return project
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev-zero", "directory"])
+def test_a_non_regular_file_in_place_of_an_artifact_is_refused(study, what):
+    decision = study / "results" / "s" / "decision.parquet"
+    decision.unlink()
+    if what == "fifo":
+        os.mkfifo(decision)
+    elif what == "dev-zero":
+        decision.symlink_to("/dev/zero")
+    else:
+        decision.mkdir()
+    for args in (["gate"], ["verify"]):
+        proc = _cli(args, study)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert "decision.parquet" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev-zero"])
+def test_a_non_regular_catalog_is_refused(study, what):
+    cat = study / "results" / "catalog.duckdb"
+    cat.unlink()
+    os.mkfifo(cat) if what == "fifo" else cat.symlink_to("/dev/zero")
+    for args in (["query", "SELECT 1"], ["verify"]):
+        proc = _cli(args, study)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert "not a regular file" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_catalog_row_pointing_at_a_device_is_refused(study):
+    """A forged catalog row naming /dev/zero: query warns and answers, verify fails; neither hangs."""
+    import duckdb
+
+    cat = study / "results" / "catalog.duckdb"
+    con = duckdb.connect(str(cat))
+    con.execute("UPDATE artifacts SET path = '/dev/zero', bytes = 1 WHERE kind = 'trace'")
+    con.close()
+    artifacts.record_hash(cat)
+    proc = _cli(["query", "SELECT 1 AS one", "--format", "csv"], study)
+    assert "Traceback" not in proc.stderr and "/dev/zero" in proc.stderr
+    proc = _cli(["verify"], study)
+    assert proc.returncode == 1 and "/dev/zero" in proc.stdout
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe not utf-8", "directory"])
+def test_a_bad_sidecar_is_one_line_naming_it(study, content):
+    decision = study / "results" / "s" / "decision.parquet"
+    side = artifacts.sidecar(decision)
+    side.unlink()
+    side.mkdir() if content == "directory" else side.write_bytes(content)
+    for args in (["gate"], ["verify"]):
+        proc = _cli(args, study)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "Traceback" not in out, (args, out)
+        assert "decision.parquet.blake3" in out and "rerun the pipeline" in out
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe not utf-8", "directory"])
+def test_a_bad_catalog_sidecar_is_one_line_naming_it(study, content):
+    side = artifacts.sidecar(study / "results" / "catalog.duckdb")
+    side.unlink()
+    side.mkdir() if content == "directory" else side.write_bytes(content)
+    proc = _cli(["query", "SELECT 1"], study)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out and "catalog.duckdb" in out
+
+
+def test_a_non_parquet_decision_is_one_line(study):
+    decision = study / "results" / "s" / "decision.parquet"
+    decision.write_bytes(b"not parquet")
+    artifacts.record_hash(decision)
+    for args in (["gate"], ["verify"]):
+        proc = _cli(args, study)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "Traceback" not in out and "not a readable Parquet artifact" in out

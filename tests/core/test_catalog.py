@@ -158,8 +158,8 @@ def test_stale_check_costs_a_stat_per_artifact(flat):
 def test_every_table_has_a_study_column_derived_from_the_path(two_studies, capsys):
     con = duckdb.connect(str(two_studies / "catalog.duckdb"), read_only=True)
     tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
-    assert set(tables) == {"artifacts", "lineage", "trace", "portfolio", "decision"}
-    for t in tables:
+    assert set(tables) == {"artifacts", "lineage", "trace", "portfolio", "decision", "excluded_studies"}
+    for t in set(tables) - {"excluded_studies"}:  # empty: every study folder verifies
         assert con.execute(f"SELECT DISTINCT study FROM {t} ORDER BY 1").fetchall() == [
             ("azure-conv",),
             ("default",),
@@ -322,3 +322,119 @@ def test_files_respect_the_umask(tmp_path, umask, mode):
     files = [p for p in results.rglob("*") if p.is_file()]
     assert any(p.name.endswith(".blake3") for p in files) and (results / "catalog.duckdb") in files
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: oct(mode) for p in files}
+
+
+# -- issue 23: the catalog spans every verifying study; no WAL; tables verified; bad files named ---
+def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path, capsys, monkeypatch):
+    project = tmp_path / "proj"
+    results = project / "results"
+    for name in ("a", "b", "half", "old"):
+        make_study(project, results / name)
+    artifacts.sidecar(results / "half" / "decision.parquet").unlink()  # half-written
+    monkeypatch.setattr(contracts, "CONTRACTS", {})  # a decision of an older schema: no verdict
+    old = pd.DataFrame({"reason": ["old"]})
+    artifacts.write(
+        old, results / "old" / "decision.parquet", kind="decision", provenance={"rule": "decision"}
+    )
+    monkeypatch.undo()
+    counts = catalog.build(
+        catalog.discover(results / "a"), results / catalog.CATALOG_NAME, project_root=project
+    )
+    assert counts["excluded"] == ["half", "old"]
+    code, out, _ = run_cli(
+        capsys, results, "query", "SELECT DISTINCT study FROM artifacts ORDER BY 1", "--format", "csv"
+    )
+    assert code == 0 and out.splitlines() == ["study", "a", "b"]
+    code, out, _ = run_cli(
+        capsys, results, "query", "SELECT study, problem FROM excluded_studies ORDER BY 1", "--format", "csv"
+    )
+    lines = out.splitlines()[1:]
+    assert lines[0].startswith("half,") and "decision.parquet: no recorded BLAKE3" in lines[0]
+    assert lines[1].startswith("old,") and "contract" in lines[1]
+
+
+def _plant_wal(results: Path) -> Path:
+    """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
+    cat = results / catalog.CATALOG_NAME
+    work = results.parent / "forge.duckdb"
+    work.write_bytes(cat.read_bytes())
+    con = duckdb.connect(str(work))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("SET wal_autocheckpoint = '1TB'")
+    con.execute("UPDATE decision SET verdict = 'continue'")
+    con.close()
+    wal = Path(str(cat) + ".wal")
+    Path(str(work) + ".wal").replace(wal)
+    return wal
+
+
+def test_a_planted_wal_is_refused_by_query_and_verify(flat, capsys):
+    wal = _plant_wal(flat)
+    code, out, err = run_cli(capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv")
+    assert code == 1 and "continue" not in out and "write-ahead log" in err and str(wal) in err
+    code, out, _ = run_cli(capsys, flat, "verify")
+    assert code == 1 and "write-ahead log" in out
+    with pytest.raises(artifacts.ArtifactError, match="write-ahead log"):
+        catalog.open_readonly(flat / catalog.CATALOG_NAME)
+
+
+def test_build_is_checkpointed_and_removes_a_planted_wal(flat, capsys):
+    _plant_wal(flat)
+    build(flat.parent)
+    assert catalog.wal_file(flat / catalog.CATALOG_NAME) is None
+    code, out, _ = run_cli(capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv")
+    assert code == 0 and out.splitlines() == ["verdict", "stop"]
+    assert run_cli(capsys, flat, "verify")[0] == 0
+
+
+def test_verify_names_a_data_table_edited_inside_the_catalog(two_studies, capsys):
+    cat = two_studies / catalog.CATALOG_NAME
+    con = duckdb.connect(str(cat))
+    con.execute("UPDATE decision SET verdict = 'continue' WHERE study = 'default'")
+    con.execute("CHECKPOINT")
+    con.close()
+    artifacts.record_hash(cat)  # the sidecar re-recorded: its bytes verify
+    code, out, _ = run_cli(capsys, two_studies, "verify")
+    assert code == 1 and "table 'decision' differs from its artifacts" in out
+    assert "table 'trace'" not in out
+
+
+def test_verify_names_a_table_added_inside_the_catalog(flat, capsys):
+    cat = flat / catalog.CATALOG_NAME
+    con = duckdb.connect(str(cat))
+    con.execute("CREATE VIEW verdicts AS SELECT 'continue' AS verdict")
+    con.close()
+    artifacts.record_hash(cat)
+    code, out, _ = run_cli(capsys, flat, "verify")
+    assert code == 1 and "table 'verdicts' is not one a build makes" in out
+
+
+def test_verify_reports_a_non_parquet_artifact_in_one_line(flat, capsys):
+    bogus = flat / "portfolio" / "run-9.parquet"
+    bogus.write_bytes(b"not parquet at all")
+    artifacts.record_hash(bogus)
+    code, out, err = run_cli(capsys, flat, "verify")
+    assert code == 1 and "run-9.parquet: not a readable Parquet artifact" in out and "Traceback" not in err
+
+
+def test_verify_says_when_the_catalog_forgets_a_verifying_study(tmp_path, capsys):
+    """A catalog built for another `studies=` list: verify names the study folder it left out."""
+    project = tmp_path / "proj"
+    results = project / "results"
+    make_study(project, results / "a")
+    build(project)
+    assert run_cli(capsys, results, "verify")[0] == 0
+    make_study(project, results / "b")  # a study run since, by a run whose catalog was lost
+    code, out, _ = run_cli(capsys, results, "verify")
+    assert code == 1 and "does not hold study 'b', whose folder verifies" in out
+
+
+def test_verify_accepts_an_artifact_rewritten_with_the_same_bytes(flat, capsys):
+    """Only the stat columns of `artifacts` changed (a new mtime): no table was edited."""
+    path = flat / "trace.parquet"
+    data = path.read_bytes()
+    later = time.time() + 10
+    path.write_bytes(data)
+    os.utime(path, (later, later))
+    code, out, _ = run_cli(capsys, flat, "verify")
+    assert code == 0, out

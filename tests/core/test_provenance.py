@@ -58,3 +58,36 @@ def test_next_stage_refuses_a_changed_input_naming_both_hashes(pipeline_clone):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr + (pipeline_clone / "results/default/logs/decision.log").read_text()
     assert recorded in out and actual in out
+
+
+@pytest.mark.parametrize(
+    "side",
+    [
+        "results/default/report/index.html.blake3",
+        "results/default/report/report.md.blake3",
+        "results/report/studies.html.blake3",
+        "results/report/studies.md.blake3",
+        "results/catalog.duckdb.blake3",
+    ],
+)
+def test_a_deleted_report_or_studies_sidecar_is_written_again_by_a_plain_run(pipeline_clone, side):
+    (pipeline_clone / side).unlink()
+    assert headroom(pipeline_clone, "verify").returncode == 1
+    snakemake(pipeline_clone)
+    assert (pipeline_clone / side).is_file()
+    assert headroom(pipeline_clone, "verify").returncode == 0
+
+
+def test_a_plain_run_refuses_another_studys_decision(pipeline_clone):
+    """Another study's decision (its own provenance) copied into this study's folder: the gate and
+    the next stages that read it (report, catalog) refuse it, naming both studies."""
+    path = pipeline_clone / "results/default/decision.parquet"
+    prov = artifacts.read_provenance(path)
+    prov["wildcards"] = {**prov.get("wildcards", {}), "study": "azure-conv"}
+    prov["inputs"] = {k.replace("results/default/", "results/azure-conv/"): "0" * 64 for k in prov["inputs"]}
+    artifacts.write(artifacts.read(path), path, kind="decision", provenance=prov)
+    gate = headroom(pipeline_clone, "gate")
+    assert gate.returncode == 1 and "study 'azure-conv' inside study 'default'" in gate.stderr
+    proc = snakemake(pipeline_clone, check=False)
+    assert proc.returncode != 0
+    assert "study 'azure-conv' inside study 'default'" in proc.stdout + proc.stderr

@@ -1,0 +1,107 @@
+"""What an artifact is and where it belongs, checked by every reader, not only its bytes.
+
+A verified BLAKE3 says a file is the one its sidecar names; it does not say the file is the right
+one. Another study's decision copied in with its sidecar, a trace copied over the decision, a
+calibration and a graph sweep swapped: each verifies. So every reader (the stage harness for a
+job's inputs, `headroom gate`, the catalog build, `headroom verify`) also checks the artifact's
+identity from its provenance:
+
+- kind: the kind recorded in the file (`headroom.kind`) is the kind its name says
+  (`artifacts.kind_of_name`);
+- study: an artifact the pipeline derived (policies, decision, roofline, ...) was made for the study
+  whose folder it lies in (`wildcards.study`); measured artifacts may come from another study (a
+  replay imports them byte for byte) and are held to their lineage instead;
+- lineage: every input it recorded that is an artifact of its study folder still has the BLAKE3
+  recorded then, so an artifact made from another run's files is refused (the calibration records
+  the environment it was measured in, so a calibration of another run is refused too).
+
+A recorded folder is checked before a replay plans (headroom/core/replay.py), with the same kind
+check and one more for folders recorded before the calibration's environment edge.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from headroom.core import artifacts
+from headroom.core.replay import MEASURED, lineage_input
+
+#: Kinds measured on a device (or imported by a replay): their study is the one that measured them.
+MEASURED_KINDS = frozenset(MEASURED) | {"portfolio", "portfolio_samples"}
+
+
+class IdentityError(artifacts.ArtifactError):
+    """An artifact verifies but is not the artifact its name and folder say."""
+
+
+def folder_study(path: str | os.PathLike, project_root: str | os.PathLike) -> str | None:
+    """The study folder an artifact lies in (results/<study>/...), None outside one."""
+    results = Path(project_root).resolve() / "results"
+    path = Path(path).parent.resolve() / Path(path).name  # a symlink is where it lies, not its target
+    if not path.is_relative_to(results):
+        return None
+    rel = path.relative_to(results).parts
+    return rel[0] if len(rel) > 1 else None
+
+
+def _lineage_problems(path: Path, prov: dict[str, Any], root: Path, study: str) -> list[str]:
+    """Recorded inputs in the artifact's study folder whose recorded BLAKE3 differs from now."""
+    out = []
+    folder = (root.resolve() / "results" / study).resolve()
+    for inp, recorded in sorted(prov.get("inputs", {}).items()):
+        beside = lineage_input(path, inp, root).resolve()
+        if not beside.is_relative_to(folder) or not artifacts.sidecar(beside).is_file():
+            continue
+        try:
+            now = artifacts.recorded_hash(beside)
+        except artifacts.ArtifactError:
+            continue  # the input's own check names it
+        if now != recorded:
+            out.append(
+                f"{path}: made from a {beside.name} with BLAKE3 {recorded[:16]}, but the one beside it "
+                f"({beside}) has {now[:16]}: it belongs to another run or study"
+            )
+    return out
+
+
+def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[str]:
+    """Every way the artifact at `path` is not what its name and folder say (see the module doc)."""
+    path = Path(path)
+    try:
+        kind = artifacts.read_kind(path)
+        prov = artifacts.read_provenance(path)
+    except (artifacts.ArtifactError, ValueError) as exc:
+        return [str(exc)]
+    out = []
+    expected = artifacts.kind_of_name(path)
+    if kind is not None and kind != expected:
+        out.append(
+            f"{path}: holds a {kind!r} artifact (rule {prov.get('rule')}), not the {expected!r} its "
+            "name says; delete it and its sidecar and rerun the pipeline, which writes the right one"
+        )
+    study = folder_study(path, project_root)
+    if study is None:
+        return out
+    recorded = (prov.get("wildcards") or {}).get("study")
+    if recorded and recorded != study and (kind or expected) not in MEASURED_KINDS:
+        out.append(
+            f"{path}: an artifact of study {recorded!r} inside study {study!r}'s folder; delete it and "
+            "its sidecar and rerun the pipeline, which makes this study's own"
+        )
+    return out + _lineage_problems(path, prov, Path(project_root), study)
+
+
+def check(path: str | os.PathLike, project_root: str | os.PathLike) -> None:
+    """Raise IdentityError naming every problem `problems` finds."""
+    found = problems(path, project_root)
+    if found:
+        raise IdentityError("; ".join(found))
+
+
+def read(path: str | os.PathLike, project_root: str | os.PathLike):
+    """A verified read (bytes against their BLAKE3) of an artifact whose identity holds."""
+    df = artifacts.read(path)
+    check(path, project_root)
+    return df

@@ -1,0 +1,282 @@
+"""`headroom verify --recompute`: re-run a study's CPU-derived stages and compare, cell by cell.
+
+Sidecars are unkeyed: a derived artifact rewritten with forged numbers, forged provenance and a
+fresh sidecar verifies. What cannot be forged this way is the computation, so this re-runs it: the
+study's measured artifacts (environment, trace, candidates, correctness, portfolio runs, lifecycle,
+graph sweep, calibration) are copied into a temporary folder, each derived stage (policies,
+roofline, decision, then the report) is run there through its own script (scripts/<rule>.py, as
+Snakemake runs it) with the params its artifact recorded, and every table is compared with the
+study's, naming the first differing cell. Floats compare equal within a relative 1e-9 (the
+stages are deterministic; the slack absorbs another BLAS's summation order).
+
+What it cannot cover, and why:
+- the measurements themselves: they are not recomputed (no GPU is assumed, and a re-measurement
+  differs by noise); their lineage and hashes are what `verify` checks;
+- the code: the stages run with the code checked out now, so a study made by other code differs
+  where that code changed (rerun the pipeline first, which reruns what changed);
+- the report's figures (compared by the report's data model, report.md, not the PNG bytes), its
+  stage wall-times section (Snakemake's timings of the run, not derived) and its list of artifact
+  hashes (the derived artifacts are compared as tables instead);
+- a study folder without its measured artifacts (nothing to recompute from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from headroom.core import artifacts
+from headroom.core import catalog as hcatalog
+from headroom.core.identity import MEASURED_KINDS
+
+#: The derived stages, in the order they run (each reads only measured artifacts).
+STAGES = ("policies", "roofline", "decision")
+#: The report's input names that are not the kind they hold (rules/analysis.smk, rule report).
+REPORT_NAMES = {"samples": "portfolio_samples"}
+FLOAT_RTOL = 1e-9
+#: report.md sections whose content is not derived from the artifacts (see the module doc).
+NOT_DERIVED_SECTIONS = ("## Stage wall times", "## Artifacts read")
+
+
+class Named(list):
+    """What Snakemake hands a script as input/output: a list of paths, each also an attribute."""
+
+    def __init__(self, named: dict[str, str | list[str]]):
+        super().__init__(p for v in named.values() for p in ([v] if isinstance(v, str) else v))
+        self.__dict__.update(named)
+
+    def get(self, name: str, default=None):
+        return self.__dict__.get(name, default)
+
+    def items(self):
+        return self.__dict__.items()
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    old = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def _run_script(project: Path, work: Path, script: str, job: SimpleNamespace) -> str | None:
+    """Run scripts/<rule>.py of `project` with cwd `work`, as Snakemake would; None or the error.
+    What the stage logs goes to its log in `work`, not to the terminal."""
+    (work / "logs").mkdir(exist_ok=True)
+    with _cwd(work), open(work / "logs" / f"{job.rule}.stderr", "w") as err, contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(str(project / script), init_globals={"snakemake": job}, run_name="__main__")
+        except SystemExit as exc:  # run_stage's one clear error
+            return str(exc)
+    return None
+
+
+def _job(rule: str, inputs: dict, outputs: dict, params: dict, wildcards: dict, work: Path):
+    log = work / "logs" / f"{rule}.log"
+    return SimpleNamespace(
+        rule=rule,
+        input=Named(inputs),
+        output=Named(outputs),
+        params=params,
+        wildcards=wildcards,
+        log=[str(log)],
+        resources={},
+    )
+
+
+def _inputs_of(path: Path, prov: dict, folder: Path, root: Path) -> dict[str, str | list[str]]:
+    """A derived artifact's recorded inputs by name (each derived stage names an input by the kind
+    it holds), as paths of the working copy (results/<study>/...), and its code."""
+    from headroom.core.replay import lineage_input
+
+    named: dict[str, list[str]] = {}
+    for inp in sorted(prov.get("inputs", {})):
+        now = lineage_input(path, inp, root).resolve()
+        if now.is_relative_to(folder.resolve()):
+            rel = f"results/{folder.name}/{now.relative_to(folder.resolve()).as_posix()}"
+            named.setdefault(artifacts.kind_of_name(now), []).append(rel)
+    out: dict[str, str | list[str]] = {k: v if k == "portfolio" else v[0] for k, v in named.items()}
+    return {**out, "code": sorted(prov.get("code", {}))}
+
+
+def _script_of(prov: dict) -> str | None:
+    scripts = [c for c in prov.get("code", {}) if c.startswith("scripts/") and c.endswith(".py")]
+    return scripts[0] if len(scripts) == 1 else None
+
+
+def _setup(work: Path, folder: Path, project: Path) -> Path:
+    """The working copy: the study's measured artifacts (with sidecars), the code linked in."""
+    dest = work / "results" / folder.name
+    for path in hcatalog.discover(folder):
+        if artifacts.kind_of_name(path) in MEASURED_KINDS:
+            for src in (path, artifacts.sidecar(path)):
+                target = dest / src.relative_to(folder)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, target)
+    for name in ("headroom", "kernels", "scripts", "config"):
+        if (project / name).exists():
+            (work / name).symlink_to(project / name)
+    return dest
+
+
+def _derived_jobs(folder: Path, project: Path) -> tuple[list[tuple[str, Path, dict]], list[str]]:
+    """(rule, one of its artifacts, provenance) per derived stage in STAGES order, and the problems
+    of derived artifacts that cannot be recomputed (unknown rule, no script recorded)."""
+    jobs, problems, seen = [], [], set()
+    for path in hcatalog.discover(folder):
+        if artifacts.kind_of_name(path) in MEASURED_KINDS:
+            continue
+        prov = artifacts.read_provenance(path)
+        rule = prov.get("rule")
+        if rule not in STAGES or _script_of(prov) is None:
+            problems.append(f"{path}: made by rule {rule!r}, which --recompute cannot re-run")
+        elif rule not in seen:
+            seen.add(rule)
+            jobs.append((rule, path, prov))
+    return sorted(jobs, key=lambda j: STAGES.index(j[0])), problems
+
+
+def _outputs_of(rule: str, folder: Path) -> dict[str, str]:
+    """A derived stage's artifacts in the working copy: every artifact of `folder` its rule wrote."""
+    out = {}
+    for path in hcatalog.discover(folder):
+        if (
+            artifacts.kind_of_name(path) not in MEASURED_KINDS
+            and artifacts.read_provenance(path).get("rule") == rule
+        ):
+            rel = f"results/{folder.name}/{path.relative_to(folder).as_posix()}"
+            out[artifacts.kind_of_name(path)] = rel
+            out[f"{artifacts.kind_of_name(path)}_blake3"] = rel + artifacts.SIDECAR_SUFFIX
+    return out
+
+
+def _cell(a, b) -> bool:
+    if isinstance(a, float | np.floating) and isinstance(b, float | np.floating):
+        return bool(np.isclose(a, b, rtol=FLOAT_RTOL, atol=0.0, equal_nan=True))
+    if pd.api.types.is_scalar(a) and pd.api.types.is_scalar(b):
+        return (pd.isna(a) and pd.isna(b)) or bool(a == b)
+    return repr(a) == repr(b)
+
+
+def first_difference(study: pd.DataFrame, recomputed: pd.DataFrame) -> str | None:
+    """Where two tables first differ (columns, row count, then row by row, column by column)."""
+    if list(study.columns) != list(recomputed.columns):
+        return f"columns differ: the study's {list(study.columns)}, recomputed {list(recomputed.columns)}"
+    if len(study) != len(recomputed):
+        return f"{len(study)} rows in the study's, {len(recomputed)} recomputed"
+    for i, (row, again) in enumerate(
+        zip(study.itertuples(index=False), recomputed.itertuples(index=False), strict=True)
+    ):
+        for column, a, b in zip(study.columns, row, again, strict=True):
+            if not _cell(a, b):
+                return f"row {i}, column {column!r}: the study's {a!r}, recomputed {b!r}"
+    return None
+
+
+def _compare(folder: Path, dest: Path) -> list[str]:
+    out = []
+    for path in hcatalog.discover(folder):
+        if artifacts.kind_of_name(path) in MEASURED_KINDS:
+            continue
+        again = dest / path.relative_to(folder)
+        if not again.exists():
+            out.append(f"{path}: not recomputed (see the problems above)")
+            continue
+        diff = first_difference(artifacts.read(path), artifacts.read(again))
+        if diff:
+            out.append(f"{path}: differs from its recomputation: {diff}")
+    return out
+
+
+def recompute_study(folder: Path, results: Path) -> list[str]:
+    """Problems found re-running `folder`'s derived stages and its report's data model."""
+    project = results.resolve().parent
+    jobs, problems = _derived_jobs(folder, project)
+    with tempfile.TemporaryDirectory(prefix="headroom-recompute-") as tmp:
+        work = Path(tmp)
+        dest = _setup(work, folder, project)
+        for rule, path, prov in jobs:
+            job = _job(
+                rule,
+                _inputs_of(path, prov, folder, project),
+                _outputs_of(rule, folder),
+                prov.get("params", {}),
+                prov.get("wildcards", {}),
+                work,
+            )
+            error = _run_script(project, work, _script_of(prov), job)
+            if error:
+                problems.append(f"{folder}: recomputing rule {rule} failed: {error}")
+        problems += _compare(folder, dest)
+        if not problems and (folder / "report" / "report.md").exists():
+            problems += _recompute_report(folder, dest, work, project)
+    return problems
+
+
+def _report_inputs(dest: Path) -> dict[str, str | list[str]]:
+    from headroom.report.build import INPUTS
+
+    rel = lambda p: p.relative_to(dest.parent.parent).as_posix()  # noqa: E731  (results/<study>/...)
+    out: dict[str, str | list[str]] = {}
+    for name in INPUTS:
+        kind = REPORT_NAMES.get(name, name)
+        found = [rel(p) for p in hcatalog.discover(dest) if artifacts.kind_of_name(p) == kind]
+        if found:
+            out[name] = found if kind.startswith("portfolio") else found[0]
+    return out
+
+
+def _sections(md: str) -> dict[str, str]:
+    """report.md by section heading ('' for what comes before the first), derived sections only."""
+    out, heading = {"": []}, ""
+    for line in md.splitlines():
+        if line.startswith("## "):
+            heading = line
+            out[heading] = []
+        out[heading].append(line)
+    return {h: "\n".join(lines) for h, lines in out.items() if h not in NOT_DERIVED_SECTIONS}
+
+
+def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> list[str]:
+    """The report regenerated from the recomputed artifacts, compared by report.md's sections."""
+    md = (folder / "report" / "report.md").read_text(encoding="utf-8")
+    title = next((line[2:] for line in md.splitlines() if line.startswith("# ")), "")
+    out = f"results/{folder.name}/report"
+    outputs = {"html": f"{out}/index.html", "md": f"{out}/report.md", "figures": f"{out}/figures"}
+    outputs |= {"html_blake3": f"{out}/index.html.blake3", "md_blake3": f"{out}/report.md.blake3"}
+    (work / "benchmarks").mkdir()
+    params = {"report": {"title": title}, "benchmarks": str(work / "benchmarks")}
+    inputs = {**_report_inputs(dest), "code": ["scripts/report.py"]}
+    job = _job("report", inputs, outputs, params, {"study": folder.name}, work)
+    error = _run_script(project, work, "scripts/report.py", job)
+    if error:
+        return [f"{folder}: recomputing the report failed: {error}"]
+    study, again = _sections(md), _sections((work / outputs["md"]).read_text(encoding="utf-8"))
+    for heading in list(study) + [h for h in again if h not in study]:
+        a, b = study.get(heading, ""), again.get(heading, "")
+        if a != b:
+            line = next(
+                (f"{x!r} vs {y!r}" for x, y in zip(a.splitlines(), b.splitlines(), strict=False) if x != y),
+                "lengths",
+            )
+            return [
+                f"{folder / 'report' / 'report.md'}: section {heading or 'headline'!r} differs from its recomputation: {line}"
+            ]
+    return []
+
+
+def recompute_results(results: Path, folder: Path | None = None) -> list[str]:
+    """recompute_study for one study folder, or for every study folder under `results`."""
+    folders = [folder] if folder is not None else list(hcatalog.studies(results).values())
+    return [p for f in folders for p in recompute_study(f, results)]

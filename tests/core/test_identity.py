@@ -1,0 +1,226 @@
+"""Every artifact knows what it is and where it belongs: readers check its kind, its study and the
+inputs it was made from against the files beside it, not only its bytes (issue 23, items 1-4)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from headroom.core import artifacts, catalog, cli, contracts, identity, replay, stage
+from tests.core.test_catalog import _FILL
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200"
+
+
+def _write(path: Path, df: pd.DataFrame, kind: str, study: str, inputs: dict[str, str] | None = None) -> str:
+    """An artifact of `kind` written by study `study`'s rule (its contract's columns filled in)."""
+    contract = contracts.contract(kind)
+    for name, type_ in contract.columns:
+        if name in contract.required and name not in df.columns:
+            df[name] = _FILL[contracts._family_name(type_)]
+    prov = {"rule": kind, "wildcards": {"study": study}, "inputs": inputs or {}, "code": {}, "params": {}}
+    return artifacts.write(df, path, kind=kind, provenance=prov)
+
+
+def make_study(project: Path, name: str, verdict: str, median_us: float) -> dict[str, Path]:
+    """results/<name>/: trace -> portfolio run 1 -> decision, a calibration and a graph sweep."""
+    folder = project / "results" / name
+    rel = lambda p: p.relative_to(project).as_posix()  # noqa: E731
+    out = {k: folder / f"{k}.parquet" for k in ("trace", "decision", "calibration", "graph_sweep")}
+    out["portfolio"] = folder / "portfolio" / "run-1.parquet"
+    h = _write(out["trace"], pd.DataFrame({"invocation": [0, 1], "phase": ["prefill", name]}), "trace", name)
+    runs = pd.DataFrame({"run": [1, 1], "invocation": [0, 1], "candidate": ["t0", "t1"]})
+    h2 = _write(out["portfolio"], runs.assign(median_us=median_us), "portfolio", name, {rel(out["trace"]): h})
+    decision = pd.DataFrame({"verdict": [verdict], "reason": [f"study {name}"]})
+    _write(out["decision"], decision, "decision", name, {rel(out["portfolio"]): h2})
+    _write(out["calibration"], pd.DataFrame({"metric": ["hbm"]}), "calibration", name)
+    _write(out["graph_sweep"], pd.DataFrame({"phase": ["decode"]}), "graph_sweep", name)
+    return out
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "proj"
+    make_study(root, "a", "stop", 3.0)
+    make_study(root, "b", "continue", 5.0)
+    return root
+
+
+def copy_artifact(src: Path, dest: Path) -> None:
+    """Copy an artifact with its sidecar, as a person would."""
+    for ext in ("", artifacts.SIDECAR_SUFFIX):
+        shutil.copyfile(f"{src}{ext}", f"{dest}{ext}")
+
+
+def gate(capsys, project: Path, study: str) -> tuple[int, str]:
+    code = cli.main(["--results", str(project / "results"), "gate", "--study", study])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+# -- item 1: another study's real decision --------------------------------------------------------
+def test_gate_refuses_other_studys_decision(project, capsys):
+    assert gate(capsys, project, "a")[0] == 0  # a's own decision: stop
+    copy_artifact(project / "results/b/decision.parquet", project / "results/a/decision.parquet")
+    code, out = gate(capsys, project, "a")
+    assert code == 1 and "continue" not in out.split("headroom:")[0]
+    assert "study 'b' inside study 'a'" in out  # both identities named
+    assert "results/a/portfolio/run-1.parquet" in out  # the input it was not made from
+
+
+def test_catalog_build_refuses_other_studys_decision(project):
+    copy_artifact(project / "results/b/decision.parquet", project / "results/a/decision.parquet")
+    paths = catalog.discover(project / "results/a")
+    with pytest.raises(identity.IdentityError, match="study 'b' inside study 'a'"):
+        catalog.build(paths, project / "results" / catalog.CATALOG_NAME, project_root=project)
+    assert not (project / "results" / catalog.CATALOG_NAME).exists()
+
+
+class Named(list):
+    """Snakemake's Namedlist: a list of paths, each also an attribute by its name."""
+
+    def __init__(self, **named: str):
+        super().__init__(named.values())
+        self.__dict__.update(named)
+
+    def get(self, name: str, default=None):
+        return self.__dict__.get(name, default)
+
+    def items(self):
+        return self.__dict__.items()
+
+
+def fake_job(study: str, inputs: dict[str, str], outputs: dict[str, str] | None = None):
+    """What Snakemake hands a rule's script (the attributes headroom.core.stage reads)."""
+    return SimpleNamespace(
+        rule="report",
+        input=Named(**inputs),
+        output=Named(**(outputs or {})),
+        params={},
+        wildcards={"study": study},
+        log=[],
+        resources={},
+    )
+
+
+def test_stage_refuses_other_studys_decision_as_input(project, monkeypatch):
+    """The report (any stage) reading another study's decision fails before it runs, naming both."""
+    copy_artifact(project / "results/b/decision.parquet", project / "results/a/decision.parquet")
+    monkeypatch.chdir(project)
+    job = fake_job("a", {"decision": "results/a/decision.parquet"})
+    ran = []
+    with pytest.raises(SystemExit, match="study 'b' inside study 'a'"):
+        stage.run_stage(job, lambda s: ran.append(s))
+    assert not ran
+
+
+# -- items 2, 3: the wrong kind under a name -------------------------------------------------------
+def test_gate_refuses_a_trace_copied_over_the_decision(project, capsys):
+    copy_artifact(project / "results/a/trace.parquet", project / "results/a/decision.parquet")
+    code, out = gate(capsys, project, "a")
+    assert code == 1
+    assert "holds a 'trace' artifact" in out and "not the 'decision'" in out
+    assert "no-decision" not in out
+
+
+def test_catalog_refuses_swapped_calibration_and_graph_sweep(project):
+    folder = project / "results/a"
+    tmp = folder / "swap.parquet"
+    copy_artifact(folder / "calibration.parquet", tmp)
+    copy_artifact(folder / "graph_sweep.parquet", folder / "calibration.parquet")
+    copy_artifact(tmp, folder / "graph_sweep.parquet")
+    for ext in ("", artifacts.SIDECAR_SUFFIX):
+        Path(f"{tmp}{ext}").unlink()
+    with pytest.raises(identity.IdentityError) as err:
+        catalog.build(
+            catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
+        )
+    assert "calibration.parquet: holds a 'graph_sweep' artifact" in str(err.value)
+    assert "graph_sweep.parquet: holds a 'calibration' artifact" in str(err.value)
+
+
+def test_verify_names_an_artifact_of_the_wrong_kind(project, capsys):
+    copy_artifact(project / "results/a/trace.parquet", project / "results/a/decision.parquet")
+    code = cli.main(["--results", str(project / "results"), "verify"])
+    out = capsys.readouterr().out
+    assert code == 1 and "holds a 'trace' artifact" in out
+
+
+# -- item 4: a calibration or environment of another run in a replay folder ------------------------
+def _recorded_copy(tmp_path: Path, study: str) -> Path:
+    folder = tmp_path / study
+    shutil.copytree(REFERENCE / study, folder)
+    return folder
+
+
+def test_replay_refuses_a_generation1_calibration_in_a_generation2_folder(tmp_path):
+    folder = _recorded_copy(tmp_path, "default-gen2")
+    assert replay.check_recorded(folder)  # the folder as recorded replays
+    copy_artifact(REFERENCE / "default/calibration.parquet", folder / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="mixes artifacts of different runs") as err:
+        replay.check_recorded(folder, study="replay-x")
+    assert "calibration.parquet" in str(err.value) and "different code" in str(err.value)
+
+
+def test_replay_refuses_an_environment_of_another_run(tmp_path):
+    """A calibration records the environment it was measured in (rules/measure.smk): a replay folder
+    whose environment is another run's is refused naming both hashes."""
+    folder = _recorded_copy(tmp_path, "default-gen2")
+    (folder / "README.md").unlink()  # a results folder replayed as it is: no import manifest
+    env = artifacts.verify(folder / "environment.parquet")
+    prov = artifacts.read_provenance(folder / "calibration.parquet")
+    prov["inputs"] = {"results/default-gen2/environment.parquet": env}
+    table = artifacts.read_table(folder / "calibration.parquet")
+    artifacts.write(table, folder / "calibration.parquet", kind="calibration", provenance=prov)
+    assert replay.check_recorded(folder)
+    copy_artifact(REFERENCE / "default/environment.parquet", folder / "environment.parquet")
+    with pytest.raises(replay.ReplayError) as err:
+        replay.check_recorded(folder)
+    other = artifacts.recorded_hash(folder / "environment.parquet")
+    assert "calibration.parquet was made from a environment.parquet" in str(err.value)
+    assert env[:16] in str(err.value) and other[:16] in str(err.value)
+
+
+def test_replay_refuses_a_generation1_environment_in_a_generation2_reference(tmp_path):
+    """The committed references predate the environment edge; their README's table, written at
+    import from the verified artifacts, names the environment that belongs there."""
+    folder = _recorded_copy(tmp_path, "default-gen2")
+    copy_artifact(REFERENCE / "default/environment.parquet", folder / "environment.parquet")
+    with pytest.raises(replay.ReplayError) as err:
+        replay.check_recorded(folder)
+    gen1 = artifacts.recorded_hash(REFERENCE / "default/environment.parquet")
+    gen2 = artifacts.recorded_hash(REFERENCE / "default-gen2/environment.parquet")
+    assert f"environment.parquet has BLAKE3 {gen1[:16]}" in str(err.value)
+    assert f"default-gen2's README.md recorded {gen2[:16]}" in str(err.value)
+
+
+def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
+    import tarfile
+
+    from scripts import import_reference
+
+    src = _recorded_copy(tmp_path, "default-gen2")
+    tarball = tmp_path / "study.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname="results/default-gen2")
+    out = import_reference.import_study(tarball, "again", tmp_path / "dest", None, None)
+    names = replay.check_recorded(out)
+    assert replay.manifest(out) == {n: artifacts.recorded_hash(out / n) for n in names}
+
+
+def test_replay_refuses_an_artifact_of_the_wrong_kind(tmp_path):
+    folder = _recorded_copy(tmp_path, "default-gen2")
+    copy_artifact(folder / "graph_sweep.parquet", folder / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="calibration.parquet holds a 'graph_sweep' artifact"):
+        replay.check_recorded(folder)
+
+
+def test_calibrate_reads_the_environment(tmp_path):
+    """The rule gives the calibration its environment edge (what the replay check relies on)."""
+    text = (Path(__file__).resolve().parents[2] / "rules" / "measure.smk").read_text()
+    calibrate = text.split("rule calibrate:")[1].split("\nrule ")[0]
+    assert 'environment=f"{S}/environment.parquet"' in calibrate.split("output:")[0]

@@ -1,0 +1,57 @@
+"""`headroom verify --recompute`: a derived artifact forged with fresh provenance and sidecar is
+caught by re-running the derived stages (issue 23, item 10)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from headroom.core import artifacts, catalog, recompute
+from tests.pipeline import headroom
+
+
+def test_first_difference_names_the_first_differing_cell():
+    a = pd.DataFrame({"x": [1.0, 2.0, float("nan")], "verdict": ["stop", "stop", "continue"]})
+    assert recompute.first_difference(a, a.copy()) is None
+    b = a.copy()
+    b.loc[1, "verdict"] = "continue"
+    b.loc[2, "x"] = 3.0
+    assert (
+        recompute.first_difference(a, b)
+        == "row 1, column 'verdict': the study's 'stop', recomputed 'continue'"
+    )
+    assert "rows" in recompute.first_difference(a, a.head(2))
+    assert "columns differ" in recompute.first_difference(a, a[["verdict", "x"]])
+    c = a.copy()
+    c.loc[0, "x"] = 1.0 + 1e-12  # within the float tolerance
+    assert recompute.first_difference(a, c) is None
+
+
+@pytest.mark.slow
+def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
+    results = pipeline_clone / "results"
+    proc = headroom(pipeline_clone, "verify", "--recompute")
+    assert proc.returncode == 0 and "recompute to the same tables" in proc.stdout, proc.stdout + proc.stderr
+    path = results / "default" / "policy_eval.parquet"
+    table = artifacts.read(path)
+    column = next(c for c in table.columns if c.endswith("_us") and table[c].dtype.kind == "f")
+    table.loc[0, column] = table.loc[0, column] * 0.5  # a forged number, provenance and hash kept fresh
+    artifacts.write(table, path, kind="policy_eval", provenance=artifacts.read_provenance(path))
+    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=pipeline_clone)
+    assert headroom(pipeline_clone, "verify").returncode == 0  # every byte verifies
+    proc = headroom(pipeline_clone, "verify", "--recompute")
+    assert proc.returncode == 1
+    assert f"policy_eval.parquet: differs from its recomputation: row 0, column {column!r}" in proc.stdout
+
+
+@pytest.mark.slow
+def test_verify_recompute_names_a_forged_report_section(pipeline_clone):
+    page = pipeline_clone / "results" / "default" / "report" / "report.md"
+    text = page.read_text()
+    verdict = next(line for line in text.splitlines() if line.startswith("**Verdict:"))
+    page.write_text(text.replace(verdict, "**Verdict: stop.** Forged."))
+    artifacts.record_hash(page)
+    assert headroom(pipeline_clone, "verify").returncode == 0
+    proc = headroom(pipeline_clone, "verify", "--recompute")
+    assert proc.returncode == 1 and "report.md: section 'headline' differs" in proc.stdout
+    assert "Forged" in proc.stdout
