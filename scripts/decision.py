@@ -13,6 +13,7 @@ def main(stage):
         stage.read("lifecycle"),
         train_fraction=options.pop("train_fraction"),
         seed=options.pop("seed", 0),
+        deployment=stage.params["decision"].get("deployment"),
         **options,
     )
     verdict = decision.decide(

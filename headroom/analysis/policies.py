@@ -115,13 +115,18 @@ def fit_mode(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction:
     return n_train, [crossrun.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
 
 
+def checked_modes(trace, timings, lifecycle, train_fraction: float, options: dict):
+    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData)."""
+    opts = Options.from_mapping(options)
+    _check_inputs(trace, timings, train_fraction)
+    return opts, lifecycle_costs(lifecycle), crossrun.mode_data(trace, timings)
+
+
 def fitted_modes(trace, timings, lifecycle, train_fraction: float, seed: int, options: dict):
     """Check the inputs, then per mode of the timings: (opts, its ModeData, n_train, each run's fits),
     with ``options`` read into ``Options`` and the lifecycle's costs charged."""
-    opts = Options.from_mapping(options)
-    _check_inputs(trace, timings, train_fraction)
-    costs = lifecycle_costs(lifecycle)
-    for md in crossrun.mode_data(trace, timings):
+    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
+    for md in modes:
         n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
         yield opts, md, n_train, fits
 
