@@ -20,10 +20,13 @@ def _noise(run, inv, tile, fused, scale):
     return 1.0 + scale * np.random.default_rng(key).standard_normal()
 
 
-def _decide(latency, seq="ABC" * 8, modes=("graph",), env="cuda", runs=(1, 2, 3), sweep=None, **thr):
+def _decide(
+    latency, seq="ABC" * 8, modes=("graph",), env="cuda", runs=(1, 2, 3), sweep=None, deployment=None, **thr
+):
     tr = S.trace(seq)
-    figs = figures.study_figures(tr, S.timings(tr, latency, runs=runs, modes=modes), **FAST)
-    return decision.decide(figs, sweep, S.environment(env), **thr)
+    tm = S.timings(tr, latency, runs=runs, modes=modes)
+    figs = figures.study_figures(tr, tm, deployment=deployment, **FAST)
+    return decision.decide(figs, sweep, S.environment(env), deployment=deployment, **thr)
 
 
 def _fig(d, figure, mode="graph"):
@@ -172,3 +175,86 @@ def test_detectable_effects_are_reported_rows_never_decided():
     assert added.loc["eager", "figure"] == "policy_gain_mde_above" and added.loc["eager", "estimate"] == 18.9
     assert not added["decided"].any() and (added["state"] == "reported").all()
     assert (added["verdict"] == "stop").all()  # the headline travels on every row
+
+
+def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
+    # in graph mode decode C wants tile 2 and decode D tile 0 (by 40%); eager is flat: graph
+    # continues, eager stops, and the profile's decode-only part (graph) carries the headline
+    def lat(k, t, f, r, m, i):
+        fast = m == "graph" and ((k == "C") == (t == 2))
+        return S.BASE_US[k] * (0.6 if fast else 1.0) * _noise(r, i, t, f, 0.001)
+
+    d = _decide(lat, seq="ACDC" * 8, modes=("graph", "eager"))
+    parts = d[d["family"] == "profile"]
+    assert set(parts["mode"]) == {"graph@decode-only", "eager@mixed"}
+    assert set(parts.loc[parts["decided"], "figure"]) == {"gap_to_oracle", "policy_gain"}
+    assert d["verdict"].iloc[0] == "continue" and d["reason"].iloc[0].startswith(
+        "Continue for the deployment profile"
+    )
+    assert _fig(d, "gap_to_oracle", "graph@decode-only").state == "exceeds"
+    assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
+    assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
+    assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
+    assert (d["rule_version"] == "decision-v3").all()
+
+
+def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
+    d = _decide(
+        S.flat,
+        seq="ACBC" * 8,
+        modes=("graph", "eager"),
+        deployment={"decode-only": "graph", "mixed": "graph"},
+    )
+    assert set(d.loc[d["family"] == "profile", "mode"]) == {"graph@decode-only", "graph@mixed"}
+    with pytest.raises(ValueError, match="decision.deployment"):
+        _decide(S.flat, deployment={"decode-only": "cuda-graph"})
+
+
+def test_a_mode_that_cannot_stop_at_this_length_is_said_first():
+    d = _decide(
+        lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.2 if m == "eager" else 0.001),
+        modes=("graph", "eager"),
+    )
+    first = d["reason"].iloc[0].split(". ")[0]
+    assert "eager mode cannot reach `stop` at 24 invocations" in first
+
+
+def test_the_reason_says_holm_held_a_figure_back():
+    rows = pd.DataFrame(
+        {
+            "mode": ["eager"] * 2,
+            "figure": ["gap_to_oracle", "policy_gain"],
+            "estimate": [4.42, 0.0],
+            "ci_low": [0.7, -0.5],
+            "ci_high": [8.1, 0.5],
+            "se": [1.9, 0.25],
+            "df": [1e6, 1e6],
+            "runs": [3, 3],
+            "decided": [True, True],
+            "unit": ["%", "%"],
+        }
+    )
+    d = decision.decide(rows, None, S.environment("cuda"))
+    assert d["mode_verdict"].iloc[0] == "no-decision"  # p = 0.036 alone, > 0.05 / 2 under Holm
+    assert "would exceed alone" in d["mode_reason"].iloc[0] and "Holm" in d["mode_reason"].iloc[0]
+
+
+def test_the_phase_note_follows_the_sign_of_the_phase_split():
+    def rows(lo, hi):
+        return pd.DataFrame(
+            {
+                "mode": "graph",
+                "figure": ["gap_to_oracle", "policy_gain", "phase_split_gain"],
+                "state": ["exceeds", "holds", "reported"],
+                "estimate": [5.0, 0.0, (lo + hi) / 2],
+                "ci_low": [4.0, -0.5, lo],
+                "ci_high": [6.0, 0.5, hi],
+                "threshold": [1.0, 1.0, np.nan],
+                "unit": "%",
+                "family": "graph",
+            }
+        )
+
+    assert "captures it" in decision._phase_note(rows(2.0, 6.0))
+    assert "does not capture it" in decision._phase_note(rows(-6.0, -2.0))
+    assert "is open" in decision._phase_note(rows(-1.0, 3.0))
