@@ -24,7 +24,8 @@ Rule within a family (alpha = 1 - confidence; ``engine.rule``):
 2. A figure *exceeds* when Holm's step-down procedure over the family's p-values of "figure <=
    threshold" rejects its null at family-wise level alpha; a family with an exceeding figure is
    ``continue``.
-3. A figure *holds* when its CI lies wholly below its threshold; ``stop`` when every decided figure
+3. A figure *holds* when its CI lies wholly below its threshold — for the gap, the CI of
+   ``gap_to_oracle_bound``, which is biased up (``engine.HOLD_BY``); ``stop`` when every decided figure
    holds (an intersection-union test: no multiplicity correction, since every figure must reject).
 4. Otherwise ``no-decision``, and the reason names the cause per open figure: Holm's correction (it
    would exceed alone), a noise floor wider than the threshold (the CI's half-width exceeds the
@@ -220,7 +221,7 @@ def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
         rows = fig.loc[idx]
         family = [
             {k: np.array([r[c]]) for k, c in (("estimate", "estimate"), ("se", "se"), ("df", "df"))}
-            | {"ci_high": np.array([r["ci_high"]]), "threshold": float(r["threshold"])}
+            | {"ci_high": np.array([_hold_high(r)]), "threshold": float(r["threshold"])}
             for _, r in rows.iterrows()
         ]
         out = engine.rule(family, alpha)
@@ -228,10 +229,17 @@ def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
         fig.loc[idx, "exceeds"] = out["exceeds"][0]
     state = np.where(~fig["decided"], "reported", "inconclusive").astype(object)
     state[(fig["decided"] & ~fig["ci_high"].notna()).to_numpy()] = "no-interval"
-    state[(fig["decided"] & (fig["ci_high"] < fig["threshold"])).to_numpy()] = "holds"
+    high = np.array([_hold_high(r) for _, r in fig.iterrows()], dtype=float)
+    state[(fig["decided"].to_numpy() & (high < fig["threshold"].to_numpy()))] = "holds"
     state[fig["exceeds"].to_numpy(bool)] = "exceeds"
     fig["state"] = state
     return fig
+
+
+def _hold_high(r) -> float:
+    """The upper CI end a decided figure needs below its threshold to hold (``engine.HOLD_BY``)."""
+    high = r.get("hold_high", np.nan)
+    return float(high) if pd.notna(high) else float(r["ci_high"])
 
 
 def _out_of_reach(r) -> bool:

@@ -3,7 +3,9 @@
 
 Decided (the rule in ``headroom.analysis.decision``):
 
-* ``gap_to_oracle``: the global kernel's gap to the per-invocation oracle, fusion arm ``free`` (%).
+* ``gap_to_oracle``: the global kernel's gap to the per-invocation oracle, fusion arm ``free`` (%);
+  it holds only when ``gap_to_oracle_bound`` (run b's own oracle: biased up) has its CI below the
+  threshold (``engine.HOLD_BY``; the row's ``hold_high``).
 * ``policy_gain``: the net gain (after lifecycle costs) of the best deployable policy x arm over the
   better of ``global`` and ``phase-keyed`` (both chosen on run a's validation slice) (%): does shape
   adaptivity pay against a baseline that is not a strawman? In graph mode the deployable policies key
@@ -126,6 +128,7 @@ def mode_figures(md: ModeData, costs, opts: Options, train_fraction: float, seed
     for fig in engine.specs(L, _probe(L)):
         decided = fig in DECIDED
         rows.append(_row(md, fig, f, decided, _detail(fig, selected, baseline, name, agree, len(md.runs))))
+        rows[-1]["hold_high"] = float(f[engine.HOLD_BY.get(fig, fig) + "_hi"][0]) if decided else np.nan
         if fig.startswith(KERNEL_ROWS):
             rows[-1].update(kernel=name, runs_agree=agree)
     same = float(f["gap_to_oracle_same_run"][0])

@@ -233,7 +233,7 @@ def decide_mode(mode: str, figs: dict, thresholds: dict, confidence: float) -> d
             "estimate": figs[f],
             "se": figs[f"{f}_se"],
             "df": figs[f"{f}_df"],
-            "ci_high": figs[f"{f}_hi"],
+            "ci_high": figs[engine.HOLD_BY.get(f, f) + "_hi"],
             "threshold": thr[f],
         }
         for f in engine.DECIDED
