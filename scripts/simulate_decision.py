@@ -1,10 +1,11 @@
-"""Full Monte Carlo validation of the decision on a recorded study (issue 10 item 6).
+"""Full Monte Carlo validation of the decision on a recorded study (issue 18 item 10).
 
-    PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default --seeds 400 --out data/validation
+    PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
-writes <out>/<study>.csv (one row per mode x scenario x noise scale x runs x trace length),
-<out>/<study>-power.csv (power curves) and <out>/<study>.json (noise models, minimum detectable
-effects, the command). See docs/decision-validation.md.
+writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
+curves per mode and noise scale) and <out>/<study>.json (noise models, power statements, the command,
+the rule version). Every figure and verdict comes from the decision engine. See
+docs/decision-validation.md.
 """
 
 from __future__ import annotations
@@ -15,12 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from headroom.analysis import engine
 from headroom.analysis import simulate as sim
-
-
-def _finite_or_more(mde: float, curve):
-    """The MDE, or '> X' (X: the largest true gain tried) when the curve never reaches the power."""
-    return round(mde, 3) if mde != float("inf") else f"> {curve['true_policy_gain_pct'].max():.2f}"
 
 
 def main(argv=None) -> int:
@@ -41,14 +38,13 @@ def main(argv=None) -> int:
     curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
         "command": "python scripts/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
         "bootstrap_resamples": a.bootstrap_resamples,
         "noise": {m: vars(sim.load_study(a.study, m).model) for m in ("graph", "eager")},
-        "mde_pct": {
-            f"{m}@{r}runs": {
-                f"power{int(pw * 100)}": _finite_or_more(sim.mde_from_curve(c, pw), c) for pw in (0.8, 0.9)
-            }
-            for (m, r), c in curves.groupby(["mode", "runs"])
+        "power": {
+            f"{m}@{k}x": sim.power_statement(c)["text"]
+            for (m, k), c in curves.groupby(["mode", "noise_scale"])
         },
         "seconds": round(time.time() - t0, 1),
     }

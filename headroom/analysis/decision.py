@@ -177,21 +177,23 @@ def z_of(confidence: float) -> float:
     return float(norm.ppf(0.5 + confidence / 2.0))
 
 
-def with_detectable_effects(table: pd.DataFrame, mde: dict[str, dict]) -> pd.DataFrame:
-    """Append one reported row per mode: the smallest net gain over phase-keyed the rule detects with
-    the simulation's power on this study's own trace and noise (headroom.analysis.simulate
-    .minimum_detectable_effect): what a `stop` here can rule out. When no planted effect reached
-    that power, the figure is `policy_gain_mde_above` and its estimate the largest effect tried."""
+def with_detectable_effects(table: pd.DataFrame, power: dict[str, dict]) -> pd.DataFrame:
+    """Append one reported row per mode: the power statement of the policy figure, simulated on this
+    study's own trace, noise and costs with effects planted between shape classes the deployable
+    policies can learn (``simulate.detectable_effect``): what a `stop` here can rule out. The row is
+    ``policy_gain_mde`` (its estimate the minimum detectable effect at 80% power) when some effect
+    reaches that power, else ``policy_gain_no_mde`` (its estimate the largest effect tried; the detail
+    says "no effect up to X% reaches 80% power (largest power seen P)"): never a bound called an MDE."""
     rows = []
-    for mode, m in mde.items():
+    for mode, m in power.items():
         base = table[table["mode"] == mode]
         if base.empty:
             continue
         finite = bool(np.isfinite(m["mde_pct"]))
         row = base.iloc[0].to_dict()
         row.update(
-            figure="policy_gain_mde" if finite else "policy_gain_mde_above",
-            estimate=float(m["mde_pct"] if finite else m["mde_at_least_pct"]),
+            figure="policy_gain_mde" if finite else "policy_gain_no_mde",
+            estimate=float(m["mde_pct"] if finite else m["up_to_pct"]),
             ci_low=math.nan,
             ci_high=math.nan,
             threshold=float(m["threshold_pct"]),
@@ -201,8 +203,7 @@ def with_detectable_effects(table: pd.DataFrame, mde: dict[str, dict]) -> pd.Dat
             df=math.nan,
             decided=False,
             p_value=math.nan,
-            detail=f"{m['power']:.0%} power over {m['seeds']} simulated seeds, {m['runs']} runs, "
-            f"{m['invocations']} invocations",
+            detail=f"{m['text']}; {m['seeds']} simulated seeds, {m['runs']} runs, {m['invocations']} invocations",
         )
         rows.append(row)
     return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table

@@ -19,10 +19,10 @@ FIGURE_LABELS = {
     "kernel_vs_best_unfused": "recommended kernel's speedup over the best unfused kernel",
     "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
     "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
-    "policy_gain_mde": "smallest net gain over phase-keyed the rule detects (80% power, simulated "
+    "policy_gain_mde": "smallest net gain over the baseline the rule detects (80% power, simulated "
     "on this study's trace and noise): what a stop here rules out",
-    "policy_gain_mde_above": "smallest detectable net gain over phase-keyed is above this (no planted "
-    "effect up to it reached 80% power on this study's trace and noise)",
+    "policy_gain_no_mde": "no planted net gain up to this reached 80% power on this study's trace "
+    "and noise (the detail gives the largest power seen): not a minimum detectable effect",
 }
 
 
