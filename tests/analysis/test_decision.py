@@ -152,7 +152,8 @@ def test_detectable_effects_are_reported_rows_never_decided():
     mde = {
         "graph": {
             "mde_pct": 4.3,
-            "mde_at_least_pct": 4.3,
+            "up_to_pct": 20.0,
+            "text": "minimum detectable net gain at 80% power: 4.30%",
             "threshold_pct": 1.0,
             "power": 0.8,
             "seeds": 200,
@@ -160,8 +161,9 @@ def test_detectable_effects_are_reported_rows_never_decided():
             "invocations": 48,
         },
         "eager": {
-            "mde_pct": float("inf"),
-            "mde_at_least_pct": 18.9,
+            "mde_pct": float("nan"),
+            "up_to_pct": 18.9,
+            "text": "no effect up to 18.90% reaches 80% power (largest power seen 16%)",
             "threshold_pct": 1.0,
             "power": 0.8,
             "seeds": 200,
@@ -172,7 +174,8 @@ def test_detectable_effects_are_reported_rows_never_decided():
     out = decision.with_detectable_effects(table, mde)
     added = out.iloc[2:].set_index("mode")
     assert added.loc["graph", "figure"] == "policy_gain_mde" and added.loc["graph", "estimate"] == 4.3
-    assert added.loc["eager", "figure"] == "policy_gain_mde_above" and added.loc["eager", "estimate"] == 18.9
+    assert added.loc["eager", "figure"] == "policy_gain_no_mde" and added.loc["eager", "estimate"] == 18.9
+    assert "no effect up to 18.90% reaches 80% power" in added.loc["eager", "detail"]
     assert not added["decided"].any() and (added["state"] == "reported").all()
     assert (added["verdict"] == "stop").all()  # the headline travels on every row
 

@@ -113,33 +113,38 @@ def _ok_at_least(x, bound):
 @pytest.fixture(scope="module")
 def noise(study):
     s, p = study
-    return sim._noise(s.md, s.model, SEEDS, 3, 11), sim._noise(s.md, s.model, 100, 3, 12)
+    return sim._noise(s.md, s.model, SEEDS, 3, 11), sim._noise(s.md, s.model, 60, 3, 12)
 
 
 @pytest.mark.parametrize("scale", [0.5, 1.0, 4.0])
 def test_flat_truth_rarely_continues(study, noise, scale):
-    s, p = study
-    mc = sim.run_mc(s, p, sim.flat(s.md), noise[0], scale)
+    s, L = study
+    mc = sim.run_mc(s, L, sim.flat(s.md), noise[0], scale)
     assert _ok_at_most(mc["verdict"] == "continue", 0.05)
     assert (mc["gap_to_oracle_true"].abs() < 1e-9).all()  # flat: the truth of the gap is exactly 0
+    if s.md.mode == "graph" and scale == 1.0:
+        # Known shortfall, not hidden: the gap holds on a bound biased up by the winner's curse, so
+        # graph-mode stop on a flat surface is 58.5% at the reference's 48 invocations (target 80%;
+        # docs/decision-validation.md). The bound here guards against it getting worse.
+        assert _ok_at_least(mc["verdict"] == "stop", 0.50)
 
 
-@pytest.mark.parametrize("scale", [1.0, 4.0])
-def test_boundary_nulls_rarely_exceed(study, noise, scale):
-    s, p = study
-    md = s.md
-    if md.mode == "graph":  # eager's truth target is too noisy to calibrate in a reduced run (see docs)
-        e = sim.calibrate(s, p, lambda x: sim.beyond_phase(md, x), 1.0, "policy_gain", noise[1], scale)
-        mc = sim.run_mc(s, p, sim.beyond_phase(md, e), noise[0], scale)
-        assert mc["policy_gain_true"].mean() == pytest.approx(1.0, abs=0.15)  # pilot vs run: MC error
-        assert _ok_at_most(mc["policy_gain_state"] == "exceeds", 0.05)
-    e = sim.calibrate(s, p, lambda x: sim.phase_split(md, x), 1.0, "gap_to_oracle", noise[1], scale)
-    mc = sim.run_mc(s, p, sim.phase_split(md, e), noise[0], scale)
-    # Known failure, not hidden: graph mode on the 48-invocation reference at <= 1x noise fires in
-    # 8.5% [6.0, 11.7] of 400 seeds (skewed 24-invocation test sums; docs/decision-validation.md
-    # "What fails"). The bound here guards against it getting worse; eager holds 5%.
-    bound = 0.05 if (md.mode == "eager" or scale > 2) else 0.12
-    assert _ok_at_most(mc["gap_to_oracle_state"] == "exceeds", bound)
+def test_boundary_nulls_rarely_exceed_and_rarely_stop(study, noise):
+    s, L = study
+    md, thr = s.md, s.thresholds
+    cases = (
+        (lambda x: sim.phase_split(md, x), "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"], "gap"),
+        (lambda x: sim.beyond_phase(md, x), "policy_gain", thr["max_policy_gain_pct"], "policy"),
+    )
+    for make, figure, target, name in cases:
+        e = sim.calibrate(s, L, make, target, figure, noise[1])
+        mc = sim.run_mc(s, L, make(e), noise[0])
+        tol = 0.25 if md.mode == "graph" else 0.6  # pilot vs run: MC error (eager's truth is noisy)
+        assert mc[f"{figure}_true"].mean() == pytest.approx(target, abs=tol)
+        assert _ok_at_most(
+            mc[f"{name}_to_oracle_state" if name == "gap" else "policy_gain_state"] == "exceeds", 0.05
+        )
+        assert _ok_at_most(mc["verdict"] == "stop", 0.05), name  # P(stop | a figure at its threshold)
 
 
 def test_pure_phase_split(study, noise):
@@ -158,16 +163,21 @@ def test_pure_phase_split(study, noise):
         assert _ok_at_least(mc0["policy_gain"].abs() <= 0.3, 0.95)
 
 
-def test_graph_power_on_a_long_trace_and_coverage():
-    s = sim.load_study(REFERENCE, "graph")
-    lmd = sim.longer_trace(s.md, 240, 0)
-    ls = replace(s, md=lmd)
-    lp = sim.layout(ls)
-    pilot = sim._noise(lmd, s.model, 100, 3, 21)
-    e = sim.calibrate(ls, lp, lambda x: sim.beyond_phase(lmd, x), 3.0, "policy_gain", pilot)
-    mc = sim.run_mc(ls, lp, sim.beyond_phase(lmd, e), sim._noise(lmd, s.model, SEEDS, 3, 22))
-    assert _ok_at_least(mc["verdict"] == "continue", 0.90)
-    assert _ok_at_least(mc["policy_gain_state"] == "exceeds", 0.90)
-    for f in ("gap_to_oracle", "policy_gain", "fusion_speedup"):
-        cover = (mc[f"{f}_lo"] <= mc[f"{f}_true"].mean()) & (mc[f"{f}_true"].mean() <= mc[f"{f}_hi"])
-        assert _ok_at_least(cover, 0.90) and _ok_at_most(cover, 0.99), f
+def test_power_is_stated_without_calling_a_bound_an_mde():
+    reached = pd.DataFrame({"true_policy_gain_pct": [0.0, 2.0, 4.0], "policy_exceeds": [0.0, 0.6, 1.0]})
+    st = sim.power_statement(reached)
+    assert st["mde_pct"] == pytest.approx(2.0 + 0.2 / 0.4 * 2.0) and "minimum detectable" in st["text"]
+    short = pd.DataFrame({"true_policy_gain_pct": [0.0, 12.3], "policy_exceeds": [0.0, 0.16]})
+    st = sim.power_statement(short)
+    assert not np.isfinite(st["mde_pct"])
+    assert st["text"] == "no effect up to 12.30% reaches 80% power (largest power seen 16%)"
+
+
+def test_graph_power_grows_with_the_planted_effect_and_noise_matters(study, noise):
+    s, L = study
+    if s.md.mode != "graph":
+        pytest.skip("eager's power at the reference's length is near its floor (docs/decision-validation.md)")
+    curve = sim.power_curve(s, L, noise[1], effects=(0.0, 0.35), scales=(0.25, 4.0))
+    quiet = curve[curve["noise_scale"] == 0.25].set_index("effect")["policy_exceeds"]
+    loud = curve[curve["noise_scale"] == 4.0].set_index("effect")["policy_exceeds"]
+    assert quiet[0.0] <= 0.05 and quiet[0.35] >= 0.8 and loud[0.35] < quiet[0.35]
