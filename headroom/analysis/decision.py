@@ -277,7 +277,7 @@ def _family_verdict(rows: pd.DataFrame, device: str, alpha: float) -> tuple[str,
     if (decided["state"] == "exceeds").any():
         names = decided[decided["state"] == "exceeds"]
         said = " and ".join(_describe(r) for _, r in names.iterrows())
-        return "continue", f"{said} exceeds its threshold (Holm over {len(decided)} figures)"
+        return "continue", f"{said}: it exceeds the threshold (Holm over {len(decided)} figures)"
     if (decided["state"] == "holds").all():
         return "stop", "every decided figure's CI lies below its threshold"
     open_ = decided[decided["state"] != "holds"]
