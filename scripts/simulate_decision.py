@@ -20,6 +20,47 @@ from headroom.analysis import engine
 from headroom.analysis import simulate as sim
 
 
+def _pct(row, name: str) -> str:
+    """'7.0% [4.7, 10.0]': a rate and its Clopper-Pearson interval."""
+    return f"{100 * row[name]:.1f}% [{100 * row[name + '_lo']:.1f}, {100 * row[name + '_hi']:.1f}]"
+
+
+SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
+COVERAGE = (
+    "gap_to_oracle_coverage_rule",
+    "gap_to_oracle_coverage_t_ntest",
+    "policy_gain_coverage_rule",
+    "policy_gain_coverage_t_ntest",
+)
+
+
+def markdown(table, curves) -> str:
+    """The validation's tables as Markdown (docs/decision-validation.md quotes them)."""
+    head = "| mode | scenario | noise | " + " | ".join(SHOWN) + " |"
+    lines = [head, "| --- " * (3 + len(SHOWN)) + "|"]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | "
+            + " | ".join(_pct(r, k) for k in SHOWN)
+            + " |"
+        )
+    lines += [
+        "",
+        "| mode | scenario | noise | gap CI coverage (rule / t n-1) | policy CI coverage (rule / t n-1) | gap truth | policy truth |",
+        "| --- " * 7 + "|",
+    ]
+    for _, r in table.iterrows():
+        cov = [f"{100 * r[c]:.1f}%" for c in COVERAGE]
+        lines.append(
+            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | {cov[0]} / {cov[1]} | {cov[2]} / {cov[3]} | "
+            f"{r['gap_to_oracle_bound_true']:+.2f}% | {r['policy_gain_true']:+.2f}% |"
+        )
+    lines += ["", "| mode | noise | power statement |", "| --- | --- | --- |"]
+    for (m, k), c in curves.groupby(["mode", "noise_scale"]):
+        lines.append(f"| {m} | {k:g}x | {sim.power_statement(c)['text']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study", type=Path)
@@ -49,6 +90,7 @@ def main(argv=None) -> int:
         "seconds": round(time.time() - t0, 1),
     }
     (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
+    (a.out / f"{name}.md").write_text(markdown(table, curves))
     print(json.dumps(meta, indent=2, default=float))
     return 0
 
