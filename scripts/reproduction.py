@@ -318,7 +318,7 @@ V2_V3 = (
         "policy_gain",
         "policy_gain",
     ),
-    ("graph fusion speedup (v2: decided; v3: kernel recommendation)", "fusion_speedup", "fusion_speedup"),
+    ("trace-weighted fusion speedup (v2: decided in graph mode; v3: kernel recommendation)", "fusion_speedup", "fusion_speedup"),
 )  # fmt: skip  (label, v2 figure, v3 figure)
 
 
