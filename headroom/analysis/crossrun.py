@@ -16,9 +16,9 @@ Uncertainty (``Estimate``): the pooled figure is the mean over the R(R-1) ordere
 error adds (i) a jackknife over runs (leave one run out, pool the pairs of the others; covers
 run-to-run variance and the run-dependent fitting and selection) and (ii) a paired bootstrap over test
 invocations (covers test-invocation sampling; one set of resamples for every pair and policy). The
-interval is estimate +/- t(R-1) x SE: with 3 runs the t quantile is 4.30, which is what honest coverage
-with three runs costs (the simulation in docs/decision-validation.md measures it). A jackknife needs
-R >= 3; with fewer runs a figure has no interval and its mode no decision.
+interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``engine.interval``,
+the decision's own; docs/decision-validation.md measures its coverage). A jackknife needs R >= 3; with
+fewer runs a figure has no interval and its mode no decision.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class Fit:
     policy: str
     arm: str
     choice: np.ndarray  # (n_test,) column of us, or (draws, n_test) for random
-    cost_us: float  # per invocation: lookup + switching at the test rate + amortized compile
+    cost_us: float  # per invocation, ``costs.charge`` averaged: lookup, switches, plans, compiles
     running_us: float
     switches: float
     used: list[str]

@@ -13,10 +13,12 @@ Same-run figures (one row per run; v1, kept to show the winner's curse):
 
     gain_vs_global_pct = 100 * (T_global - T_policy) / T_global      (global fitted in the same arm)
     gap_to_oracle_pct  = 100 * (T_policy - T_oracle) / T_oracle     (oracle: argmin of the test split)
-    net_gain_pct       = gain after each policy's lifecycle costs, per invocation: dispatch lookup +
-                         switching penalty x switch rate + compile time of the candidates it uses
-                         amortized over ``deployment_invocations``. In graph mode the lookup is paid
-                         once at capture, so replays pay none.
+    net_gain_pct       = gain after each policy's lifecycle costs, per invocation (``costs.charge``,
+                         as the decision charges them): dispatch lookup + the switching penalty on
+                         each change of candidate within a phase (beyond what the global kernel
+                         pays) + each shape's own plan build per call (eager) + compile time of the
+                         candidates it uses amortized over ``deployment_invocations``. In graph mode
+                         the lookup is paid once at capture, so replays pay none.
 
 ``ci_low``/``ci_high`` are the percentile bootstrap CI (level ``confidence``) of
 ``gain_vs_global_pct`` over test invocations of that run (``gap_ci_*``, ``net_ci_*``: the same
