@@ -318,8 +318,12 @@ V2_V3 = (
         "policy_gain",
         "policy_gain",
     ),
-    ("trace-weighted fusion speedup (v2: decided in graph mode; v3: kernel recommendation)", "fusion_speedup", "fusion_speedup"),
-)  # fmt: skip  (label, v2 figure, v3 figure)
+    (
+        "trace-weighted fusion speedup (v2: decided in graph mode; v3: kernel recommendation)",
+        "fusion_speedup",
+        "fusion_speedup",
+    ),
+)  # (label, v2 figure, v3 figure)
 
 
 def _v2_cell(v2: pd.DataFrame, mode: str, fig: str) -> str:
