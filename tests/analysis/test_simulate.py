@@ -53,15 +53,9 @@ def _recorded_decision():
     """decision.parquet's rows as the pipeline's decision stage computes them on the reference."""
     d = Path(REFERENCE)
     runs = pd.concat([pd.read_parquet(p) for p in sorted((d / "portfolio").glob("run-?.parquet"))])
-    pol = defaults.section("policies")
-    figs = figures.study_figures(
-        pd.read_parquet(d / "trace.parquet"),
-        runs,
-        pd.read_parquet(d / "lifecycle.parquet"),
-        train_fraction=pol.pop("train_fraction"),
-        seed=pol.pop("seed"),
-        **pol,
-    )
+    pol = defaults.section("policies")  # train_fraction and seed included, as the stage passes them
+    inputs = (pd.read_parquet(d / "trace.parquet"), runs, pd.read_parquet(d / "lifecycle.parquet"))
+    figs = figures.study_figures(*inputs, **pol)
     return decision.decide(figs, None, CUDA, confidence=pol["confidence"], **defaults.section("decision"))
 
 
