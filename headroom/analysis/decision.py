@@ -220,12 +220,7 @@ def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
     fig["p_value"], fig["exceeds"] = np.nan, False
     for _, idx in fig[fig["decided"]].groupby("family").groups.items():
         rows = fig.loc[idx]
-        family = [
-            {k: np.array([r[c]]) for k, c in (("estimate", "estimate"), ("se", "se"), ("df", "df"))}
-            | {"ci_high": np.array([_hold_high(r)]), "threshold": float(r["threshold"])}
-            for _, r in rows.iterrows()
-        ]
-        out = engine.rule(family, alpha)
+        out = engine.rule([_family_entry(r, r["threshold"]) for _, r in rows.iterrows()], alpha)
         fig.loc[idx, "p_value"] = out["p_value"][0]
         fig.loc[idx, "exceeds"] = out["exceeds"][0]
     state = np.where(~fig["decided"], "reported", "inconclusive").astype(object)
@@ -235,6 +230,35 @@ def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
     state[fig["exceeds"].to_numpy(bool)] = "exceeds"
     fig["state"] = state
     return fig
+
+
+def _switch_verdicts(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Each ``policy_gain_switch_<k>x`` row's detail gains its mode's verdict with the policy figure
+    at that switch penalty (the mode's Holm family: the gap as decided, this policy figure)."""
+    fig = fig.copy()
+    for i in fig.index[fig["figure"].astype(str).str.startswith("policy_gain_switch_")]:
+        r = fig.loc[i]
+        rows = fig[(fig["family"] == r["family"]) & fig["decided"]]
+        gap = rows[rows["figure"] == "gap_to_oracle"]
+        if gap.empty or r["runs"] < 3:
+            continue
+        family = [
+            _family_entry(gap.iloc[0], gap.iloc[0]["threshold"]),
+            _family_entry(r, rows["threshold"].max()),
+        ]
+        verdict = engine.rule(family, alpha)["verdict"][0]
+        fig.loc[i, "detail"] = f"{r['detail']}; the mode's verdict at it: {verdict}"
+    return fig
+
+
+def _family_entry(r, threshold: float) -> dict:
+    return {
+        "estimate": np.array([r["estimate"]]),
+        "se": np.array([r["se"]]),
+        "df": np.array([r["df"]]),
+        "ci_high": np.array([_hold_high(r)]),
+        "threshold": float(threshold),
+    }
 
 
 def _hold_high(r) -> float:
@@ -360,6 +384,7 @@ def decide(
     }
     fig["mode_verdict"] = fig["family"].map(lambda m: verdicts.get(m, ("reported",))[0])
     fig["mode_reason"] = fig["family"].map(lambda m: verdicts.get(m, ("", "not timed by the portfolio"))[1])
+    fig = _switch_verdicts(fig, alpha)
     verdict, reason = _headline(fig, verdicts, device, deployment)
     fig["verdict"], fig["reason"] = verdict, reason
     fig["device"], fig["confidence"] = device, float(confidence)

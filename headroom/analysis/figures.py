@@ -89,6 +89,7 @@ def study_figures(
     rows = []
     for md in modes:
         rows += mode_figures(md, costs, opts, train_fraction, seed)
+        rows += switch_sensitivity(md, costs, opts, train_fraction, seed)
     timed = {m.mode: m for m in modes}
     if not set(deployment.values()) <= set(timed):
         return pd.DataFrame(rows)  # the profile needs every mode it names; decide says which is missing
@@ -135,6 +136,26 @@ def mode_figures(md: ModeData, costs, opts: Options, train_fraction: float, seed
     rows.append(_row(md, "gap_to_oracle_same_run", None, False, "mean of the runs' same-run gaps (v1)", same))
     cross = float(f["gap_to_oracle"][0])
     rows.append(_row(md, "made_of_noise", None, False, "same-run minus cross-run gap", same - cross))
+    return rows
+
+
+SWITCH_SCALES = (0.0, 2.0)  # the switch penalty's sensitivity: 0 and twice the measured one
+
+
+def switch_sensitivity(md: ModeData, costs, opts: Options, train_fraction: float, seed: int) -> list[dict]:
+    """Reported rows ``policy_gain_switch_<k>x``: the policy figure with the switch penalty scaled by
+    k (0 and 2x the measured); ``decision`` adds the mode's verdict at that penalty (the gap does not
+    depend on it): how much the verdict leans on the switch measurement."""
+    rows = []
+    for k in SWITCH_SCALES:
+        by_mode = {m: v * k for m, v in costs.switch_us_by_mode.items()}
+        scaled = replace(costs, switch_us=costs.switch_us * k, switch_us_by_mode=by_mode)
+        f = engine.figures(
+            engine.layout(md, opts, scaled, train_fraction, seed), engine.Batch(md.us[None], md.sem2[None])
+        )
+        name = f"policy_gain_switch_{k:g}x"
+        scaled_f = {name + x: f["policy_gain" + x] for x in ("", "_lo", "_hi", "_se", "_df")}
+        rows.append(_row(md, name, scaled_f, False, f"switch penalty x{k:g} of the measured"))
     return rows
 
 

@@ -261,3 +261,14 @@ def test_the_phase_note_follows_the_sign_of_the_phase_split():
     assert "captures it" in decision._phase_note(rows(2.0, 6.0))
     assert "does not capture it" in decision._phase_note(rows(-6.0, -2.0))
     assert "is open" in decision._phase_note(rows(-1.0, 3.0))
+
+
+def test_the_verdicts_sensitivity_to_the_switch_penalty_is_reported():
+    life = S.lifecycle()
+    tr = S.trace("ACBC" * 8)
+    tm = S.timings(tr, lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.001), modes=("graph",))
+    d = decision.decide(figures.study_figures(tr, tm, life, **FAST), None, S.environment("cuda"))
+    rows = d[d["figure"].str.startswith("policy_gain_switch_")].set_index("figure")
+    assert list(rows.index) == ["policy_gain_switch_0x", "policy_gain_switch_2x"]
+    assert (rows["state"] == "reported").all() and not rows["decided"].any()
+    assert rows["detail"].str.contains("the mode's verdict at it: stop").all()

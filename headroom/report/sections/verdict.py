@@ -17,6 +17,8 @@ FIGURE_LABELS = {
     "inside the graph; reported, not decided)",
     "fusion_speedup": "trace-weighted fusion speedup (global unfused / global fused)",
     "kernel_vs_best_unfused": "recommended kernel's speedup over the best unfused kernel",
+    "policy_gain_switch_0x": "policy figure with no switch penalty (the detail: the mode's verdict then)",
+    "policy_gain_switch_2x": "policy figure at twice the measured switch penalty (the detail: the verdict)",
     "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
     "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
     "policy_gain_mde": "smallest net gain over the baseline the rule detects (80% power, simulated "
@@ -56,6 +58,9 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
             "threshold": f"{r.threshold:g}{r.unit}" if pd.notna(r.threshold) else "",
             "state": r.state,
             "p (one-sided)": f"{r.p_value:.3g}" if pd.notna(r.p_value) else "",
+            "note": r.detail
+            if str(r.figure).startswith(("policy_gain_switch_", "policy_gain_mde", "policy_gain_no"))
+            else "",
         }
         for r in shown.itertuples()
     ]
