@@ -3,7 +3,8 @@
     PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
 writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
-curves per mode and noise scale) and <out>/<study>.json (noise models, power statements, the command,
+curves per mode and noise scale), <out>/<study>-profile.csv (the deployment profile's headline on
+flat surfaces), <out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
 the rule version). Every figure and verdict comes from the decision engine. See
 docs/decision-validation.md.
 """
@@ -61,6 +62,14 @@ def markdown(table, curves) -> str:
     return "\n".join(lines) + "\n"
 
 
+def profile_markdown(profile) -> str:
+    """The deployment profile's headline rates (flat surfaces) as Markdown."""
+    lines = ["", "| profile headline | noise | continue | stop |", "| --- | --- | --- | --- |"]
+    for _, r in profile.iterrows():
+        lines.append(f"| flat | {r['noise_scale']:g}x | {_pct(r, 'continue')} | {_pct(r, 'stop')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study", type=Path)
@@ -90,7 +99,9 @@ def main(argv=None) -> int:
         "seconds": round(time.time() - t0, 1),
     }
     (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
-    (a.out / f"{name}.md").write_text(markdown(table, curves))
+    profile = sim.profile_mc(a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples)
+    profile.round(6).to_csv(a.out / f"{name}-profile.csv", index=False)
+    (a.out / f"{name}.md").write_text(markdown(table, curves) + profile_markdown(profile))
     print(json.dumps(meta, indent=2, default=float))
     return 0
 

@@ -450,3 +450,39 @@ def _scenarios(s: Study, seeds: int, seed: int) -> list[dict]:
         mc = run_mc(s, L, make(e), noise)
         rows.append({**base, "scenario": scenario, "noise_scale": 1.0, "effect": e, **summarize(mc)})
     return rows
+
+
+def profile_mc(
+    study_dir, *, seeds: int = 400, seed: int = 0, scales=(0.5, 1.0, 2.0, 4.0), bootstrap_resamples=200
+):
+    """The deployment profile's headline on flat surfaces: each part (``figures.part``: a mode's
+    invocations of one step type) is simulated from its mode's noise, the parts' decided figures are
+    one Holm family (``engine.rule``), as ``decision`` decides the headline. The trace is fixed (test
+    invocations not redrawn): rates of verdicts, not coverage. One row per noise scale."""
+    from headroom.analysis import figures
+
+    rows = []
+    for k in scales:
+        family = []
+        for step, mode in figures.deployment_profile().items():
+            s = load_study(study_dir, mode, bootstrap_resamples)
+            sub = figures.part(s.md, step)
+            ps = replace(s, md=sub)
+            mc = run_mc(ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, 3, seed + 17), k, redraw=False)
+            thr = {f: float(s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
+            family += [
+                {
+                    "estimate": mc[f].to_numpy(),
+                    "se": mc[f"{f}_se"].to_numpy(),
+                    "df": mc[f"{f}_df"].to_numpy(),
+                    "ci_high": mc[engine.HOLD_BY.get(f, f) + "_hi"].to_numpy(),
+                    "threshold": thr[f],
+                }
+                for f in engine.DECIDED
+            ]
+        verdict = engine.rule(family, 1.0 - s.opts.confidence)["verdict"]
+        row = {"study": s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds}
+        for v in ("continue", "stop"):
+            row[v], row[f"{v}_lo"], row[f"{v}_hi"] = _rate(verdict == v)
+        rows.append(row)
+    return pd.DataFrame(rows)
