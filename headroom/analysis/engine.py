@@ -231,7 +231,9 @@ def _fusion_within_phase(L: Layout, ut: np.ndarray, phase_choice: np.ndarray) ->
 
 
 def choices(L: Layout, b: Batch) -> dict:
-    """{name: (choice (S, R, n_test), charge (S, R, n_test))} of everything the figures score."""
+    """(picks, order, selected, baseline): picks {name: (choice (S, R, n_test), charge (S, R,
+    n_test))} of everything the figures score; order: the policy x arm candidates of the selection;
+    selected (S, R): each run's index into it; baseline (S, R): its index into BASELINES."""
     nt = L.n_train
     picks = {}
     for arm in L.cols:
