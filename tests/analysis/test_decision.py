@@ -272,3 +272,17 @@ def test_the_verdicts_sensitivity_to_the_switch_penalty_is_reported():
     assert list(rows.index) == ["policy_gain_switch_0x", "policy_gain_switch_2x"]
     assert (rows["state"] == "reported").all() and not rows["decided"].any()
     assert rows["detail"].str.contains("the mode's verdict at it: stop").all()
+
+
+def test_the_kernel_recommendation_is_reported_first_class_and_never_continues():
+    # fused 20% faster on every shape, tile 0 best by 5%: one fused kernel to ship, no portfolio
+    def lat(k, t, f, r, m, i):
+        return S.BASE_US[k] * (0.8 if f else 1.0) * (1.05 if t else 1.0) * _noise(r, i, t, f, 0.001)
+
+    d = _decide(lat)
+    rows = d[d["figure"] == "kernel_vs_best_unfused"]
+    assert len(rows) == 1 and rows["state"].iloc[0] == "reported" and not rows["decided"].iloc[0]
+    row = rows.iloc[0]
+    assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
+    assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3").all()
