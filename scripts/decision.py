@@ -13,6 +13,7 @@ def main(stage):
         stage.read("lifecycle"),
         train_fraction=options.pop("train_fraction"),
         seed=options.pop("seed", 0),
+        deployment=stage.params["decision"].get("deployment"),
         **options,
     )
     verdict = decision.decide(
@@ -27,10 +28,11 @@ def main(stage):
         from headroom.analysis import simulate
 
         study_dir = Path(stage.input_path("trace")).parent  # its inputs, verified just above
-        mde = {m: simulate.minimum_detectable_effect(study_dir, m) for m in verdict["mode"].unique()}
-        for m, v in mde.items():
-            stage.log.info("%s: minimum detectable net gain over phase-keyed %s%%", m, v["mde_pct"])
-        verdict = decision.with_detectable_effects(verdict, mde)
+        modes = [m for m in verdict["mode"].unique() if "@" not in m]  # per mode, not profile parts
+        power = {m: simulate.detectable_effect(study_dir, m) for m in modes}
+        for m, v in power.items():
+            stage.log.info("%s: %s", m, v["text"])
+        verdict = decision.with_detectable_effects(verdict, power)
     stage.write("decision", verdict)
 
 

@@ -158,7 +158,8 @@ class Study:
         return str(d["verdict"]), str(d["reason"])
 
     def mode_verdicts(self) -> str:
-        d = self.read("decision.parquet").drop_duplicates("mode")
+        d = self.read("decision.parquet")
+        d = d[~d["mode"].astype(str).str.contains("@")].drop_duplicates("mode")  # modes, not profile parts
         return ", ".join(f"{m} {v}" for m, v in zip(d["mode"], d["mode_verdict"], strict=True))
 
     # -- the sweep, roofline, correctness, volume ------------------------------------------------
@@ -232,6 +233,7 @@ def build(studies: dict[str, Study]) -> str:
         lines += _v1_v2_table(name, study)
     lines += _narrative(first)
     lines += _generations(studies)
+    lines += _rule_versions(studies)
     lines += _wall_times(studies)
     return "\n".join(lines)
 
@@ -240,10 +242,20 @@ def build(studies: dict[str, Study]) -> str:
 GENERATION_FIGURES = (
     ("global-to-oracle gap (decided)", "gap_to_oracle", "graph", "%"),
     ("global-to-oracle gap (decided)", "gap_to_oracle", "eager", "%"),
-    ("best deployable net gain over phase-keyed (decided)", "policy_gain", "graph", "%"),
-    ("best deployable net gain over phase-keyed (decided)", "policy_gain", "eager", "%"),
+    (
+        "best deployable net gain over the better of global and phase-keyed (decided)",
+        "policy_gain",
+        "graph",
+        "%",
+    ),
+    (
+        "best deployable net gain over the better of global and phase-keyed (decided)",
+        "policy_gain",
+        "eager",
+        "%",
+    ),
     ("phase-keyed net gain over global", "phase_split_gain", "graph", "%"),
-    ("trace-weighted fusion speedup (decided in graph mode)", "fusion_speedup", "graph", "x"),
+    ("trace-weighted fusion speedup (kernel recommendation)", "fusion_speedup", "graph", "x"),
     ("fusion speedup on decodes", "fusion_speedup_decode", "graph", "x"),
     ("fusion speedup on prefills", "fusion_speedup_prefill", "graph", "x"),
     ("gap made of the phase split", "made_of_phase_split", "graph", "%"),
@@ -298,6 +310,70 @@ def _generations(studies: dict[str, Study]) -> list[str]:
     return lines
 
 
+V2_TABLE = ROOT / "data" / "validation" / "decision-v2.csv"  # scripts/decision_v2.py
+V2_V3 = (
+    ("global-to-oracle gap", "gap_to_oracle", "gap_to_oracle"),
+    (
+        "policy figure (v2: over phase-keyed; v3: over the better of global and phase-keyed)",
+        "policy_gain",
+        "policy_gain",
+    ),
+    (
+        "trace-weighted fusion speedup (v2: decided in graph mode; v3: kernel recommendation)",
+        "fusion_speedup",
+        "fusion_speedup",
+    ),
+)  # (label, v2 figure, v3 figure)
+
+
+def _v2_cell(v2: pd.DataFrame, mode: str, fig: str) -> str:
+    r = v2[(v2["mode"] == mode) & (v2["figure"] == fig)]
+    if r.empty:
+        return "n/a"
+    r = r.iloc[0]
+    return ci(r["estimate"], r["ci_low"], r["ci_high"], UNIT.get(fig, "%")) + f" ({r['state']})"
+
+
+def _v3_cell(study: Study, mode: str, fig: str) -> str:
+    r = study.figure(mode, fig)
+    return "n/a" if r is None else study.v2(mode, fig) + f" ({r['state']})"
+
+
+def _rule_versions(studies: dict[str, Study]) -> list[str]:
+    """Each reference decided by decision v2 (data/validation/decision-v2.csv) and by v3."""
+    if not V2_TABLE.is_file():
+        return []
+    v2 = pd.read_csv(V2_TABLE)
+    lines = [
+        "",
+        "## Decision v2 → v3",
+        "",
+        "The same recorded inputs decided by decision v2 (commit 40da505; `scripts/decision_v2.py`) and by",
+        "decision v3 (this rule). v3 decides the portfolio on the gap and the policy figure only, against",
+        "the better of global and phase-keyed; charges a switch only within a phase and each shape's own",
+        "plan; holds the gap on a bound that is not biased down; and gives the headline for the deployment",
+        "profile (decode-only steps in graph mode, mixed steps in eager mode) beside the per-mode verdicts.",
+        "",
+        "| study | figure | mode | v2 | v3 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, study in studies.items():
+        old = v2[v2["study"] == name]
+        if old.empty:
+            continue
+        modes = ", ".join(f"{m} {v}" for m, v in old.drop_duplicates("mode")[["mode", "mode_verdict"]].values)
+        lines.append(
+            f"| {name} | verdict | headline (per mode) | {old['verdict'].iloc[0]} ({modes}) | "
+            f"{study.verdict()[0]} ({study.mode_verdicts()}) |"
+        )
+        for label, f2, f3 in V2_V3:
+            for mode in MODES:
+                lines.append(
+                    f"| {name} | {label} | {mode} | {_v2_cell(old, mode, f2)} | {_v3_cell(study, mode, f3)} |"
+                )
+    return lines
+
+
 def _moved(studies: dict[str, Study], names: list[str], fig: str, mode: str, unit: str) -> str:
     first, last = studies[names[0]].figure(mode, fig), studies[names[-1]].figure(mode, fig)
     if first is None or last is None:
@@ -321,7 +397,8 @@ INTRO = [
     "invocations), and **v1 (same-run)**, chosen and scored on the same run's test split, given as the",
     "min–max over the three runs (or over shapes and regimes where the figure is per shape). v1 figures",
     "are biased upward by the noise the choice sees (winner's curse); the tables per study show how far.",
-    "Eager and CUDA Graph modes apart.",
+    "Eager and CUDA Graph modes apart. Verdicts and decided figures are decision v3's (`decision-v3`);",
+    'the section "Decision v2 → v3" sets them beside the v2 rule\'s on the same inputs.',
 ]
 
 
@@ -336,19 +413,20 @@ def _figure_table(studies: dict[str, Study]) -> list[str]:
     def row(label, l40s, fn):
         lines.append(f"| {label} | {l40s} | " + " | ".join(fn(studies[n]) for n in names) + " |")
 
-    row("verdict (per mode)", "stop", lambda s: f"{s.verdict()[0]} ({s.mode_verdicts()})")
+    row("verdict, rule v3 (per mode)", "stop", lambda s: f"{s.verdict()[0]} ({s.mode_verdicts()})")
     row("global-to-oracle gap, v2 cross-run (decided)", L40S["gap"], lambda s: s.v2_per_mode("gap_to_oracle"))
     row("global-to-oracle gap, v1 same-run (fusion free)", L40S["gap"], lambda s: per_mode(s.gap()))
     row(
-        "best deployable net gain over phase-keyed, v2 (decided)",
+        "best deployable net gain over the better of global and phase-keyed (decided)",
         "n/a",
         lambda s: s.v2_per_mode("policy_gain"),
     )
+    row("best deployable net gain over phase-keyed", "n/a", lambda s: s.v2_per_mode("policy_gain_vs_phase"))
     row("phase-keyed net gain over global, v2", "n/a", lambda s: s.v2_per_mode("phase_split_gain"))
     row("best deployable policy gain, unfused arm, v1", "0–0.305%", lambda s: per_mode(s.best_policy("off")))
     row("best deployable policy gain, fused arm, v1", "0%", lambda s: per_mode(s.best_policy("on")))
     row(
-        "trace-weighted graph-mode fusion speedup, v2 (decided)",
+        "trace-weighted graph-mode fusion speedup (kernel recommendation, not decided)",
         "n/a",
         lambda s: s.v2("graph", "fusion_speedup"),
     )
@@ -382,10 +460,10 @@ def _figure_table(studies: dict[str, Study]) -> list[str]:
 V1_V2 = (
     ("global-to-oracle gap (decided)", L40S["gap"], lambda s, m: s.gap()[m], "gap_to_oracle", "%"),
     (
-        "best deployable net gain over phase-keyed (decided)",
+        "best deployable net gain over phase-keyed",
         "n/a",
         lambda s, m: s.same_run_net(m, "phase-keyed"),
-        "policy_gain",
+        "policy_gain_vs_phase",
         "%",
     ),
     (
@@ -420,8 +498,8 @@ def _v1_v2_table(name: str, study: Study) -> list[str]:
         "v1: chosen and scored on each run's test split (the best deployable policy x arm picked on test), "
         "min–max over runs; the v1 fusion figure is the graph sweep's (two fixed shapes, four regimes). "
         "v2: the decision's figure (the best deployable policy x arm picked on a validation slice inside "
-        "train; fusion on the study's own trace). Moved: v2 minus the mean of the v1 runs. The fusion "
-        "speedup is decided in graph mode only.",
+        "train; fusion on the study's own trace), as decision v3 computes it. Moved: v2 minus the mean of "
+        "the v1 runs. Since v3 the fusion speedup is a kernel recommendation row, not decided.",
         "",
         "| figure | mode | L40S (published) | v1 same-run | v2 cross-run [95% CI] | moved |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -461,7 +539,7 @@ def _narrative(studies: dict[str, Study]) -> list[str]:
             "",
             f"**The real trace.** On the Azure conversation trace the verdict is `{r.verdict()[0]}` "
             f"({r.mode_verdicts()}): cross-run gap {r.v2_per_mode('gap_to_oracle')}; best deployable "
-            f"net gain over phase-keyed {r.v2_per_mode('policy_gain')}; phase-keyed over global "
+            f"net gain over the better of global and phase-keyed {r.v2_per_mode('policy_gain')}; phase-keyed over global "
             f"{r.v2_per_mode('phase_split_gain')}; trace-weighted graph fusion "
             f"{r.v2('graph', 'fusion_speedup')} (sweep {rng(r.fusion_speedup('graph'), '×')}). A real "
             "trace changes the shape mix (many decode batch sizes, most test keys unseen in train: "
@@ -502,7 +580,8 @@ def _policy_text(d: Study) -> str:
     return (
         "**Best deployable policy gain.** v1 (same-run, picked on test): unfused arm "
         f"{per_mode(d.best_policy('off'))}; fused arm {per_mode(d.best_policy('on'))}. v2, the decided "
-        f"figure, is the net gain over the phase-keyed two-kernel rule: {d.v2_per_mode('policy_gain')}; "
+        f"figure's v2 form, the net gain over the phase-keyed two-kernel rule: {d.v2_per_mode('policy_gain_vs_phase')} "
+        f"(v3 decides on the gain over the better of global and phase-keyed: {d.v2_per_mode('policy_gain')}); "
         f"phase-keyed itself gains {d.v2_per_mode('phase_split_gain')} over the global kernel. So the "
         "fused arm's v1 gain, which looked like tile headroom, is the phase split: beyond it no deployable "
         "policy pays under graph replay, as on the L40S. The policy × fusion factorial (report) keeps the fusion effect from "
@@ -516,7 +595,8 @@ def _fusion_text(d: Study) -> str:
         f"{rng(d.fusion_speedup('eager'), '×')} against 2.280–3.333× on the L40S; under graph replay "
         f"{rng(d.fusion_speedup('graph'), '×')} against 1.024–1.059×. Agrees in shape: most of the eager "
         "fusion win is a launch removed, and graph replay takes most of it away. On the study's own "
-        f"trace (v2, decided) the best unfused global kernel's latency over the best fused one's (graph mode) is "
+        f"trace (cross-run; a kernel recommendation row since decision v3, not decided) the best unfused "
+        "global kernel's latency over the best fused one's (graph mode) is "
         f"{d.v2('graph', 'fusion_speedup')}: fused wins decodes ({d.v2('graph', 'fusion_speedup_decode')}) "
         f"and loses prefills ({d.v2('graph', 'fusion_speedup_prefill')}), which is why the fusion choice "
         "belongs to the phase split rather than to one global kernel."

@@ -1,10 +1,12 @@
-"""Full Monte Carlo validation of the decision on a recorded study (issue 10 item 6).
+"""Full Monte Carlo validation of the decision on a recorded study (issue 18 item 10).
 
-    PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default --seeds 400 --out data/validation
+    PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
-writes <out>/<study>.csv (one row per mode x scenario x noise scale x runs x trace length),
-<out>/<study>-power.csv (power curves) and <out>/<study>.json (noise models, minimum detectable
-effects, the command). See docs/decision-validation.md.
+writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
+curves per mode and noise scale), <out>/<study>-profile.csv (the deployment profile's headline on
+flat surfaces), <out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
+the rule version). Every figure and verdict comes from the decision engine. See
+docs/decision-validation.md.
 """
 
 from __future__ import annotations
@@ -15,12 +17,57 @@ import sys
 import time
 from pathlib import Path
 
+from headroom.analysis import engine
 from headroom.analysis import simulate as sim
 
 
-def _finite_or_more(mde: float, curve):
-    """The MDE, or '> X' (X: the largest true gain tried) when the curve never reaches the power."""
-    return round(mde, 3) if mde != float("inf") else f"> {curve['true_policy_gain_pct'].max():.2f}"
+def _pct(row, name: str) -> str:
+    """'7.0% [4.7, 10.0]': a rate and its Clopper-Pearson interval."""
+    return f"{100 * row[name]:.1f}% [{100 * row[name + '_lo']:.1f}, {100 * row[name + '_hi']:.1f}]"
+
+
+SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
+COVERAGE = (
+    "gap_to_oracle_coverage_rule",
+    "gap_to_oracle_coverage_t_ntest",
+    "policy_gain_coverage_rule",
+    "policy_gain_coverage_t_ntest",
+)
+
+
+def markdown(table, curves) -> str:
+    """The validation's tables as Markdown (docs/decision-validation.md quotes them)."""
+    head = "| mode | scenario | noise | " + " | ".join(SHOWN) + " |"
+    lines = [head, "| --- " * (3 + len(SHOWN)) + "|"]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | "
+            + " | ".join(_pct(r, k) for k in SHOWN)
+            + " |"
+        )
+    lines += [
+        "",
+        "| mode | scenario | noise | gap CI coverage (rule / t n-1) | policy CI coverage (rule / t n-1) | gap truth | policy truth |",
+        "| --- " * 7 + "|",
+    ]
+    for _, r in table.iterrows():
+        cov = [f"{100 * r[c]:.1f}%" for c in COVERAGE]
+        lines.append(
+            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | {cov[0]} / {cov[1]} | {cov[2]} / {cov[3]} | "
+            f"{r['gap_to_oracle_bound_true']:+.2f}% | {r['policy_gain_true']:+.2f}% |"
+        )
+    lines += ["", "| mode | noise | power statement |", "| --- | --- | --- |"]
+    for (m, k), c in curves.groupby(["mode", "noise_scale"]):
+        lines.append(f"| {m} | {k:g}x | {sim.power_statement(c)['text']} |")
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(profile) -> str:
+    """The deployment profile's headline rates (flat surfaces) as Markdown."""
+    lines = ["", "| profile headline | noise | continue | stop |", "| --- | --- | --- | --- |"]
+    for _, r in profile.iterrows():
+        lines.append(f"| flat | {r['noise_scale']:g}x | {_pct(r, 'continue')} | {_pct(r, 'stop')} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -41,18 +88,20 @@ def main(argv=None) -> int:
     curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
         "command": "python scripts/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
         "bootstrap_resamples": a.bootstrap_resamples,
         "noise": {m: vars(sim.load_study(a.study, m).model) for m in ("graph", "eager")},
-        "mde_pct": {
-            f"{m}@{r}runs": {
-                f"power{int(pw * 100)}": _finite_or_more(sim.mde_from_curve(c, pw), c) for pw in (0.8, 0.9)
-            }
-            for (m, r), c in curves.groupby(["mode", "runs"])
+        "power": {
+            f"{m}@{k}x": sim.power_statement(c)["text"]
+            for (m, k), c in curves.groupby(["mode", "noise_scale"])
         },
         "seconds": round(time.time() - t0, 1),
     }
     (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
+    profile = sim.profile_mc(a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples)
+    profile.round(6).to_csv(a.out / f"{name}-profile.csv", index=False)
+    (a.out / f"{name}.md").write_text(markdown(table, curves) + profile_markdown(profile))
     print(json.dumps(meta, indent=2, default=float))
     return 0
 

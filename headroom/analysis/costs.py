@@ -23,8 +23,9 @@ class LifecycleCosts:
     dispatch_us: per-lookup overhead per policy name; switch_us: penalty of running a different
     candidate than the previous invocation did (median over all switch rows), switch_us_by_mode:
     the same per mode when the rows carry one; plan_us: building a generation-2 candidate's plan
-    (median over the trace's shapes), paid once per batch shape and spread over the layers of a
-    forward pass (eager mode; a captured graph holds its plan). Negative switch penalties (alternating faster than
+    (median over the trace's shapes; plan_us_by_shape: per shape, what is charged), paid once per
+    batch shape and spread over the layers of a forward pass (eager mode; a captured graph holds its
+    plan). Negative switch penalties (alternating faster than
     repeating: noise) are charged as 0, so noise never pays for an adaptive policy.
     """
 
@@ -35,6 +36,12 @@ class LifecycleCosts:
     switch_us_by_mode: dict[str, float] = field(default_factory=dict)
     measured: bool = False
     plan_us: dict[str, float] = field(default_factory=dict)  # plan build per candidate (median shape)
+    plan_us_by_shape: dict[tuple[str, str], float] = field(default_factory=dict)  # (candidate, shape_key)
+
+    def plan_for(self, candidate: str, shape_key: str) -> float:
+        """The plan build of ``candidate`` for this shape; its median over shapes where the shape was
+        not measured; 0 for a candidate without plans (native, generation 1)."""
+        return self.plan_us_by_shape.get((candidate, shape_key), self.plan_us.get(candidate, 0.0))
 
     def switch_for(self, mode: str) -> float:
         return self.switch_us_by_mode.get(mode, self.switch_us)
@@ -65,16 +72,50 @@ def _unit_factor(unit: object, table: dict[str, float], what: str) -> float:
     return table[key]
 
 
-def _plan_us(df: pd.DataFrame) -> dict[str, float]:
-    """Median plan build µs per candidate over the shapes it was built for (rows of kind plan)."""
+def _plan_us(df: pd.DataFrame) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """Plan build µs (rows of kind plan): the median per candidate over the shapes it was built for,
+    and per (candidate, shape_key) when the rows name a shape (the median of that shape's rows)."""
     rows = df[df["kind"].astype(str).str.lower() == "plan"]
     out: dict[str, list[float]] = {}
+    by_shape: dict[tuple[str, str], list[float]] = {}
     for row in rows.itertuples(index=False):
         value = float(row.value)
         if math.isfinite(value):
             unit = getattr(row, "unit", None) or "us"
-            out.setdefault(str(row.candidate), []).append(value * _unit_factor(unit, _TIME_TO_US, "plan"))
-    return {cand: float(np.median(values)) for cand, values in out.items()}
+            us = value * _unit_factor(unit, _TIME_TO_US, "plan")
+            out.setdefault(str(row.candidate), []).append(us)
+            shape = getattr(row, "shape_key", None)
+            if shape is not None and not pd.isna(shape) and str(shape):
+                by_shape.setdefault((str(row.candidate), str(shape)), []).append(us)
+    median = {cand: float(np.median(values)) for cand, values in out.items()}
+    return median, {key: float(np.median(values)) for key, values in by_shape.items()}
+
+
+def charge(
+    choice: np.ndarray, phase: np.ndarray, plan: np.ndarray, dispatch_us: float, switch_us: float, compile_us
+) -> np.ndarray:
+    """What a choice sequence pays per invocation besides its latency, (..., n) for ``choice`` (..., n):
+
+    * the policy's lookup (``dispatch_us``; 0 under graph replay, where it runs at capture);
+    * ``switch_us`` on every invocation that runs another candidate than the previous one *within the
+      same phase*: across a phase change every policy, the global kernel included, runs another kernel
+      (prefill and decode kernels alternate), so only switches beyond the global kernel's are charged;
+    * ``plan`` (n, C) (or (..., n, C)): each candidate's plan build for that invocation's shape, per
+      call (0 in graph mode);
+    * ``compile_us`` (C,): each used candidate's compile time amortized per invocation.
+
+    phase: (n,) or (..., n) phase codes of the invocations in order. One function for the pipeline and
+    the simulator (headroom.analysis.engine)."""
+    same = phase[..., 1:] == phase[..., :-1]
+    switched = (choice[..., 1:] != choice[..., :-1]) & same
+    out = np.zeros(choice.shape)
+    out[..., 1:] = switch_us * switched
+    out += np.take_along_axis(np.broadcast_to(plan, (*choice.shape, plan.shape[-1])), choice[..., None], -1)[
+        ..., 0
+    ]
+    used = np.zeros((*choice.shape[:-1], len(compile_us)), bool)
+    np.put_along_axis(used, choice, True, axis=-1)
+    return out + (dispatch_us + used @ np.asarray(compile_us, float))[..., None]
 
 
 def _parse_long(df, compile_s, cache_bytes, dispatch_us, switches) -> None:
@@ -164,7 +205,14 @@ def lifecycle_costs(lifecycle: pd.DataFrame | None) -> LifecycleCosts:
         mode: max(0.0, float(np.median([v for m, v in switches if m == mode])))
         for mode in {m for m, _ in switches if m}
     }
-    plans = _plan_us(df) if parse is _parse_long else {}
+    plans, by_shape = _plan_us(df) if parse is _parse_long else ({}, {})
     return LifecycleCosts(
-        compile_s, cache_bytes, dispatch_us, switch_us, by_mode, measured=True, plan_us=plans
+        compile_s,
+        cache_bytes,
+        dispatch_us,
+        switch_us,
+        by_mode,
+        measured=True,
+        plan_us=plans,
+        plan_us_by_shape=by_shape,
     )

@@ -16,9 +16,9 @@ Uncertainty (``Estimate``): the pooled figure is the mean over the R(R-1) ordere
 error adds (i) a jackknife over runs (leave one run out, pool the pairs of the others; covers
 run-to-run variance and the run-dependent fitting and selection) and (ii) a paired bootstrap over test
 invocations (covers test-invocation sampling; one set of resamples for every pair and policy). The
-interval is estimate +/- t(R-1) x SE: with 3 runs the t quantile is 4.30, which is what honest coverage
-with three runs costs (the simulation in docs/decision-validation.md measures it). A jackknife needs
-R >= 3; with fewer runs a figure has no interval and its mode no decision.
+interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``engine.interval``,
+the decision's own; docs/decision-validation.md measures its coverage). A jackknife needs R >= 3; with
+fewer runs a figure has no interval and its mode no decision.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from headroom.analysis import registry
-from headroom.analysis.costs import LifecycleCosts
+from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.core import contracts, defaults
 
 FUSION_ARMS = ("off", "on", "free")
@@ -205,7 +205,7 @@ class Fit:
     policy: str
     arm: str
     choice: np.ndarray  # (n_test,) column of us, or (draws, n_test) for random
-    cost_us: float  # per invocation: lookup + switching at the test rate + amortized compile
+    cost_us: float  # per invocation, ``costs.charge`` averaged: lookup, switches, plans, compiles
     running_us: float
     switches: float
     used: list[str]
@@ -215,29 +215,34 @@ class Fit:
     fitted: object = None
 
 
-def _plan_charge(rows: np.ndarray, names, mode: str, costs: LifecycleCosts, opts: Options) -> float:
-    """Mean µs per call of building the chosen candidates' plans, one per batch spread over
-    ``layers_per_forward`` calls; 0 under graph replay (the plan is built at capture)."""
-    if mode == "graph" or not costs.plan_us:
-        return 0.0
-    per_name = np.array([costs.plan_us.get(name, 0.0) for name in names])
-    return float(per_name[rows].mean()) / opts.layers_per_forward
+def _charges(md: ModeData, costs: LifecycleCosts, opts: Options):
+    """(phase codes (n,), plan charge per call (n, C)) as the engine charges them."""
+    from headroom.analysis import engine
+
+    phase = (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64)
+    return phase, engine._plan(md, costs, opts)
 
 
-def _cost(policy, choice, names, mode, costs: LifecycleCosts, opts: Options):
-    """(cost, running, switches, used, basis, compile_s, cache_bytes) of a choice sequence."""
-    rows = choice if choice.ndim == 2 else choice[None]
-    n = rows.shape[1]
-    switches = float(np.mean(np.count_nonzero(rows[:, 1:] != rows[:, :-1], axis=1)))
-    used = sorted({names[i] for i in np.unique(rows)}) if policy != "random" else sorted(set(names))
+def _cost(policy, choice, cols, rows, md: ModeData, costs: LifecycleCosts, opts: Options):
+    """(cost, running, switches, used, basis, compile_s, cache_bytes) of a choice sequence (columns of
+    the arm ``cols``) on trace rows ``rows``: ``costs.charge`` per invocation, averaged."""
+    names = [md.names[c] for c in cols]
+    seq = choice if choice.ndim == 2 else choice[None]
+    phase, plan = _charges(md, costs, opts)
+    phase, plan = phase[rows], plan[rows][:, cols]
+    same = phase[1:] == phase[:-1]
+    switches = float(np.mean(np.count_nonzero((seq[:, 1:] != seq[:, :-1]) & same, axis=1)))
+    used = sorted({names[i] for i in np.unique(seq)}) if policy != "random" else sorted(set(names))
     dispatch, basis = costs.dispatch_for(policy)
-    if mode == "graph":
+    if md.mode == "graph":
         # Under CUDA Graph replay the lookup runs once, when the graph is captured for a shape;
         # replays pay no dispatch. Switching between kernels is still paid.
         dispatch, basis = 0.0, "captured into the graph"
-    running = dispatch + costs.switch_for(mode) * switches / n + _plan_charge(rows, names, mode, costs, opts)
+    compile_us = np.array([costs.compile_s.get(c, 0.0) for c in names]) * 1e6 / opts.deployment_invocations
+    switch = costs.switch_for(md.mode)
+    running = float(charge(seq, phase, plan, dispatch, switch, np.zeros(len(names))).mean())
+    cost = float(charge(seq, phase, plan, dispatch, switch, compile_us).mean())
     compile_s = sum(costs.compile_s.get(c, 0.0) for c in used)
-    cost = running + compile_s * 1e6 / opts.deployment_invocations
     return cost, running, switches, used, basis, compile_s, sum(costs.cache_bytes.get(c, 0.0) for c in used)
 
 
@@ -250,19 +255,17 @@ def fit_arm(md: ModeData, run: int, arm: str, fit_rows: slice, score_rows: slice
     us = md.us[run][:, cols]
     feats = md.features
     score_feat = feats.iloc[score_rows]
-    n_score = len(score_feat)
-    deviation = (0.0 if md.mode == "graph" else costs.dispatch_for("regret-aware")[0]) + costs.switch_for(
-        md.mode
-    )
+    dispatch = 0.0 if md.mode == "graph" else costs.dispatch_for("regret-aware")[0]
     train = registry.Train(
         feats.iloc[fit_rows],
         us[fit_rows],
         tuple(names),
         md.sem2[run][fit_rows][:, cols],
         z=float(stats.norm.ppf(opts.confidence)),
-        deviation_cost_us=deviation,
+        deviation_cost_us=dispatch + costs.switch_for(md.mode),
         clusters=opts.clusters,
         seed=seed,
+        charge_us=_charges(md, costs, opts)[1][fit_rows][:, cols],
     )
     out = {}
     for name in registry.REGISTRY:
@@ -271,19 +274,20 @@ def fit_arm(md: ModeData, run: int, arm: str, fit_rows: slice, score_rows: slice
             policy.seed = seed
             policy.fit(train)
             choice = group_seed(seed, md.runs[run], md.mode, arm, "random").integers(
-                0, len(cols), size=(opts.random_draws, n_score)
+                0, len(cols), size=(opts.random_draws, len(score_feat))
             )
         else:
             choice = policy.fit(train).choose(score_feat)
-        out[name] = _fit(name, arm, choice, policy, names, md.mode, costs, opts)
-    out["oracle"] = _fit("oracle", arm, np.argmin(us[score_rows], axis=1), None, names, md.mode, costs, opts)
+        out[name] = _fit(name, arm, choice, policy, cols, score_rows, md, costs, opts)
+    oracle = np.argmin(us[score_rows], axis=1)
+    out["oracle"] = _fit("oracle", arm, oracle, None, cols, score_rows, md, costs, opts)
     for f in out.values():  # arm columns -> columns of md.us
         f.choice = cols[f.choice]
     return out
 
 
-def _fit(name, arm, choice, policy, names, mode, costs, opts) -> Fit:
-    cost, running, switches, used, basis, compile_s, cache = _cost(name, choice, names, mode, costs, opts)
+def _fit(name, arm, choice, policy, cols, rows, md, costs, opts) -> Fit:
+    cost, running, switches, used, basis, compile_s, cache = _cost(name, choice, cols, rows, md, costs, opts)
     return Fit(name, arm, choice, cost, running, switches, used, basis, compile_s, cache, policy)
 
 
@@ -363,29 +367,23 @@ FigureFn = Callable[[Mapping[str, np.ndarray], Mapping[str, float], int], np.nda
 
 
 def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: float) -> Estimate:
-    """Mean over ordered pairs; SE from a jackknife over runs plus a test-invocation bootstrap."""
-    per_pair, per_boot = {}, []
-    for key, (vectors, costs) in pairs.items():
+    """Mean over ordered pairs; SE from a jackknife over runs plus a test-invocation bootstrap
+    (``engine.interval``, the decision's own interval)."""
+    from headroom.analysis import engine
+
+    per_pair, per_boot = [], []
+    for vectors, costs in pairs.values():
         n = len(next(iter(vectors.values())))
         with np.errstate(invalid="ignore", divide="ignore"):  # a resample without a phase: NaN, left out
-            per_pair[key] = float(figure({k: v.sum() for k, v in vectors.items()}, costs, n))
-            if len(boot_idx):
-                per_boot.append(figure({k: v[boot_idx].sum(axis=1) for k, v in vectors.items()}, costs, n))
-    est = float(np.mean(list(per_pair.values())))
-    runs = sorted({r for key in per_pair for r in key})
-    R = len(runs)
-    if R < 3:
-        return Estimate(est, float("nan"), float("nan"), float("nan"), 0, len(per_pair))
-    loo = [np.mean([v for k, v in per_pair.items() if r not in k]) for r in runs]
-    var_runs = (R - 1) / R * float(np.sum((np.array(loo) - np.mean(loo)) ** 2))
-    boot = np.mean(per_boot, axis=0) if per_boot else np.zeros(0)
-    var_inv = float(np.nanvar(boot, ddof=1)) if np.isfinite(boot).sum() > 1 else 0.0
-    se = math.sqrt(var_runs + var_inv)
-    # Welch-Satterthwaite: the run part has R - 1 degrees of freedom, the bootstrap part many
-    df = (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)) if var_runs > 0 else math.inf
-    df = max(R - 1, min(df, 1e6))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * se
-    return Estimate(est, est - half, est + half, se, df, len(per_pair))
+            per_pair.append(float(figure({k: v.sum() for k, v in vectors.items()}, costs, n)))
+            boot = {k: v[boot_idx].sum(axis=1) for k, v in vectors.items()} if len(boot_idx) else None
+            per_boot.append(figure(boot, costs, n) if boot is not None else np.zeros(0))
+    runs = sorted({r for key in pairs for r in key})
+    index = {r: i for i, r in enumerate(runs)}
+    A = np.array([index[a] for a, _ in pairs], np.int64)
+    B = np.array([index[b] for _, b in pairs], np.int64)
+    iv = engine.interval(confidence, np.array([per_pair]), np.array([per_boot]), A, B, len(runs))
+    return Estimate(*(float(iv[k][0]) for k in ("", "_lo", "_hi", "_se", "_df")), len(per_pair))
 
 
 def boot_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:

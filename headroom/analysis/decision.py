@@ -1,37 +1,43 @@
-"""The decision rule: stop, continue or no-decision, per mode and as one headline verdict.
+"""The decision rule (v3, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
+the deployment profile (the headline).
 
-Figures (``headroom.analysis.figures``; cross-run: chosen on one run, scored on another), decided per
-mode with at least three runs:
+Figures (``headroom.analysis.figures``, computed by ``headroom.analysis.engine``; cross-run: chosen on
+one run, scored on another), decided with at least three runs:
 
 * ``gap_to_oracle`` — the global kernel's gap to the per-invocation oracle (fusion arm free), against
   ``max_gap_to_oracle_pct``;
-* ``policy_gain`` — the best deployable policy's net gain over ``phase-keyed`` (selected on a
-  validation slice inside train), against ``max_policy_gain_pct``;
-* ``fusion_speedup`` — graph mode only: the trace-weighted unfused/fused speedup of the global
-  kernels on the study's trace, against ``max_graph_fusion_speedup``.
+* ``policy_gain`` — the best deployable policy's net gain over the better of global and phase-keyed
+  (both chosen on a validation slice inside train), against ``max_policy_gain_pct``.
 
-Each has an estimate, a CI at level ``confidence`` and a one-sided p-value of "figure <= threshold".
+The fusion and native comparisons answer another question — which one kernel to ship — and are the
+kernel recommendation rows (``kernel_vs_*``, reported first in the report, never decided on; shown
+against ``max_graph_fusion_speedup`` for reference).
 
-Rule (alpha = 1 - confidence):
+Families. Each mode's two figures are one Holm family (its ``mode_verdict``). The deployment profile
+(config ``decision.deployment``: step type -> mode) has its parts ``<mode>@<step type>``; their decided
+figures are the headline's family and its ``verdict``. Without profile parts (a mode the profile names
+was not timed), the headline combines the modes: continue when any continues, stop when every one stops.
+
+Rule within a family (alpha = 1 - confidence; ``engine.rule``):
 
 1. Off the GPU (environment device not 'cuda'): ``no-decision`` everywhere.
-2. ``continue`` can fire on any of the decided figures of any mode, so it is a multiple test: a figure
-   *exceeds* when Holm's step-down procedure over all decided figures' p-values rejects its null at
-   family-wise level alpha. A mode with an exceeding figure is ``continue``.
-3. A figure *holds* when its CI lies wholly below its threshold. A mode is ``stop`` when every decided
-   figure holds (stop needs no multiplicity control: it needs every figure, not any).
-4. Otherwise the mode is ``no-decision``: a figure's CI straddles its threshold, and when the CI's
-   half-width exceeds the threshold's distance from no effect the reason says the noise floor is wider
-   than the threshold. A mode with one run (no independent score) or two runs (no run-to-run variance
-   to estimate) is ``no-decision`` with that reason.
-5. Headline: ``continue`` when any mode continues; ``stop`` when every mode stops; else ``no-decision``.
-   When the gap exceeds but the policy figure does not, the reason says that a phase-keyed two-kernel
-   rule captures the gap.
+2. A figure *exceeds* when Holm's step-down procedure over the family's p-values of "figure <=
+   threshold" rejects its null at family-wise level alpha; a family with an exceeding figure is
+   ``continue``.
+3. A figure *holds* when its CI lies wholly below its threshold — for the gap, the CI of
+   ``gap_to_oracle_bound``, which is biased up (``engine.HOLD_BY``); ``stop`` when every decided figure
+   holds (an intersection-union test: no multiplicity correction, since every figure must reject).
+4. Otherwise ``no-decision``, and the reason names the cause per open figure: Holm's correction (it
+   would exceed alone), a noise floor wider than the threshold (the CI's half-width exceeds the
+   threshold's distance from no effect: `stop` is out of reach at this study's length), or a CI that
+   straddles the threshold. With one or two runs: ``no-decision`` with that reason.
+
+Reasons: two plain sentences (the verdict, and what would change it or why it holds), then details.
 
 decision.parquet: one row per (mode, figure) with estimate, ci_low, ci_high, threshold, state
-('exceeds', 'holds', 'inconclusive', 'no-interval', 'reported'), p-values, and on every row the mode's
-verdict and the headline ``verdict`` and ``reason``. Rows with ``decided`` false are reported, not
-decided on (per-phase fusion, the decomposition, same-run v1 figures, the graph sweep's fusion).
+('exceeds', 'holds', 'inconclusive', 'no-interval', 'reported'), p-values, family, and on every row the
+mode's verdict, the headline ``verdict`` and ``reason`` and ``rule_version``. Kernel recommendation
+rows carry ``kernel`` and ``runs_agree``. Rows with ``decided`` false are reported, not decided on.
 """
 
 from __future__ import annotations
@@ -41,20 +47,23 @@ import math
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
-from scipy.stats import t as student_t
+
+from headroom.analysis import engine
+from headroom.analysis.figures import PROFILE, deployment_profile
 
 VERDICTS = ("stop", "continue", "no-decision")
 THRESHOLD_OF = {
     "gap_to_oracle": "max_gap_to_oracle_pct",
     "gap_to_oracle_same_run": "max_gap_to_oracle_pct",
     "policy_gain": "max_policy_gain_pct",
+    "kernel_vs_best_unfused": "max_graph_fusion_speedup",
     "fusion_speedup": "max_graph_fusion_speedup",
     "fusion_speedup_sweep": "max_graph_fusion_speedup",
 }
 NULL_OF = {"fusion_speedup": 1.0}  # the figure's value with no effect (0 for the % figures)
 WORDS = {
     "gap_to_oracle": "the global kernel's gap to the oracle",
-    "policy_gain": "the best deployable policy's net gain over phase-keyed",
+    "policy_gain": "the best deployable policy's net gain over the better of global and phase-keyed",
     "fusion_speedup": "the trace-weighted graph-mode fusion speedup",
     "phase_split_gain": "phase-keyed's net gain over the global kernel",
 }
@@ -161,42 +170,126 @@ def _sweep_rows(graph_sweep, confidence) -> list[dict]:
 
 def holm(pvalues: np.ndarray, alpha: float) -> np.ndarray:
     """Which nulls Holm's step-down procedure rejects at family-wise level ``alpha``."""
-    p = np.asarray(pvalues, dtype=float)
-    reject = np.zeros(len(p), dtype=bool)
-    order = np.argsort(p)
-    m = len(p)
-    for k, i in enumerate(order):
-        if not p[i] <= alpha / (m - k):
-            break
-        reject[i] = True
-    return reject
+    return engine.holm(np.asarray(pvalues, float), alpha)
 
 
-def _p_above(row, threshold) -> float:
-    if not (np.isfinite(row["se"]) and np.isfinite(row["df"]) and row["df"] >= 1):
-        return float("nan")
-    se = max(float(row["se"]), 1e-12)
-    return float(student_t.sf((row["estimate"] - threshold) / se, row["df"]))
+def z_of(confidence: float) -> float:
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def with_detectable_effects(table: pd.DataFrame, power: dict[str, dict]) -> pd.DataFrame:
+    """Append one reported row per mode: the power statement of the policy figure, simulated on this
+    study's own trace, noise and costs with effects planted between shape classes the deployable
+    policies can learn (``simulate.detectable_effect``): what a `stop` here can rule out. The row is
+    ``policy_gain_mde`` (its estimate the minimum detectable effect at 80% power) when some effect
+    reaches that power, else ``policy_gain_no_mde`` (its estimate the largest effect tried; the detail
+    says "no effect up to X% reaches 80% power (largest power seen P)"): never a bound called an MDE."""
+    rows = []
+    for mode, m in power.items():
+        base = table[table["mode"] == mode]
+        if base.empty:
+            continue
+        finite = bool(np.isfinite(m["mde_pct"]))
+        row = base.iloc[0].to_dict()
+        row.update(
+            figure="policy_gain_mde" if finite else "policy_gain_no_mde",
+            estimate=float(m["mde_pct"] if finite else m["up_to_pct"]),
+            ci_low=math.nan,
+            ci_high=math.nan,
+            threshold=float(m["threshold_pct"]),
+            state="reported",
+            unit="%",
+            se=math.nan,
+            df=math.nan,
+            decided=False,
+            p_value=math.nan,
+            detail=f"{m['text']}; {m['seeds']} simulated seeds, {m['runs']} runs, {m['invocations']} invocations",
+        )
+        rows.append(row)
+    return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table
+
+
+# ----------------------------------------------------------------------------------------------
+# States, verdicts and reasons
+# ----------------------------------------------------------------------------------------------
 
 
 def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """p-values against thresholds, Holm over every decided figure, and each figure's state."""
+    """p-values, Holm within each family (``engine.rule``) and each figure's state."""
     fig = fig.copy()
-    fig["p_value"] = [_p_above(r, r["threshold"]) if r["decided"] else np.nan for _, r in fig.iterrows()]
-    tested = fig["decided"] & fig["p_value"].notna()
-    fig["exceeds"] = False
-    fig.loc[tested, "exceeds"] = holm(fig.loc[tested, "p_value"].to_numpy(), alpha)
+    fig["p_value"], fig["exceeds"] = np.nan, False
+    for _, idx in fig[fig["decided"]].groupby("family").groups.items():
+        rows = fig.loc[idx]
+        out = engine.rule([_family_entry(r, r["threshold"]) for _, r in rows.iterrows()], alpha)
+        fig.loc[idx, "p_value"] = out["p_value"][0]
+        fig.loc[idx, "exceeds"] = out["exceeds"][0]
     state = np.where(~fig["decided"], "reported", "inconclusive").astype(object)
     state[(fig["decided"] & ~fig["ci_high"].notna()).to_numpy()] = "no-interval"
-    state[(fig["decided"] & (fig["ci_high"] < fig["threshold"])).to_numpy()] = "holds"
-    state[fig["exceeds"].to_numpy()] = "exceeds"
+    high = np.array([_hold_high(r) for _, r in fig.iterrows()], dtype=float)
+    state[(fig["decided"].to_numpy() & (high < fig["threshold"].to_numpy()))] = "holds"
+    state[fig["exceeds"].to_numpy(bool)] = "exceeds"
     fig["state"] = state
     return fig
 
 
-def _mode_verdict(rows: pd.DataFrame, device: str) -> tuple[str, str]:
+def _switch_verdicts(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Each ``policy_gain_switch_<k>x`` row's detail gains its mode's verdict with the policy figure
+    at that switch penalty (the mode's Holm family: the gap as decided, this policy figure)."""
+    fig = fig.copy()
+    for i in fig.index[fig["figure"].astype(str).str.startswith("policy_gain_switch_")]:
+        r = fig.loc[i]
+        rows = fig[(fig["family"] == r["family"]) & fig["decided"]]
+        gap = rows[rows["figure"] == "gap_to_oracle"]
+        if gap.empty or r["runs"] < 3:
+            continue
+        family = [
+            _family_entry(gap.iloc[0], gap.iloc[0]["threshold"]),
+            _family_entry(r, rows["threshold"].max()),
+        ]
+        verdict = engine.rule(family, alpha)["verdict"][0]
+        fig.loc[i, "detail"] = f"{r['detail']}; the mode's verdict at it: {verdict}"
+    return fig
+
+
+def _family_entry(r, threshold: float) -> dict:
+    return {
+        "estimate": np.array([r["estimate"]]),
+        "se": np.array([r["se"]]),
+        "df": np.array([r["df"]]),
+        "ci_high": np.array([_hold_high(r)]),
+        "threshold": float(threshold),
+    }
+
+
+def _hold_high(r) -> float:
+    """The upper CI end a decided figure needs below its threshold to hold (``engine.HOLD_BY``)."""
+    high = r.get("hold_high", np.nan)
+    return float(high) if pd.notna(high) else float(r["ci_high"])
+
+
+def _out_of_reach(r) -> bool:
+    """The CI's half-width exceeds the threshold's distance from no effect: even a figure of exactly
+    no effect would not hold, so `stop` is out of reach at this study's length."""
+    half = (r["ci_high"] - r["ci_low"]) / 2.0
+    return bool(np.isfinite(half) and half > abs(r["threshold"] - NULL_OF.get(r["figure"], 0.0)))
+
+
+def _cause(r, alpha: float, m: int) -> str:
+    """Why an open decided figure neither exceeds nor holds."""
+    if np.isfinite(r["p_value"]) and r["p_value"] <= alpha:
+        return (
+            f"it would exceed alone (p = {r['p_value']:.3g}) but not after Holm's correction over {m} figures"
+        )
+    if _out_of_reach(r):
+        half = (r["ci_high"] - r["ci_low"]) / 2.0
+        return f"the noise floor (CI half-width {half:.3g}{r['unit']}) is wider than the threshold"
+    return "its CI straddles the threshold"
+
+
+def _family_verdict(rows: pd.DataFrame, device: str, alpha: float) -> tuple[str, str]:
+    """(verdict, reason) of one family's rows (a mode, or the profile's parts)."""
     decided = rows[rows["decided"]]
-    runs = int(rows["runs"].max()) if rows["runs"].notna().any() else 0
+    runs = int(rows["runs"].min()) if rows["runs"].notna().any() else 0
     if device != "cuda":
         return "no-decision", f"the timings are not GPU measurements (device: {device})"
     if runs < 2:
@@ -206,41 +299,53 @@ def _mode_verdict(rows: pd.DataFrame, device: str) -> tuple[str, str]:
     if decided.empty:
         return "no-decision", "no figure could be measured"
     if (decided["state"] == "exceeds").any():
-        names = decided.loc[decided["state"] == "exceeds", "figure"]
-        return "continue", " and ".join(
-            _describe(decided, n) for n in names
-        ) + " exceeds its threshold (Holm)"
+        names = decided[decided["state"] == "exceeds"]
+        said = " and ".join(_describe(r) for _, r in names.iterrows())
+        return "continue", f"{said}: it exceeds the threshold (Holm over {len(decided)} figures)"
     if (decided["state"] == "holds").all():
         return "stop", "every decided figure's CI lies below its threshold"
     open_ = decided[decided["state"] != "holds"]
-    parts = []
-    for _, r in open_.iterrows():
-        half = (r["ci_high"] - r["ci_low"]) / 2.0
-        floor = r["threshold"] - NULL_OF.get(r["figure"], 0.0)
-        why = "its CI straddles the threshold"
-        if np.isfinite(half) and half > abs(floor):
-            why = f"the noise floor (CI half-width {half:.3g}{r['unit']}) is wider than the threshold"
-        parts.append(f"{_describe(decided, r['figure'])}: {why}")
+    parts = [f"{_describe(r)}: {_cause(r, alpha, len(decided))}" for _, r in open_.iterrows()]
     return "no-decision", "; ".join(parts)
 
 
-def _describe(rows: pd.DataFrame, figure: str) -> str:
-    r = rows[rows["figure"] == figure].iloc[0]
+def _describe(r) -> str:
+    where = f" ({r['mode']})" if r["family"] == PROFILE else ""
     thr = f", threshold {r['threshold']:g}{r['unit']}" if np.isfinite(r.get("threshold", np.nan)) else ""
-    return (
-        f"{WORDS.get(figure, figure)} {format_ci(r['estimate'], r['ci_low'], r['ci_high'], r['unit'])}{thr}"
-    )
+    ci = format_ci(r["estimate"], r["ci_low"], r["ci_high"], r["unit"])
+    return f"{WORDS.get(r['figure'], r['figure'])}{where} {ci}{thr}"
 
 
 def _phase_note(rows: pd.DataFrame) -> str:
-    """When the gap exceeds but adaptivity beyond the phase split does not: say who captures it."""
+    """When the gap exceeds but the policy figure does not: does the phase split capture it? Said by
+    the sign of phase-keyed's net gain over the global kernel (its CI above 0: it does)."""
     state = dict(zip(rows["figure"], rows["state"], strict=False))
     if state.get("gap_to_oracle") != "exceeds" or state.get("policy_gain") == "exceeds":
         return ""
-    return (
-        f" A phase-keyed two-kernel rule (one candidate per phase) captures it: "
-        f"{_describe(rows, 'phase_split_gain')}; beyond the phase split, {_describe(rows, 'policy_gain')}."
-    )
+    split = rows[rows["figure"] == "phase_split_gain"]
+    if split.empty:
+        return ""
+    r = split.iloc[0]
+    if np.isfinite(r["ci_low"]) and r["ci_low"] > 0:
+        return f" A phase-keyed two-kernel rule (one candidate per phase) captures it: {_describe(r)}."
+    if np.isfinite(r["ci_high"]) and r["ci_high"] < 0:
+        return f" The phase split does not capture it (it loses to the global kernel: {_describe(r)})."
+    return f" Whether the phase split captures it is open: {_describe(r)}."
+
+
+def _check(thresholds: dict, figures: pd.DataFrame, deployment) -> dict:
+    for name, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"decision.{name} must be a finite number, got {value!r}")
+    need = ("mode", "figure", "estimate", "ci_low", "ci_high", "se", "df", "runs", "decided")
+    missing = [c for c in need if c not in figures.columns]
+    if missing:
+        raise ValueError(f"figures: missing column(s) {missing}")
+    deployment = deployment_profile(deployment)
+    bad = {k: v for k, v in deployment.items() if v not in ("graph", "eager")}
+    if bad:
+        raise ValueError(f"decision.deployment: modes must be 'graph' or 'eager', got {bad}")
+    return deployment
 
 
 def decide(
@@ -252,6 +357,7 @@ def decide(
     max_policy_gain_pct: float = 1.0,
     max_graph_fusion_speedup: float = 1.10,
     confidence: float = 0.95,
+    deployment: dict | None = None,
 ) -> pd.DataFrame:
     """decision.parquet from the study's figures (``figures.study_figures``), sweep and environment."""
     thresholds = {
@@ -259,83 +365,77 @@ def decide(
         "max_policy_gain_pct": max_policy_gain_pct,
         "max_graph_fusion_speedup": max_graph_fusion_speedup,
     }
-    for name, value in thresholds.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ValueError(f"decision.{name} must be a finite number, got {value!r}")
-    need = ("mode", "figure", "estimate", "ci_low", "ci_high", "se", "df", "runs", "decided")
-    missing = [c for c in need if c not in figures.columns]
-    if missing:
-        raise ValueError(f"figures: missing column(s) {missing}")
+    deployment = _check(thresholds, figures, deployment)
     fig = pd.concat([figures, pd.DataFrame(_sweep_rows(graph_sweep, confidence))], ignore_index=True)
+    fig["family"] = fig["family"].fillna(fig["mode"]) if "family" in fig else fig["mode"]
     fig["runs"] = fig.groupby("mode")["runs"].transform("max")
     fig["decided"] = fig["decided"].fillna(False).astype(bool)
     fig["threshold"] = [
         float(thresholds[THRESHOLD_OF[f]]) if f in THRESHOLD_OF else np.nan for f in fig["figure"]
     ]
-    fig = _states(fig, 1.0 - confidence)
+    alpha = 1.0 - confidence
+    fig = _states(fig, alpha)
     device = device_of(environment)
-    # a mode is decided on the portfolio's figures; a mode only the sweep measured is reported
-    measured = set(figures["mode"])
-    verdicts = {m: _mode_verdict(rows, device) for m, rows in fig.groupby("mode", sort=True) if m in measured}
-    fig["mode_verdict"] = fig["mode"].map(lambda m: verdicts.get(m, ("reported",))[0])
-    fig["mode_reason"] = fig["mode"].map(lambda m: verdicts.get(m, ("", "not timed by the portfolio"))[1])
-    verdict, reason = _headline(fig, verdicts, device)
+    measured = set(figures["family"] if "family" in figures else figures["mode"])
+    verdicts = {
+        fam: _family_verdict(rows, device, alpha)
+        for fam, rows in fig.groupby("family", sort=True)
+        if fam in measured
+    }
+    fig["mode_verdict"] = fig["family"].map(lambda m: verdicts.get(m, ("reported",))[0])
+    fig["mode_reason"] = fig["family"].map(lambda m: verdicts.get(m, ("", "not timed by the portfolio"))[1])
+    fig = _switch_verdicts(fig, alpha)
+    verdict, reason = _headline(fig, verdicts, device, deployment)
     fig["verdict"], fig["reason"] = verdict, reason
     fig["device"], fig["confidence"] = device, float(confidence)
+    fig["rule_version"] = engine.RULE_VERSION
     front = ["mode", "figure", "estimate", "ci_low", "ci_high", "threshold", "state", "verdict", "reason"]
     return fig[front + [c for c in fig.columns if c not in front]].drop(columns=["exceeds"])
 
 
-def _headline(fig: pd.DataFrame, verdicts: dict, device: str) -> tuple[str, str]:
+WORD = {"stop": "Stop", "continue": "Continue", "no-decision": "No decision"}
+
+
+def _unreachable(fig: pd.DataFrame) -> str:
+    """'eager mode cannot reach `stop` at this study's length (...)' for the modes whose decided
+    figures' noise floor is wider than their thresholds; '' when every mode can."""
+    said = []
+    for mode, rows in fig[fig["decided"] & (fig["family"] != PROFILE)].groupby("mode", sort=True):
+        wide = [r for _, r in rows.iterrows() if _out_of_reach(r)]
+        if wide:
+            half = max((r["ci_high"] - r["ci_low"]) / 2.0 for r in wide)
+            n = rows["invocations"].max() if "invocations" in rows else np.nan
+            length = f"{int(n)} invocations" if np.isfinite(n) else "this study's length"
+            said.append(f"{mode} mode cannot reach `stop` at {length} (CI half-width up to ±{half:.3g} pp)")
+    return "; ".join(said)
+
+
+def _headline(fig: pd.DataFrame, verdicts: dict, device: str, deployment: dict) -> tuple[str, str]:
     if device != "cuda":
         return (
             "no-decision",
             f"The timings are not GPU measurements (device: {device}), so no decision is drawn.",
         )
-    per_mode = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in verdicts.items())
     if not verdicts:
         return "no-decision", "No decision: no figure could be measured."
-    if any(v == "continue" for v, _ in verdicts.values()):
-        note = ""
-        for m, (v, _) in verdicts.items():
-            if v == "continue" and (n := _phase_note(fig[fig["mode"] == m])):
-                note += f" In {m} mode:{n}"
-        return "continue", f"Continue. {per_mode}.{note}"
-    if all(v == "stop" for v, _ in verdicts.values()):
-        return "stop", f"Stop. {per_mode}."
-    return "no-decision", f"No decision. {per_mode}."
-
-
-def z_of(confidence: float) -> float:
-    return float(norm.ppf(0.5 + confidence / 2.0))
-
-
-def with_detectable_effects(table: pd.DataFrame, mde: dict[str, dict]) -> pd.DataFrame:
-    """Append one reported row per mode: the smallest net gain over phase-keyed the rule detects with
-    the simulation's power on this study's own trace and noise (headroom.analysis.simulate
-    .minimum_detectable_effect): what a `stop` here can rule out. When no planted effect reached
-    that power, the figure is `policy_gain_mde_above` and its estimate the largest effect tried."""
-    rows = []
-    for mode, m in mde.items():
-        base = table[table["mode"] == mode]
-        if base.empty:
-            continue
-        finite = bool(np.isfinite(m["mde_pct"]))
-        row = base.iloc[0].to_dict()
-        row.update(
-            figure="policy_gain_mde" if finite else "policy_gain_mde_above",
-            estimate=float(m["mde_pct"] if finite else m["mde_at_least_pct"]),
-            ci_low=math.nan,
-            ci_high=math.nan,
-            threshold=float(m["threshold_pct"]),
-            state="reported",
-            unit="%",
-            se=math.nan,
-            df=math.nan,
-            decided=False,
-            p_value=math.nan,
-            detail=f"{m['power']:.0%} power over {m['seeds']} simulated seeds, {m['runs']} runs, "
-            f"{m['invocations']} invocations",
+    modes = {f: v for f, v in verdicts.items() if f != PROFILE}
+    if PROFILE in verdicts:
+        verdict, why = verdicts[PROFILE]
+        scope = ", ".join(f"{step} steps in {mode} mode" for step, mode in deployment.items())
+        scope = f" for the deployment profile ({scope})"
+    else:
+        vs = [v for v, _ in modes.values()]
+        verdict = (
+            "continue" if "continue" in vs else "stop" if all(v == "stop" for v in vs) else "no-decision"
         )
-        rows.append(row)
-    return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table
+        why = "; ".join(r for v, r in modes.values() if v == verdict)
+        missing = " and ".join(sorted(set(deployment.values()) - set(modes)))
+        scope = f" over the timed modes (the deployment profile needs {missing} mode timed too)"
+    unreach = _unreachable(fig)
+    first = f"{WORD[verdict]}{scope}" + (f"; {unreach}" if unreach else "") + "."
+    note = ""
+    for m, (v, _) in modes.items():
+        if v == "continue" and (n := _phase_note(fig[fig["family"] == m])):
+            note += f" In {m} mode:{n}"
+    per_mode = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in modes.items())
+    return verdict, f"{first} {why[0].upper() + why[1:]}. Per mode: {per_mode}.{note}"

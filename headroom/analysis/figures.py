@@ -1,155 +1,197 @@
-"""The decision's figures per mode, cross-run (see ``crossrun``), each an ``Estimate`` with its CI.
+"""The decision's figures per mode and per deployment-profile part, as rows (the engine computes them:
+``headroom.analysis.engine``; cross-run: chosen on one run, scored on another), each with its CI.
 
 Decided (the rule in ``headroom.analysis.decision``):
 
-* ``gap_to_oracle``: the global kernel's gap to the per-invocation oracle, fusion arm ``free`` (%).
-* ``policy_gain``: the net gain (after lifecycle costs) of the best deployable policy x arm, selected
-  on run a's validation slice, over ``phase-keyed`` in the free arm (%): does shape adaptivity beyond
-  the obvious phase split pay?
-* ``fusion_speedup`` (graph mode only): trace-weighted test latency of the best unfused global kernel
-  over the best fused one, on the study's own trace (x).
+* ``gap_to_oracle``: the global kernel's gap to the per-invocation oracle, fusion arm ``free`` (%);
+  it holds only when ``gap_to_oracle_bound`` (run b's own oracle: biased up) has its CI below the
+  threshold (``engine.HOLD_BY``; the row's ``hold_high``).
+* ``policy_gain``: the net gain (after lifecycle costs) of the best deployable policy x arm over the
+  better of ``global`` and ``phase-keyed`` (both chosen on run a's validation slice) (%): does shape
+  adaptivity pay against a baseline that is not a strawman? In graph mode the deployable policies key
+  on what is fixed at capture (``registry.GRAPH_DEPLOYABLE``).
 
-Reported beside them (not decided on): ``phase_split_gain`` (phase-keyed over global), the per-phase
-fusion speedups (deciding on them would count the phase split twice), ``policy_gain_vs_global``, the
-same-run gap (v1) and the decomposition of the gap into what the headroom is made of, each as % of
-the oracle's latency so that they add up to the cross-run gap: ``made_of_phase_split``,
-``made_of_fusion_within_phase`` (per invocation, fused or not at the phase's tile),
-``made_of_tile_within_phase`` (the rest of the oracle), and ``made_of_noise`` (same-run minus cross-run
-gap: the winner's curse).
+Reported beside them (not decided on): ``phase_split_gain`` (phase-keyed over global),
+``policy_gain_vs_global``, ``policy_gain_vs_phase``, in graph mode ``policy_gain_runtime_dispatch``
+(the kv-keyed policies, which would need a runtime dispatch inside the graph), the fusion speedups, the
+same-run gap (v1), the decomposition of the gap into what the headroom is made of (each as % of the
+oracle's latency, so that they add up to the cross-run gap: ``made_of_phase_split``,
+``made_of_fusion_within_phase``, ``made_of_tile_within_phase``, ``made_of_noise``: same-run minus
+cross-run gap, the winner's curse) and the **kernel recommendation** rows (``KERNEL_ROWS``).
+
+Kernel recommendation (per mode; never decided on): ``kernel`` is the one global kernel to ship,
+refit on every run's whole trace (least summed latency plus plan charges); ``runs_agree`` how many of
+the runs pick it on their own. ``kernel_vs_best_unfused`` and ``kernel_vs_<native candidate>`` are
+trace-weighted speedups (alternative's summed latency over the global kernel's, cross-run: both chosen
+on run a, scored on run b) with CIs.
+
+Deployment profile (config ``decision.deployment``: step type -> mode): each step type is a part,
+``<mode>@<step type>``, decided on its own invocations (fitted and scored on that subset, with its own
+chronological split). The trace has no step-type column yet: a decode invocation stands for a
+decode-only step and a prefill invocation for a step with a prefill (a mixed step); a ``step`` column,
+when present, is used instead.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import crossrun
-from headroom.analysis.crossrun import Fit, ModeData, Options, RunFits
+from headroom.analysis import crossrun, engine
+from headroom.analysis.crossrun import ModeData, Options
 
-DECIDED = ("gap_to_oracle", "policy_gain", "fusion_speedup")
+DECIDED = engine.DECIDED
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
+KERNEL_ROWS = "kernel_vs_"
+PROFILE = "profile"  # the family of the deployment profile's parts
 
 
-def study_figures(trace, timings, lifecycle=None, *, train_fraction=0.5, seed=0, **options) -> pd.DataFrame:
-    """One row per (mode, figure): estimate, ci_low, ci_high, se, df, runs, pairs, decided, detail."""
-    from headroom.analysis.policies import fitted_modes
+def deployment_profile(deployment=None) -> dict:
+    """The deployment profile (step type -> mode): ``deployment``, else config ``decision.deployment``."""
+    from headroom.core import defaults
 
+    return dict(defaults.value("decision", "deployment") if deployment is None else deployment)
+
+
+def unit_of(figure: str) -> str:
+    return "x" if figure in UNITS or figure.startswith(KERNEL_ROWS) else "%"
+
+
+def step_of(features: pd.DataFrame) -> np.ndarray:
+    """Each invocation's step type: the trace's ``step`` column, else decode -> decode-only and
+    prefill -> mixed (until the trace records step types)."""
+    if "step" in features.columns:
+        return features["step"].astype(str).to_numpy()
+    return np.where(features["phase"].astype(str).to_numpy() == "decode", "decode-only", "mixed")
+
+
+def part(md: ModeData, step: str) -> ModeData | None:
+    """The mode's invocations of one step type, in trace order (None when it has none)."""
+    mask = step_of(md.features) == step
+    if not mask.any():
+        return None
+    feats = md.features[mask].reset_index(drop=True)
+    return replace(md, mode=md.mode, features=feats, us=md.us[:, mask], sem2=md.sem2[:, mask])
+
+
+def study_figures(
+    trace, timings, lifecycle=None, *, train_fraction=0.5, seed=0, deployment=None, **options
+) -> pd.DataFrame:
+    """One row per (mode, figure): estimate, ci_low, ci_high, se, df, runs, pairs, decided, detail,
+    family (the mode's own, or ``profile`` for the deployment profile's parts ``<mode>@<step>``)."""
+    from headroom.analysis.policies import checked_modes
+
+    deployment = deployment_profile(deployment)
+    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
     rows = []
-    for opts, md, n_train, fits in fitted_modes(trace, timings, lifecycle, train_fraction, seed, options):
-        rows += mode_figures(md, fits, n_train, opts, seed)
+    for md in modes:
+        rows += mode_figures(md, costs, opts, train_fraction, seed)
+        rows += switch_sensitivity(md, costs, opts, train_fraction, seed)
+    timed = {m.mode: m for m in modes}
+    if not set(deployment.values()) <= set(timed):
+        return pd.DataFrame(rows)  # the profile needs every mode it names; decide says which is missing
+    for step, mode in deployment.items():
+        sub = part(timed[mode], step)
+        if sub is None:
+            continue
+        for r in mode_figures(sub, costs, opts, train_fraction, seed):
+            rows.append({**r, "mode": f"{mode}@{step}", "family": PROFILE})
     return pd.DataFrame(rows)
 
 
-def _fusion_within_phase(md: ModeData, rf: RunFits, run: int, n_train: int) -> Fit:
-    """Per test invocation, fused or unfused (chosen on run ``run``) at the phase-keyed tile."""
-    phase = rf.test["free"]["phase-keyed"]
-    us = md.us[run][n_train:]
-    choice = phase.choice.copy()
-    ours = ~md.native
-    for i, c in enumerate(phase.choice):
-        pair = np.flatnonzero(ours & (md.tile == md.tile[c]))
-        choice[i] = pair[np.argmin(us[i, pair])]
-    return Fit("fusion-within-phase", "free", choice, 0.0, 0.0, 0.0, [], "", 0.0, 0.0)
+def kernel(md: ModeData, L: engine.Layout) -> tuple[str, int]:
+    """(the global kernel refit on every run's whole trace, how many runs pick it on their own)."""
+    free = L.cols["free"]
+    cost = md.us[..., free] + L.plan[None][..., free]
+    pooled = free[int(np.argmin(cost.sum(axis=(0, 1))))]
+    per_run = free[np.argmin(cost.sum(axis=1), axis=-1)]
+    return md.names[pooled], int((per_run == pooled).sum())
 
 
-def _picks(md: ModeData, fits: list[RunFits], n_train: int) -> dict:
-    """name -> function of a RunFits giving (Fit, row mask or None) for ``crossrun.pair_vectors``."""
-    phases = md.features["phase"].astype(str).to_numpy()[n_train:]
-    fwp = {id(rf): _fusion_within_phase(md, rf, r, n_train) for r, rf in enumerate(fits)}
-    picks = {
-        "global": lambda rf: (rf.test["free"]["global"], None),
-        "oracle": lambda rf: (rf.test["free"]["oracle"], None),
-        "phase": lambda rf: (rf.test["free"]["phase-keyed"], None),
-        "fwp": lambda rf: (fwp[id(rf)], None),
-        "selected": lambda rf: (rf.test[rf.selected[1]][rf.selected[0]], None),
-    }
-    if {"off", "on"} <= set(md.arms()):
-        picks["global_off"] = lambda rf: (rf.test["off"]["global"], None)
-        picks["global_on"] = lambda rf: (rf.test["on"]["global"], None)
-        for ph in ("prefill", "decode"):
-            mask = phases == ph
-            if mask.any():
-                picks[f"off_{ph}"] = lambda rf, m=mask: (rf.test["off"]["phase-keyed"], m)
-                picks[f"on_{ph}"] = lambda rf, m=mask: (rf.test["on"]["phase-keyed"], m)
-    return picks
-
-
-def _share(a: str, b: str):
-    return lambda S, C, n: 100.0 * (S[a] - S[b]) / S["oracle"]
-
-
-def mode_figures(md: ModeData, fits: list[RunFits], n_train: int, opts: Options, seed: int) -> list[dict]:
-    picks = _picks(md, fits, n_train)
-    n_test = md.us.shape[1] - n_train
-    boot = crossrun.boot_indices(n_test, opts.bootstrap_resamples, crossrun.group_seed(seed, md.mode, "fig"))
-    pairs = crossrun.pair_vectors(md, fits, picks, n_train)
-    specs = {
-        "gap_to_oracle": crossrun.gap_pct("global"),
-        "policy_gain": crossrun.gain_pct("selected", "phase", net=True),
-        "phase_split_gain": crossrun.gain_pct("phase", "global", net=True),
-        "policy_gain_vs_global": crossrun.gain_pct("selected", "global", net=True),
-        "made_of_phase_split": _share("global", "phase"),
-        "made_of_fusion_within_phase": _share("phase", "fwp"),
-        "made_of_tile_within_phase": _share("fwp", "oracle"),
-    }
-    if "global_on" in picks:
-        specs["fusion_speedup"] = crossrun.ratio("global_off", "global_on")
-        specs.update(
-            {
-                f"fusion_speedup_{ph}": crossrun.ratio(f"off_{ph}", f"on_{ph}")
-                for ph in ("prefill", "decode")
-                if f"on_{ph}" in picks
-            }
+def mode_figures(md: ModeData, costs, opts: Options, train_fraction: float, seed: int) -> list[dict]:
+    """The rows of one mode (or profile part): the engine's one-seed figures."""
+    n = md.us.shape[1]
+    n_train, _ = crossrun.split(n, train_fraction, opts.validation_fraction)
+    if n_train < 1 or n - n_train < 1:
+        raise ValueError(
+            f"timings (mode {md.mode}): {n} invocation(s) cannot be split with train_fraction={train_fraction}"
         )
-    selected = Counter(f"{p} ({a})" for p, a in (rf.selected for rf in fits))
+    L = engine.layout(md, opts, costs, train_fraction, seed)
+    f = engine.figures(L, engine.Batch(md.us[None], md.sem2[None]))
+    order = f["order"]
+    selected = Counter(f"{order[i][0]} ({order[i][1]})" for i in f["selected"][0]) if order else Counter()
+    baseline = Counter(engine.BASELINES[i] for i in f["baseline"][0])
+    name, agree = kernel(md, L)
     rows = []
-    for name, fn in specs.items():
-        e = crossrun.pooled(pairs, fn, boot, opts.confidence) if pairs else None
-        decided = name in DECIDED and (name != "fusion_speedup" or md.mode == "graph")
-        detail = (
-            ", ".join(f"{k} x{v}" for k, v in sorted(selected.items()))
-            if name.startswith("policy_gain")
-            else ""
-        )
-        rows.append(_row(md, name, e, decided, detail))
-    same = [_same_run_gap(md, rf, r, n_train) for r, rf in enumerate(fits)]
-    rows.append(
-        _row(
-            md,
-            "gap_to_oracle_same_run",
-            None,
-            False,
-            "mean of the runs' same-run gaps (v1)",
-            float(np.mean(same)),
-        )
-    )
-    cross = rows[0]["estimate"]
-    rows.append(
-        _row(md, "made_of_noise", None, False, "same-run minus cross-run gap", float(np.mean(same)) - cross)
-    )
+    for fig in engine.specs(L, _probe(L)):
+        decided = fig in DECIDED
+        rows.append(_row(md, fig, f, decided, _detail(fig, selected, baseline, name, agree, len(md.runs))))
+        rows[-1]["hold_high"] = float(f[engine.HOLD_BY.get(fig, fig) + "_hi"][0]) if decided else np.nan
+        if fig.startswith(KERNEL_ROWS):
+            rows[-1].update(kernel=name, runs_agree=agree)
+    same = float(f["gap_to_oracle_same_run"][0])
+    rows.append(_row(md, "gap_to_oracle_same_run", None, False, "mean of the runs' same-run gaps (v1)", same))
+    cross = float(f["gap_to_oracle"][0])
+    rows.append(_row(md, "made_of_noise", None, False, "same-run minus cross-run gap", same - cross))
     return rows
 
 
-def _same_run_gap(md: ModeData, rf: RunFits, r: int, n_train: int) -> float:
-    us = md.us[r][n_train:]
-    g, o = (crossrun.latency(us, rf.test["free"][p]).sum() for p in ("global", "oracle"))
-    return float(100.0 * (g - o) / o)
+SWITCH_SCALES = (0.0, 2.0)  # the switch penalty's sensitivity: 0 and twice the measured one
 
 
-def _row(md, name, e, decided, detail, value=np.nan) -> dict:
+def switch_sensitivity(md: ModeData, costs, opts: Options, train_fraction: float, seed: int) -> list[dict]:
+    """Reported rows ``policy_gain_switch_<k>x``: the policy figure with the switch penalty scaled by
+    k (0 and 2x the measured); ``decision`` adds the mode's verdict at that penalty (the gap does not
+    depend on it): how much the verdict leans on the switch measurement."""
+    rows = []
+    for k in SWITCH_SCALES:
+        by_mode = {m: v * k for m, v in costs.switch_us_by_mode.items()}
+        scaled = replace(costs, switch_us=costs.switch_us * k, switch_us_by_mode=by_mode)
+        f = engine.figures(
+            engine.layout(md, opts, scaled, train_fraction, seed), engine.Batch(md.us[None], md.sem2[None])
+        )
+        name = f"policy_gain_switch_{k:g}x"
+        scaled_f = {name + x: f["policy_gain" + x] for x in ("", "_lo", "_hi", "_se", "_df")}
+        rows.append(_row(md, name, scaled_f, False, f"switch penalty x{k:g} of the measured"))
+    return rows
+
+
+def _probe(L: engine.Layout) -> dict:
+    """The pick names ``engine.specs`` reads to know which figures a layout has."""
+    names = {"runtime": None} if L.runtime else {}
+    names.update({f"native:{L.names[c]}": None for c in np.flatnonzero(L.native)})
+    return names
+
+
+def _detail(fig, selected, baseline, name, agree, runs) -> str:
+    if fig.startswith("policy_gain"):
+        chosen = ", ".join(f"{k} x{v}" for k, v in sorted(selected.items()))
+        base = ", ".join(f"{k} x{v}" for k, v in sorted(baseline.items()))
+        extra = f"; {engine.RUNTIME_DISPATCH}" if fig == "policy_gain_runtime_dispatch" else ""
+        return f"selected: {chosen}; baseline: {base}{extra}"
+    if fig.startswith(KERNEL_ROWS):
+        return f"kernel {name} (refit on all runs; {agree} of {runs} runs agree)"
+    return ""
+
+
+def _row(md, name, f, decided, detail, value=np.nan) -> dict:
+    get = (lambda k: float(f[name + k][0])) if f is not None else (lambda k: np.nan)
     return {
         "mode": md.mode,
         "figure": name,
-        "unit": UNITS.get(name, "%"),
-        "estimate": e.estimate if e else value,
-        "ci_low": e.ci_low if e else np.nan,
-        "ci_high": e.ci_high if e else np.nan,
-        "se": e.se if e else np.nan,
-        "df": e.df if e else np.nan,
+        "unit": unit_of(name),
+        "estimate": get("") if f is not None else value,
+        "ci_low": get("_lo"),
+        "ci_high": get("_hi"),
+        "se": get("_se"),
+        "df": get("_df"),
         "runs": len(md.runs),
-        "pairs": e.pairs if e else 0,
+        "invocations": int(md.us.shape[1]),
+        "pairs": len(md.runs) * (len(md.runs) - 1) if f is not None else 0,
         "decided": decided,
         "detail": detail,
+        "family": md.mode,
     }

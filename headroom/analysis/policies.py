@@ -13,10 +13,12 @@ Same-run figures (one row per run; v1, kept to show the winner's curse):
 
     gain_vs_global_pct = 100 * (T_global - T_policy) / T_global      (global fitted in the same arm)
     gap_to_oracle_pct  = 100 * (T_policy - T_oracle) / T_oracle     (oracle: argmin of the test split)
-    net_gain_pct       = gain after each policy's lifecycle costs, per invocation: dispatch lookup +
-                         switching penalty x switch rate + compile time of the candidates it uses
-                         amortized over ``deployment_invocations``. In graph mode the lookup is paid
-                         once at capture, so replays pay none.
+    net_gain_pct       = gain after each policy's lifecycle costs, per invocation (``costs.charge``,
+                         as the decision charges them): dispatch lookup + the switching penalty on
+                         each change of candidate within a phase (beyond what the global kernel
+                         pays) + each shape's own plan build per call (eager) + compile time of the
+                         candidates it uses amortized over ``deployment_invocations``. In graph mode
+                         the lookup is paid once at capture, so replays pay none.
 
 ``ci_low``/``ci_high`` are the percentile bootstrap CI (level ``confidence``) of
 ``gain_vs_global_pct`` over test invocations of that run (``gap_ci_*``, ``net_ci_*``: the same
@@ -115,13 +117,18 @@ def fit_mode(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction:
     return n_train, [crossrun.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
 
 
+def checked_modes(trace, timings, lifecycle, train_fraction: float, options: dict):
+    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData)."""
+    opts = Options.from_mapping(options)
+    _check_inputs(trace, timings, train_fraction)
+    return opts, lifecycle_costs(lifecycle), crossrun.mode_data(trace, timings)
+
+
 def fitted_modes(trace, timings, lifecycle, train_fraction: float, seed: int, options: dict):
     """Check the inputs, then per mode of the timings: (opts, its ModeData, n_train, each run's fits),
     with ``options`` read into ``Options`` and the lifecycle's costs charged."""
-    opts = Options.from_mapping(options)
-    _check_inputs(trace, timings, train_fraction)
-    costs = lifecycle_costs(lifecycle)
-    for md in crossrun.mode_data(trace, timings):
+    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
+    for md in modes:
         n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
         yield opts, md, n_train, fits
 

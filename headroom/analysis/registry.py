@@ -38,7 +38,9 @@ class Train:
 
     sem2: squared standard error of each median (regret-aware's noise term; zeros when unknown);
     z: one-sided normal quantile of regret-aware's lower bound; deviation_cost_us: what deviating from
-    the global candidate costs per invocation (lookup + a switch); seed, clusters: of the k-means.
+    the global candidate costs per invocation (lookup + a switch); seed, clusters: of the k-means;
+    charge_us: what each candidate is charged per call on each invocation besides its latency (plan
+    builds in eager mode), part of what policies minimize (``fit_objective``).
     """
 
     features: pd.DataFrame
@@ -49,6 +51,7 @@ class Train:
     deviation_cost_us: float = 0.0
     clusters: int = 4
     seed: int = 0
+    charge_us: np.ndarray | None = None  # (n, C) per-call charge of each candidate (eager plan builds)
 
 
 def _pow2(x: float) -> int:
@@ -73,6 +76,7 @@ class KeyedPolicy:
     table: dict = field(default_factory=dict)
     fallback: int = 0
     candidates: tuple[str, ...] = ()
+    regret = False  # regret-aware: deviate from global only when the gain's lower bound pays for it
 
     def key(self, shape: Mapping) -> Hashable:
         return None  # global: one key for every shape
@@ -80,14 +84,18 @@ class KeyedPolicy:
     def keys(self, features: pd.DataFrame) -> list:
         return [self.key(s) for s in rows_of(features)]
 
-    def fit(self, train: Train) -> KeyedPolicy:
-        sums = train.us.sum(axis=0)
-        self.fallback, self.candidates = int(np.argmin(sums)), tuple(train.candidates)
-        self.table = self._fit_table(train)
+    def prepare(self, features: pd.DataFrame) -> KeyedPolicy:
+        """Whatever the keys need from the train shapes alone (clustered: its k-means)."""
         return self
 
-    def _fit_table(self, train: Train) -> dict:
-        return best_per_key(self.keys(train.features), train.us, self.fallback)
+    def fit(self, train: Train) -> KeyedPolicy:
+        self.candidates = tuple(train.candidates)
+        self.prepare(train.features)
+        codes, uniques = key_codes(self.keys(train.features))
+        best, fb = fit_keyed(codes, len(uniques), fit_objective(train), regret_of(self, train))
+        self.fallback = int(fb)
+        self.table = dict(zip(uniques, best.tolist(), strict=True))
+        return self
 
     def choose(self, features: pd.DataFrame) -> np.ndarray:
         get, fb = self.table.get, self.fallback
@@ -97,15 +105,59 @@ class KeyedPolicy:
         return self.candidates[self.table.get(self.key(shape), self.fallback)]
 
 
-def best_per_key(keys: list, us: np.ndarray, fallback: int) -> dict:
-    """Column with the least summed latency per key; a tie keeps ``fallback`` (no switch)."""
+def key_codes(keys: list) -> tuple[np.ndarray, list]:
+    """(code of each key, the distinct keys in first-seen order)."""
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
-    sums = np.zeros((len(uniques), us.shape[1]))
-    np.add.at(sums, codes, us)
-    best = np.argmin(sums, axis=1)
-    keep = sums[np.arange(len(uniques)), fallback] <= sums[np.arange(len(uniques)), best]
-    best[keep] = fallback
-    return dict(zip(uniques, best.tolist(), strict=True))
+    return codes.astype(np.int64), list(uniques)
+
+
+def fit_objective(train: Train) -> np.ndarray:
+    """What a policy minimizes per key: each invocation's latency plus the per-call charge its
+    candidate pays there (plan builds). Switches and compiles are left out: they depend on the whole
+    sequence or the whole set of candidates, so the per-key argmin is an approximation of the net cost
+    the policy is scored on (regret-aware charges a switch for deviating)."""
+    return train.us if train.charge_us is None else train.us + train.charge_us
+
+
+def regret_of(policy, train: Train):
+    """regret-aware's test parameters (z, deviation cost, squared SE of each median) or None."""
+    if not policy.regret:
+        return None
+    sem2 = train.sem2 if train.sem2 is not None else np.zeros_like(train.us)
+    return train.z, train.deviation_cost_us, sem2
+
+
+def fit_keyed(codes: np.ndarray, k: int, us: np.ndarray, regret=None) -> tuple[np.ndarray, np.ndarray]:
+    """(best column per key (..., k), global column (...)) of a keyed policy on ``us`` (..., n, C):
+    the least summed cost per key; a tie keeps the global column (no switch). Leading axes are seeds
+    and runs of the simulator; a study's run is ``us`` (n, C).
+
+    regret (z, deviation_us, sem2 (..., n, C)): keep a key on the global column unless the lower
+    confidence bound of its per-invocation gain exceeds the deviation cost; the gain's standard error
+    combines the medians' noise (sem2 of both columns) and the spread of the gain over the key's
+    invocations (when it has at least two)."""
+    onehot = np.zeros((k, us.shape[-2]))
+    onehot[codes, np.arange(us.shape[-2])] = 1.0
+    fb = np.argmin(us.sum(axis=-2), axis=-1)
+    sums = np.einsum("kn,...nc->...kc", onehot, us)
+    best = np.argmin(sums, axis=-1)
+    at_fb = np.take_along_axis(sums, np.broadcast_to(fb[..., None, None], (*fb.shape, k, 1)), -1)[..., 0]
+    at_best = np.take_along_axis(sums, best[..., None], -1)[..., 0]
+    best = np.where(at_fb <= at_best, fb[..., None], best)
+    if regret is None:
+        return best, fb
+    z, deviation_us, sem2 = regret
+    row_best = best[..., codes]
+    pick = lambda a, col: np.take_along_axis(a, col[..., None], -1)[..., 0]  # noqa: E731
+    fb_rows = np.broadcast_to(fb[..., None], row_best.shape)
+    d = pick(us, fb_rows) - pick(us, row_best)
+    s2 = pick(sem2, fb_rows) + pick(sem2, row_best)
+    cnt = onehot.sum(axis=1)
+    mean = (d @ onehot.T) / cnt
+    spread = ((d - mean[..., codes]) ** 2 @ onehot.T) / np.maximum(cnt - 1, 1)
+    se2 = (s2 @ onehot.T) / cnt**2 + np.where(cnt >= 2, spread / cnt, 0.0)
+    deviate = (best != fb[..., None]) & (mean - z * np.sqrt(se2) > deviation_us)
+    return np.where(deviate, best, fb[..., None]), fb
 
 
 class PhaseKeyed(KeyedPolicy):
@@ -141,22 +193,30 @@ class RegretAware(ExactKey):
 
     gain d_i = t_global,i - t_best,i over the key's train invocations; its standard error combines
     the timing noise of each median (sem2 of both candidates) and the spread of d across the key's
-    invocations (std(d)/sqrt(n), when n >= 2)."""
+    invocations (std(d)/sqrt(n), when n >= 2); see ``fit_keyed``."""
 
-    def _fit_table(self, train: Train) -> dict:
-        keys = np.array(self.keys(train.features), dtype=object)
-        sem2 = train.sem2 if train.sem2 is not None else np.zeros_like(train.us)
-        fb, table = self.fallback, {}
-        for key, col in best_per_key(list(keys), train.us, fb).items():
-            if col == fb:
-                continue
-            rows = keys == key
-            d = train.us[rows, fb] - train.us[rows, col]
-            n = len(d)
-            se2 = (sem2[rows, fb] + sem2[rows, col]).sum() / n**2 + (d.var(ddof=1) / n if n >= 2 else 0.0)
-            if d.mean() - train.z * math.sqrt(se2) > train.deviation_cost_us:
-                table[key] = col
-        return table
+    regret = True
+
+
+# vLLM's default CUDA Graph capture sizes: a decode batch runs the graph of the smallest size >= it.
+CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
+
+
+def padded_batch(batch: int) -> int:
+    """The captured batch size a batch of ``batch`` replays (itself above the largest capture size)."""
+    return next((c for c in CAPTURE_SIZES if c >= batch), int(batch))
+
+
+class BatchKeyed(KeyedPolicy):
+    """One candidate per (phase, padded batch size): keyed only on what is fixed when a CUDA Graph is
+    captured, so a graph-mode server can bake the choice into each captured graph."""
+
+    def key(self, shape):
+        return f"{shape['phase']}|b{padded_batch(int(shape['batch']))}"
+
+    def keys(self, features):
+        pad = [padded_batch(int(b)) for b in features["batch"]]
+        return [f"{p}|b{b}" for p, b in zip(features["phase"].astype(str), pad, strict=True)]
 
 
 def _cluster_vector(shape: Mapping) -> list[float]:
@@ -180,23 +240,29 @@ class Clustered(KeyedPolicy):
     mean: np.ndarray
     std: np.ndarray
     centroids: np.ndarray
+    clusters: int = 4
+    seed: int = 0
 
-    def _fit_table(self, train: Train) -> dict:
-        x = np.array([_cluster_vector(s) for s in rows_of(train.features)])
+    def prepare(self, features: pd.DataFrame) -> Clustered:
+        x = np.array([_cluster_vector(s) for s in rows_of(features)])
         self.mean, self.std = x.mean(axis=0), x.std(axis=0)
         self.std[self.std == 0] = 1.0  # a constant feature carries no distance
         # fit on the distinct shapes weighted by their train counts: same objective, far fewer points
         distinct, counts = np.unique((x - self.mean) / self.std, axis=0, return_counts=True)
-        k = max(1, min(train.clusters, len(distinct)))
+        k = max(1, min(self.clusters, len(distinct)))
         self.centroids = _kmeans(
             np.ascontiguousarray(distinct).tobytes(),
             counts.astype(np.int64).tobytes(),
             x.shape[1],
             k,
-            train.seed,
+            self.seed,
         )
         self._plain = (self.mean.tolist(), self.std.tolist(), self.centroids.tolist())
-        return best_per_key(self.keys(train.features), train.us, self.fallback)
+        return self
+
+    def fit(self, train: Train) -> Clustered:
+        self.clusters, self.seed = train.clusters, train.seed
+        return super().fit(train)
 
     @property
     def k(self) -> int:
@@ -246,12 +312,22 @@ REGISTRY = {
     "bucketed": Bucketed,
     "clustered": Clustered,
     "regret-aware": RegretAware,
+    "batch-keyed": BatchKeyed,
     "random": Random,
 }
 POLICIES = (*REGISTRY, "oracle")
-# Policies a serving system could ship that adapt to shape beyond the phase split; `phase-keyed` is
-# the baseline they must beat, `random` a floor, `oracle` needs the future.
-DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware")
+# Policies a serving system could ship that adapt to shape beyond the phase split; the better of
+# `global` and `phase-keyed` is the baseline they must beat, `random` a floor, `oracle` needs the future.
+DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed")
+# Under full CUDA Graph replay kv_len changes inside a replay: only policies keyed on what is fixed at
+# capture (phase, padded batch size) can be baked into the graphs. The others would need a runtime
+# dispatch inside the graph; graph mode reports them and decides on these.
+GRAPH_DEPLOYABLE = ("batch-keyed",)
+
+
+def deployable_in(mode: str) -> tuple[str, ...]:
+    """The policies the decision selects from in ``mode``."""
+    return GRAPH_DEPLOYABLE if mode == "graph" else DEPLOYABLE
 
 
 def make(name: str):

@@ -20,10 +20,13 @@ def _noise(run, inv, tile, fused, scale):
     return 1.0 + scale * np.random.default_rng(key).standard_normal()
 
 
-def _decide(latency, seq="ABC" * 8, modes=("graph",), env="cuda", runs=(1, 2, 3), sweep=None, **thr):
+def _decide(
+    latency, seq="ABC" * 8, modes=("graph",), env="cuda", runs=(1, 2, 3), sweep=None, deployment=None, **thr
+):
     tr = S.trace(seq)
-    figs = figures.study_figures(tr, S.timings(tr, latency, runs=runs, modes=modes), **FAST)
-    return decision.decide(figs, sweep, S.environment(env), **thr)
+    tm = S.timings(tr, latency, runs=runs, modes=modes)
+    figs = figures.study_figures(tr, tm, deployment=deployment, **FAST)
+    return decision.decide(figs, sweep, S.environment(env), deployment=deployment, **thr)
 
 
 def _fig(d, figure, mode="graph"):
@@ -39,9 +42,9 @@ def test_format_range_and_signed_ci():
 
 def test_flat_surface_on_a_gpu_stops_with_one_row_per_mode_and_figure():
     d = _decide(lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.001))
-    assert set(d["verdict"]) == {"stop"} and d["reason"].iloc[0].startswith("Stop.")
+    assert set(d["verdict"]) == {"stop"} and d["reason"].iloc[0].startswith("Stop over the timed modes")
     decided = d[d["decided"]]
-    assert list(decided["figure"]) == ["gap_to_oracle", "policy_gain", "fusion_speedup"]
+    assert list(decided["figure"]) == ["gap_to_oracle", "policy_gain"]  # v3: fusion is a kernel row
     assert (decided["state"] == "holds").all()
     assert {"estimate", "ci_low", "ci_high", "threshold", "state", "verdict", "reason"} <= set(d.columns)
     assert not d.duplicated(["mode", "figure"]).any()
@@ -149,7 +152,8 @@ def test_detectable_effects_are_reported_rows_never_decided():
     mde = {
         "graph": {
             "mde_pct": 4.3,
-            "mde_at_least_pct": 4.3,
+            "up_to_pct": 20.0,
+            "text": "minimum detectable net gain at 80% power: 4.30%",
             "threshold_pct": 1.0,
             "power": 0.8,
             "seeds": 200,
@@ -157,8 +161,9 @@ def test_detectable_effects_are_reported_rows_never_decided():
             "invocations": 48,
         },
         "eager": {
-            "mde_pct": float("inf"),
-            "mde_at_least_pct": 18.9,
+            "mde_pct": float("nan"),
+            "up_to_pct": 18.9,
+            "text": "no effect up to 18.90% reaches 80% power (largest power seen 16%)",
             "threshold_pct": 1.0,
             "power": 0.8,
             "seeds": 200,
@@ -169,6 +174,115 @@ def test_detectable_effects_are_reported_rows_never_decided():
     out = decision.with_detectable_effects(table, mde)
     added = out.iloc[2:].set_index("mode")
     assert added.loc["graph", "figure"] == "policy_gain_mde" and added.loc["graph", "estimate"] == 4.3
-    assert added.loc["eager", "figure"] == "policy_gain_mde_above" and added.loc["eager", "estimate"] == 18.9
+    assert added.loc["eager", "figure"] == "policy_gain_no_mde" and added.loc["eager", "estimate"] == 18.9
+    assert "no effect up to 18.90% reaches 80% power" in added.loc["eager", "detail"]
     assert not added["decided"].any() and (added["state"] == "reported").all()
     assert (added["verdict"] == "stop").all()  # the headline travels on every row
+
+
+def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
+    # in graph mode decode C wants tile 2 and decode D tile 0 (by 40%); eager is flat: graph
+    # continues, eager stops, and the profile's decode-only part (graph) carries the headline
+    def lat(k, t, f, r, m, i):
+        fast = m == "graph" and ((k == "C") == (t == 2))
+        return S.BASE_US[k] * (0.6 if fast else 1.0) * _noise(r, i, t, f, 0.001)
+
+    d = _decide(lat, seq="ACDC" * 8, modes=("graph", "eager"))
+    parts = d[d["family"] == "profile"]
+    assert set(parts["mode"]) == {"graph@decode-only", "eager@mixed"}
+    assert set(parts.loc[parts["decided"], "figure"]) == {"gap_to_oracle", "policy_gain"}
+    assert d["verdict"].iloc[0] == "continue" and d["reason"].iloc[0].startswith(
+        "Continue for the deployment profile"
+    )
+    assert _fig(d, "gap_to_oracle", "graph@decode-only").state == "exceeds"
+    assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
+    assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
+    assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
+    assert (d["rule_version"] == "decision-v3").all()
+
+
+def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
+    d = _decide(
+        S.flat,
+        seq="ACBC" * 8,
+        modes=("graph", "eager"),
+        deployment={"decode-only": "graph", "mixed": "graph"},
+    )
+    assert set(d.loc[d["family"] == "profile", "mode"]) == {"graph@decode-only", "graph@mixed"}
+    with pytest.raises(ValueError, match="decision.deployment"):
+        _decide(S.flat, deployment={"decode-only": "cuda-graph"})
+
+
+def test_a_mode_that_cannot_stop_at_this_length_is_said_first():
+    d = _decide(
+        lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.2 if m == "eager" else 0.001),
+        modes=("graph", "eager"),
+    )
+    first = d["reason"].iloc[0].split(". ")[0]
+    assert "eager mode cannot reach `stop` at 24 invocations" in first
+
+
+def test_the_reason_says_holm_held_a_figure_back():
+    rows = pd.DataFrame(
+        {
+            "mode": ["eager"] * 2,
+            "figure": ["gap_to_oracle", "policy_gain"],
+            "estimate": [4.42, 0.0],
+            "ci_low": [0.7, -0.5],
+            "ci_high": [8.1, 0.5],
+            "se": [1.9, 0.25],
+            "df": [1e6, 1e6],
+            "runs": [3, 3],
+            "decided": [True, True],
+            "unit": ["%", "%"],
+        }
+    )
+    d = decision.decide(rows, None, S.environment("cuda"))
+    assert d["mode_verdict"].iloc[0] == "no-decision"  # p = 0.036 alone, > 0.05 / 2 under Holm
+    assert "would exceed alone" in d["mode_reason"].iloc[0] and "Holm" in d["mode_reason"].iloc[0]
+
+
+def test_the_phase_note_follows_the_sign_of_the_phase_split():
+    def rows(lo, hi):
+        return pd.DataFrame(
+            {
+                "mode": "graph",
+                "figure": ["gap_to_oracle", "policy_gain", "phase_split_gain"],
+                "state": ["exceeds", "holds", "reported"],
+                "estimate": [5.0, 0.0, (lo + hi) / 2],
+                "ci_low": [4.0, -0.5, lo],
+                "ci_high": [6.0, 0.5, hi],
+                "threshold": [1.0, 1.0, np.nan],
+                "unit": "%",
+                "family": "graph",
+            }
+        )
+
+    assert "captures it" in decision._phase_note(rows(2.0, 6.0))
+    assert "does not capture it" in decision._phase_note(rows(-6.0, -2.0))
+    assert "is open" in decision._phase_note(rows(-1.0, 3.0))
+
+
+def test_the_verdicts_sensitivity_to_the_switch_penalty_is_reported():
+    life = S.lifecycle()
+    tr = S.trace("ACBC" * 8)
+    tm = S.timings(tr, lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.001), modes=("graph",))
+    d = decision.decide(figures.study_figures(tr, tm, life, **FAST), None, S.environment("cuda"))
+    rows = d[d["figure"].str.startswith("policy_gain_switch_")].set_index("figure")
+    assert list(rows.index) == ["policy_gain_switch_0x", "policy_gain_switch_2x"]
+    assert (rows["state"] == "reported").all() and not rows["decided"].any()
+    assert rows["detail"].str.contains("the mode's verdict at it: stop").all()
+
+
+def test_the_kernel_recommendation_is_reported_first_class_and_never_continues():
+    # fused 20% faster on every shape, tile 0 best by 5%: one fused kernel to ship, no portfolio
+    def lat(k, t, f, r, m, i):
+        return S.BASE_US[k] * (0.8 if f else 1.0) * (1.05 if t else 1.0) * _noise(r, i, t, f, 0.001)
+
+    d = _decide(lat)
+    rows = d[d["figure"] == "kernel_vs_best_unfused"]
+    assert len(rows) == 1 and rows["state"].iloc[0] == "reported" and not rows["decided"].iloc[0]
+    row = rows.iloc[0]
+    assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
+    assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3").all()

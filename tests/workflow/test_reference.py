@@ -14,11 +14,15 @@ pytestmark = pytest.mark.slow
 
 # gate exit codes: 0 stop, 3 continue, 4 no-decision
 EXPECTED = {
-    "default": ("continue", 3),
+    # decision v3: the headline is the deployment profile's (decode-only steps in graph mode, mixed
+    # steps in eager mode); generation 1's graph-mode headroom was a phase split, absent from decode-only
+    # steps, and eager mixed steps cannot reach a decision at 48 invocations
+    "default": ("no-decision", 4),
     "azure-conv": ("continue", 3),
-    # generation-2 kernels (no K re-rotation tax, plan/run host path): the phase split is gone
-    "default-gen2": ("no-decision", 4),
-    "azure-conv-gen2": ("continue", 3),
+    # generation-2 kernels: graph mode stops on the default trace; eager mixed steps hold a gap
+    "default-gen2": ("continue", 3),
+    # the decode-only gap (+1.6%) exceeds alone but not after Holm over the profile's four figures
+    "azure-conv-gen2": ("no-decision", 4),
 }
 
 

@@ -1,4 +1,5 @@
-"""The verdict per mode and the figures it was decided on, with what the headroom is made of."""
+"""The kernel recommendation, then the verdict (the deployment profile's, and per mode) and the
+figures it was decided on, with what the headroom is made of."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ from headroom.report.sections import headroom_made_of
 
 FIGURE_LABELS = {
     "gap_to_oracle": "global kernel's gap to the oracle (fusion arm free)",
-    "policy_gain": "best deployable policy's net gain over phase-keyed (chosen on validation)",
+    "policy_gain": "best deployable policy's net gain over the better of global and phase-keyed "
+    "(both chosen on validation)",
+    "policy_gain_runtime_dispatch": "kv-keyed policies' net gain (graph mode: needs runtime dispatch "
+    "inside the graph; reported, not decided)",
     "fusion_speedup": "trace-weighted fusion speedup (global unfused / global fused)",
+    "kernel_vs_best_unfused": "recommended kernel's speedup over the best unfused kernel",
+    "policy_gain_switch_0x": "policy figure with no switch penalty (the detail: the mode's verdict then)",
+    "policy_gain_switch_2x": "policy figure at twice the measured switch penalty (the detail: the verdict)",
     "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
     "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
-    "policy_gain_mde": "smallest net gain over phase-keyed the rule detects (80% power, simulated "
+    "policy_gain_mde": "smallest net gain over the baseline the rule detects (80% power, simulated "
     "on this study's trace and noise): what a stop here rules out",
-    "policy_gain_mde_above": "smallest detectable net gain over phase-keyed is above this (no planted "
-    "effect up to it reached 80% power on this study's trace and noise)",
+    "policy_gain_no_mde": "no planted net gain up to this reached 80% power on this study's trace "
+    "and noise (the detail gives the largest power seen): not a minimum detectable effect",
 }
 
 
@@ -28,18 +35,21 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
     if "figure" not in d.columns:
         return skipped("decision", title, "decision.parquet predates decision v2 (no per-figure rows)")
     s = Section("decision", title)
-    modes = d.drop_duplicates("mode")
-    s.text += [f"{m.mode} mode: {m.mode_verdict} ({m.mode_reason})." for m in modes.itertuples()]
+    s.text += _kernel_lines(d)
+    fams = d.drop_duplicates("family") if "family" in d.columns else d.drop_duplicates("mode")
+    s.text += [f"{m.mode} mode: {m.mode_verdict} ({m.mode_reason})." for m in fams.itertuples()]
     s.text.append(
         "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
         "and scored on another (all ordered pairs of runs); CIs combine a jackknife over runs with a "
-        "bootstrap over test invocations; `continue` needs Holm's procedure to reject a figure's "
-        "'at or below threshold'. Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
+        "bootstrap over test invocations; `continue` needs Holm's procedure (within the mode, or within "
+        "the deployment profile's parts for the headline) to reject a figure's 'at or below threshold'. "
+        "Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
         "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
         "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
-        "bound beats its cost) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
+        "bound beats its cost), batch-keyed (phase and padded batch size: the only ones a CUDA Graph can "
+        "hold) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
     )
-    shown = d[d["decided"] | d["figure"].isin(FIGURE_LABELS)]
+    shown = d[(d["decided"] | d["figure"].isin(FIGURE_LABELS)) & ~d["figure"].str.startswith(KERNEL)]
     rows = [
         {
             "mode": r.mode,
@@ -48,6 +58,9 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
             "threshold": f"{r.threshold:g}{r.unit}" if pd.notna(r.threshold) else "",
             "state": r.state,
             "p (one-sided)": f"{r.p_value:.3g}" if pd.notna(r.p_value) else "",
+            "note": r.detail
+            if str(r.figure).startswith(("policy_gain_switch_", "policy_gain_mde", "policy_gain_no"))
+            else "",
         }
         for r in shown.itertuples()
     ]
@@ -57,3 +70,26 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
         s.figures.append(headroom_made_of.figure(made))
         s.tables.append(headroom_made_of.table_of(made))
     return s
+
+
+KERNEL = "kernel_vs_"
+
+
+def _kernel_lines(d: pd.DataFrame) -> list[str]:
+    """The kernel recommendation per mode, first: which one kernel to ship and how it compares."""
+    if "kernel" not in d.columns:
+        return []
+    rows = d[d["figure"].str.startswith(KERNEL) & d["kernel"].notna() & ~d["mode"].str.contains("@")]
+    out = []
+    for mode, g in rows.groupby("mode", sort=True):
+        first = g.iloc[0]
+        vs = "; ".join(
+            f"over {r.figure[len(KERNEL) :].replace('_', ' ')} "
+            f"{hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, r.unit)}"
+            for r in g.itertuples()
+        )
+        out.append(
+            f"Kernel recommendation, {mode} mode: ship {first['kernel']} ({int(first['runs_agree'])} of "
+            f"{int(first['runs'])} runs agree); trace-weighted speedup {vs}."
+        )
+    return out
