@@ -69,7 +69,7 @@ DRIVER = textwrap.dedent(
     from headroom.core import artifacts, defaults
     from headroom.measure import portfolio
     trace, cands, run, out = pd.read_parquet(sys.argv[1]), pd.read_parquet(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    rows, samples = portfolio.run(trace, cands, {"reps": REPS, "warmup_reps": 0, "mode": "both"}, run=run,
+    rows, samples = portfolio.run(trace, cands, {"sampler": "fixed", "reps": REPS, "warmup_reps": 0, "mode": "both"}, run=run,
                                   device="interpret", progress=False)
     artifacts.write(rows, f"{out}/run-{run}.parquet", kind="portfolio", provenance={"test": run})
     artifacts.write(samples, f"{out}/run-{run}-samples.parquet", kind="portfolio_samples", provenance={"test": run})
@@ -218,7 +218,10 @@ def test_adaptive_settings_are_checked_by_name():
     with pytest.raises(ValueError, match="portfolio.adaptive.target_rse_pct: unknown key"):
         portfolio.settings({"adaptive": {"target_rse_pct": {"prefill": 1.0}}})
     rules = portfolio.stop_rules(portfolio.settings({"sampler": "adaptive"}))
-    assert set(rules) == {"eager", "graph"} and portfolio.stop_rules(portfolio.settings({})) == {}
+    assert (
+        set(rules) == {"eager", "graph"}
+        and portfolio.stop_rules(portfolio.settings({"sampler": "fixed"})) == {}
+    )
 
 
 def test_candidate_order_properties():

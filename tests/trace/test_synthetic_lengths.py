@@ -28,9 +28,15 @@ def test_lognormal_lengths_have_the_stated_median_and_sigma_within_the_clip():
 
 
 def test_choice_stays_the_recorded_references_log():
-    """The default (`choice`) draws exactly what it drew before the lognormal option existed."""
-    syn = defaults.section("trace")["synthetic"]
-    assert syn["lengths"] == "choice"
+    """`choice` with the recorded references' settings draws exactly what it drew before the
+    lognormal option existed (so data/reference/h200/default*/ stay reproducible)."""
+    recorded = {"requests": 64, "mean_gap_s": 0.1, "prompt_tokens": [128, 512, 1024, 2048]}
+    syn = {
+        **defaults.section("trace")["synthetic"],
+        "lengths": "choice",
+        **recorded,
+        "generated_tokens": [2, 32],
+    }
     rng = np.random.default_rng(0)
     gaps = rng.exponential(syn["mean_gap_s"], size=syn["requests"])
     context = rng.choice(np.asarray(syn["prompt_tokens"]), size=syn["requests"])

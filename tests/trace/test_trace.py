@@ -155,9 +155,10 @@ def test_the_azure_overlay_resolves_and_builds(cuda):
 
 def test_synthetic_trace_is_chronological_seeded_and_complete():
     df = build_trace({}, PART)
-    assert len(df) == 48
+    n = defaults.value("trace", "invocations")
+    assert len(df) == n
     assert tuple(df.columns) == COLUMNS and set(REQUIRED) <= set(df.columns)
-    assert df["invocation"].tolist() == list(range(48))
+    assert df["invocation"].tolist() == list(range(n))
     assert df["arrival_s"].is_monotonic_increasing
     assert set(df["phase"]) == {"prefill", "decode"}
     assert (df.loc[df["phase"] == "decode", "q_len"] == 1).all()
