@@ -109,12 +109,19 @@ def test_query_stops_at_its_memory_limit_with_a_message(project, capsys):
     assert code == cli.EXIT_ERROR and "memory than its limit of 100MB" in err and "--memory-limit" in err
 
 
-def test_query_limits_refuse_nonsense(project, capsys):
-    for option, value in (("--timeout", "-1"), ("--timeout", "nan"), ("--memory-limit", "lots")):
-        with pytest.raises(SystemExit) as exc:
-            cli.main(["--results", str(project / "results"), "query", "SELECT 1", option, value])
-        assert exc.value.code == cli.EXIT_USAGE
-        assert value in capsys.readouterr().err
+@pytest.mark.parametrize(
+    "option, value, says",
+    [
+        ("--timeout", "-1", "-1 is not a time limit"),
+        ("--timeout", "nan", "nan is not a time limit"),
+        ("--memory-limit", "lots", "'lots' is not a memory size"),
+    ],
+)
+def test_query_limits_refuse_nonsense(project, capsys, option, value, says):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--results", str(project / "results"), "query", "SELECT 1", option, value])
+    assert exc.value.code == cli.EXIT_USAGE
+    assert says in capsys.readouterr().err
 
 
 def test_query_stops_promptly_at_ctrl_c(project):
