@@ -81,14 +81,14 @@ def find_results(given: str | None, cwd: Path | None = None) -> Path:
     else:
         cwd = Path.cwd() if cwd is None else cwd
         # the first results/ up the tree; a project's root (its Snakefile) ends the walk
-        found = [d / RESULTS_NAME for d in (cwd, *cwd.parents) if _holds_results(d)]
-        if not found:
+        found = next((d / RESULTS_NAME for d in (cwd, *cwd.parents) if _holds_results(d)), None)
+        if found is None:
             raise CliError(
                 f"no {RESULTS_NAME}/ folder in {cwd} or any folder above it (has the pipeline run?); "
                 f"run headroom inside the project, or name the folder with --results or {RESULTS_ENV}",
                 EXIT_NOT_RUN,
             )
-        results = found[0]
+        results = found
     check_results_folder(results)
     return results
 
