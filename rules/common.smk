@@ -114,20 +114,18 @@ def src(script, *extra):
 LOCAL_GPUS = sorted({g for g in GPU_OF.values() if g is not None})
 
 
-def _slurm(key):
-    return lambda wildcards: STUDIES[wildcards.study].get("slurm", {}).get(key, "")
-
-
-def _slurm_extra(wildcards):
-    slurm = STUDIES[wildcards.study].get("slurm", {})
-    extra = [f"--constraint={slurm['constraint']}"] if slurm.get("constraint") else []
-    return " ".join(extra + ([slurm["slurm_extra"]] if slurm.get("slurm_extra") else []))
+def _slurm(key, unset=""):
+    """A study's `slurm:` value as the Slurm executor plugin's resource of that name; `unset` when
+    the study sets none (None for constraint and qos: the plugin passes an empty string on)."""
+    return lambda wildcards: STUDIES[wildcards.study].get("slurm", {}).get(key, unset)
 
 
 GPU_RESOURCES = {
     "gpu": 1,
     "gpu_model": _slurm("gpu_model"),
-    "slurm_extra": _slurm_extra,
+    "constraint": _slurm("constraint", None),
+    "qos": _slurm("qos", None),
+    "slurm_extra": _slurm("slurm_extra"),
     **{f"gpu_{g}": (lambda wildcards, g=g: int(GPU_OF.get(wildcards.study) == g)) for g in LOCAL_GPUS},
 }
 for _g in LOCAL_GPUS:

@@ -256,11 +256,21 @@ def read_verified_bytes(path: str | os.PathLike) -> tuple[bytes, str]:
     return data, actual
 
 
+def parse_parquet(data: bytes) -> pa.Table:
+    """A Parquet file's bytes as a Table, parsed from an Arrow-owned copy of them. Parsed from the
+    Python `bytes` themselves, the last reference to them may be dropped by one of Arrow's worker
+    threads after the interpreter began to exit; that thread then needs the GIL, cannot take it,
+    and the process aborts ("terminate called without an active exception", exit 134)."""
+    owned = pa.allocate_buffer(len(data))
+    pa.FixedSizeBufferWriter(owned).write(data)
+    return pq.read_table(pa.BufferReader(owned))
+
+
 def read_table(path: str | os.PathLike) -> pa.Table:
     """Verified read as a pyarrow Table (parsed from the very bytes that were hashed)."""
     data, _ = read_verified_bytes(path)
     try:
-        return pq.read_table(pa.BufferReader(data))
+        return parse_parquet(data)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
 

@@ -42,7 +42,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from headroom.core import artifacts, identity
 from headroom.core.replay import lineage_input
@@ -221,7 +220,7 @@ def _read_artifact(path: Path, root: Path, results_root: Path, *, flat: bool, di
     rel = _rel(path, root)
     study = study_of(path, results_root, flat=flat)
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = artifacts.parse_parquet(data)
     except (OSError, pa.ArrowInvalid) as exc:
         raise artifacts.ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
     meta = table.schema.metadata or {}

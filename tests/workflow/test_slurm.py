@@ -1,7 +1,8 @@
 """The study matrix on a real Slurm: a single-node cluster from Debian's packages (slurm-wlm, munge;
 .ci/run installs them), no accounting database, one fake `gpu` generic resource. A tiny CPU smoke
 study and a replay study run through snakemake-executor-plugin-slurm with profiles/slurm, end to
-end; `headroom verify` passes and Slurm's own records show the jobs ran as Slurm jobs."""
+end; `headroom verify` passes and Slurm's own records show the jobs ran as Slurm jobs, the tiny
+study's GPU jobs with its overlay's node constraint."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.pipeline import SNAKEMAKE, copy_project, env, headroom
 pytestmark = pytest.mark.slow
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+FEATURE = "headroomgpu"  # the node's feature; the tiny study's overlay asks for it (slurm.constraint)
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 
 
@@ -64,7 +66,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 GresTypes=gpu
-NodeName={host} CPUs={os.cpu_count()} RealMemory={mem_mb - 512} Gres=gpu:1 State=UNKNOWN
+NodeName={host} CPUs={os.cpu_count()} RealMemory={mem_mb - 512} Gres=gpu:1 Feature={FEATURE} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
     )
@@ -152,6 +154,8 @@ def _test_profile(project: Path) -> Path:
 def test_smoke_and_replay_studies_run_as_slurm_jobs(slurm, tmp_path):
     project = copy_project(tmp_path / "headroom")
     profile = _test_profile(project)
+    tiny = project / "config/studies/tiny.yaml"
+    tiny.write_text(tiny.read_text() + f"\nslurm:\n  constraint: {FEATURE}\n")
     studies = ["tiny", "replay-h200-default"]
     start = time.time()
     proc = subprocess.run(
@@ -176,10 +180,12 @@ def test_smoke_and_replay_studies_run_as_slurm_jobs(slurm, tmp_path):
     submitted = out.count("has been submitted with SLURM jobid")
     assert submitted >= 10, out[-4000:]
     jobs = subprocess.run(
-        ["squeue", "-h", "--states=all", "-o", "%i %T %j"], capture_output=True, text=True, check=True
+        ["squeue", "-h", "--states=all", "-o", "%i %T %j %f"], capture_output=True, text=True, check=True
     ).stdout.split("\n")
     completed = [line for line in jobs if " COMPLETED " in line]
     assert len(completed) >= submitted, jobs
+    # the overlay's constraint reached sbatch (-C) through the plugin's `constraint` resource
+    assert any(line.endswith(f" {FEATURE}") for line in completed), jobs
     logs = list((project / ".snakemake/slurm_logs").rglob("*.log"))
     assert any("rule_portfolio" in str(p) for p in logs) and any("rule_policies" in str(p) for p in logs), (
         logs

@@ -1,0 +1,370 @@
+"""The CLI for people and scripts (issue 23): bounded queries, messages instead of tracebacks,
+quiet pipes, the results folder found from anywhere in the project, lineage as a check."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from headroom.core import artifacts, catalog, cli, contracts
+
+ROOT = Path(__file__).resolve().parents[2]
+_FILL = {"string": "x", "integer": 0, "floating point": 0.0, "boolean": False}
+
+
+def _write(path: Path, df: pd.DataFrame, kind: str, inputs: dict[str, str] | None = None) -> str:
+    """`df` as an artifact of `kind`, its contract's other required columns filled in."""
+    contract = contracts.contract(kind)
+    for name, type_ in contract.columns:
+        if name in contract.required and name not in df.columns:
+            df[name] = _FILL[contracts._family_name(type_)]
+    prov = {"rule": kind, "params": {}, "inputs": inputs or {}, "code": {"scripts/x.py": "c0de" * 16}}
+    return artifacts.write(df, path, kind=kind, provenance=prov)
+
+
+def _study(project: Path, name: str, verdict: str) -> None:
+    """trace -> decision under results/<name>/, with lineage."""
+    folder = project / "results" / name
+    trace = folder / "trace.parquet"
+    h = _write(trace, pd.DataFrame({"invocation": [0, 1], "phase": ["prefill", "decode"]}), "trace")
+    decision = pd.DataFrame({"verdict": [verdict], "reason": ["because"]})
+    _write(folder / "decision.parquet", decision, "decision", {trace.relative_to(project).as_posix(): h})
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """Two studies (default: stop, azure-conv: continue) and their catalog."""
+    root = tmp_path / "proj"
+    _study(root, "default", "stop")
+    _study(root, "azure-conv", "continue")
+    results = root / "results"
+    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=root)
+    return root
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def headroom(*args: str, cwd: Path, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.core.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kw,
+    )
+
+
+def _spawn(*args: str, cwd: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, **kw
+    )
+
+
+def _interrupt_when_busy(code: str, cwd: Path) -> tuple[subprocess.Popen, str, float]:
+    """Run `code` (after the imports, which print "ready"), Ctrl-C it 2 s into its work; the
+    process, its stderr and the seconds it took to stop."""
+    proc = _spawn(
+        "-c",
+        f"import sys; from headroom.core import cli; print('ready', file=sys.stderr, flush=True); {code}",
+        cwd=cwd,
+    )
+    assert proc.stderr.readline().strip() == "ready"
+    time.sleep(2)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=30)[1]
+    return proc, err, time.monotonic() - sent
+
+
+# -- 11: query under a time limit, a memory limit, and Ctrl-C -------------------------------------
+LONG_SCAN = "SELECT sum(range % 7) FROM range(100000000000)"  # minutes of CPU, no memory
+
+
+def test_query_stops_at_its_time_limit_with_a_message(project, capsys):
+    start = time.monotonic()
+    code, _, err = run(capsys, "--results", str(project / "results"), "query", LONG_SCAN, "--timeout", "1")
+    assert time.monotonic() - start < 15
+    assert code == cli.EXIT_ERROR and "time limit of 1 s" in err and "--timeout" in err
+
+
+def test_query_stops_at_its_memory_limit_with_a_message(project, capsys):
+    sql = "SELECT list(range) FROM range(200000000)"
+    code, _, err = run(capsys, "--results", str(project / "results"), "query", sql, "--memory-limit", "100MB")
+    assert code == cli.EXIT_ERROR and "memory than its limit of 100MB" in err and "--memory-limit" in err
+
+
+@pytest.mark.parametrize(
+    "option, value, says",
+    [
+        ("--timeout", "-1", "-1 is not a time limit"),
+        ("--timeout", "nan", "nan is not a time limit"),
+        ("--memory-limit", "lots", "'lots' is not a memory size"),
+    ],
+)
+def test_query_limits_refuse_nonsense(project, capsys, option, value, says):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--results", str(project / "results"), "query", "SELECT 1", option, value])
+    assert exc.value.code == cli.EXIT_USAGE
+    assert says in capsys.readouterr().err
+
+
+def test_query_stops_promptly_at_ctrl_c(project):
+    main = f"sys.exit(cli.main(['query', {LONG_SCAN!r}, '--timeout', '0']))"
+    proc, err, stop_s = _interrupt_when_busy(main, project)
+    assert stop_s < 5, "SIGINT honoured late"
+    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err
+
+
+# -- 16, 25: the results folder -------------------------------------------------------------------
+def test_the_filesystem_root_is_not_a_results_folder(capsys):
+    start = time.monotonic()
+    code, _, err = run(capsys, "--results", "/", "verify")
+    assert time.monotonic() - start < 5  # no walk of the filesystem
+    assert code == cli.EXIT_ERROR and "/ is not a headroom results folder" in err
+
+
+def test_results_found_from_a_subfolder_of_the_project(project):
+    sub = project / "results" / "default" / "deeper"
+    sub.mkdir()
+    proc = headroom("gate", "--study", "default", cwd=sub)
+    assert proc.returncode == 0 and proc.stdout.startswith("stop"), proc.stderr
+    proc = headroom("gate", "--study", "azure-conv", cwd=project / "results")
+    assert proc.returncode == 3, proc.stderr
+
+
+def test_results_from_the_environment_and_after_the_verb(project, tmp_path, capsys, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv(cli.RESULTS_ENV, str(project / "results"))
+    assert run(capsys, "gate", "--study", "azure-conv")[0] == 3
+    monkeypatch.delenv(cli.RESULTS_ENV)
+    assert run(capsys, "gate", "--study", "default", "--results", str(project / "results"))[0] == 0
+    code, _, err = run(capsys, "verify", "--results", str(project / "results"))
+    assert code == 0, err
+
+
+def test_no_results_folder_names_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli.RESULTS_ENV, raising=False)
+    monkeypatch.setattr(cli, "RESULTS_NAME", "results-of-no-one")  # not a stray /tmp/results above
+    code, _, err = run(capsys, "gate")
+    assert code == cli.EXIT_NOT_RUN
+    assert f"no results-of-no-one/ folder in {tmp_path} or any folder above it" in err
+    assert cli.RESULTS_ENV in err and "--results" in err
+
+
+def test_a_project_not_run_yet_says_not_run(tmp_path, capsys, monkeypatch):
+    (tmp_path / "Snakefile").write_text("")
+    (tmp_path / "config").mkdir()
+    monkeypatch.chdir(tmp_path / "config")
+    monkeypatch.delenv(cli.RESULTS_ENV, raising=False)
+    code, _, err = run(capsys, "gate")
+    assert code == cli.EXIT_NOT_RUN and f"no study has run under {tmp_path / 'results'}" in err
+
+
+# -- 19, 26: lineage ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "target, says",
+    [
+        ("results/catalog.duckdb", "is the catalog: it has no lineage"),
+        ("results/default/report/index.html", "has a recorded BLAKE3 (headroom verify covers it) but"),
+        ("/etc/passwd", "is not a headroom artifact"),
+        ("results/default", "is a folder; lineage takes one artifact"),
+    ],
+)
+def test_lineage_of_what_has_none_says_why(project, capsys, monkeypatch, target, says):
+    artifacts.write_file(project / "results/default/report/index.html", b"<html></html>")
+    monkeypatch.chdir(project)
+    code, out, err = run(capsys, "lineage", target)
+    assert code == cli.EXIT_ERROR and out == ""
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_lineage_exits_1_when_an_input_is_changed_or_missing(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    decision = "results/default/decision.parquet"
+    assert run(capsys, "lineage", decision)[0] == 0
+    trace = project / "results/default/trace.parquet"
+    _write(trace, pd.DataFrame({"invocation": [0], "phase": ["prefill"]}), "trace")  # a new trace
+    code, out, err = run(capsys, "lineage", decision)
+    assert code == cli.EXIT_ERROR and "CHANGED" in out and "missing or changed" in err
+    trace.unlink()
+    code, out, _ = run(capsys, "lineage", decision)
+    assert code == cli.EXIT_ERROR and "MISSING" in out and "Traceback" not in out
+
+
+def test_lineage_depth_no_code_and_json(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    decision = "results/default/decision.parquet"
+    _, full, _ = run(capsys, "lineage", decision)
+    assert "code scripts/x.py" in full and "results/default/trace.parquet  [rule trace" in full
+    _, out, _ = run(capsys, "lineage", decision, "--no-code")
+    assert "code " not in out and "trace.parquet" in out
+    _, out, _ = run(capsys, "lineage", decision, "--depth", "0")
+    assert "trace.parquet  (beyond --depth)" in out
+    code, out, _ = run(capsys, "lineage", decision, "--json")
+    tree = json.loads(out)
+    assert code == 0 and tree["rule"] == "decision" and tree["status"] == "ok"
+    assert tree["inputs"][0]["path"] == "results/default/trace.parquet"
+    assert tree["inputs"][0]["read_as"] == tree["inputs"][0]["blake3"]
+
+
+# -- 20, 24: gate ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "rows, says",
+    [
+        ({"verdict": pd.Series([], dtype=str), "reason": pd.Series([], dtype=str)}, "holds no rows"),
+        (
+            {"verdict": ["maybe"], "reason": ["?"]},
+            "verdict ['maybe'] is not one of stop, continue, no-decision",
+        ),
+        (  # every row of a decision carries the headline verdict: rows that disagree are refused
+            {"verdict": ["stop", "continue"], "reason": ["a", "b"]},
+            "verdict ['continue', 'stop'] is not one of stop, continue, no-decision",
+        ),
+    ],
+)
+def test_gate_refuses_a_malformed_decision(project, capsys, rows, says):
+    path = project / "results/default/decision.parquet"
+    _write(path, pd.DataFrame(rows), "decision")
+    code, out, err = run(capsys, "--results", str(project / "results"), "gate", "--study", "default")
+    assert code == cli.EXIT_ERROR and out == ""
+    assert says in err and "rerun the pipeline" in err and len(err.strip().splitlines()) == 1
+
+
+def test_gate_json_prints_only_json(project, capsys):
+    code, out, _ = run(
+        capsys, "--results", str(project / "results"), "gate", "--study", "azure-conv", "--json"
+    )
+    assert code == 3
+    assert json.loads(out) == {"study": "azure-conv", "verdict": "continue", "reason": "because"}
+
+
+# -- 21, 22: Ctrl-C and closed pipes --------------------------------------------------------------
+def test_ctrl_c_in_verify_exits_130_without_a_traceback(project):
+    slow = (
+        "import time; cli.artifacts.hash_file = lambda path: time.sleep(60); sys.exit(cli.main(['verify']))"
+    )
+    proc, err, stop_s = _interrupt_when_busy(slow, project)
+    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err and stop_s < 5
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("query", "SELECT * FROM range(200000)", "--format", "csv"),
+        ("lineage", "results/default/decision.parquet"),
+    ],
+)
+def test_a_reader_that_goes_away_ends_the_output_quietly(project, args):
+    proc = _spawn("-m", "headroom.core.cli", *args, cwd=project, stdout=subprocess.PIPE)
+    proc.stdout.readline() if args[0] == "query" else None
+    proc.stdout.close()  # `| head -1`
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == cli.EXIT_BROKEN_PIPE, err
+    assert err == ""
+
+
+# -- 23, 32: query output -------------------------------------------------------------------------
+def test_max_rows_caps_every_format_and_says_so(project, capsys):
+    results = str(project / "results")
+    sql = "SELECT range AS n FROM range(1000)"
+    code, out, err = run(capsys, "--results", results, "query", sql, "--max-rows", "5")
+    assert code == 0 and len(out.strip().splitlines()) == 1 + 5 and "first 5 rows" in err
+    _, out, _ = run(capsys, "--results", results, "query", sql, "--format", "csv", "--max-rows", "5")
+    assert out.splitlines() == ["n", "0", "1", "2", "3", "4"]
+    _, out, _ = run(capsys, "--results", results, "query", sql, "--format", "json", "--max-rows", "2")
+    assert json.loads(out) == [{"n": 0}, {"n": 1}]
+    _, out, err = run(capsys, "--results", results, "query", sql, "--format", "csv")
+    assert len(out.splitlines()) == 1001 and err == ""  # csv and json: every row by default
+
+
+def test_negative_max_rows_is_a_usage_error(project, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--results", str(project / "results"), "query", "SELECT 1", "--max-rows", "-5"])
+    assert exc.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "-5 is negative" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT study, verdict FROM catalog.main.decision",
+        "SELECT study, verdict FROM main.decision",
+        "SELECT study, verdict FROM query_table('catalog.main.decision')",
+        "SELECT study, verdict FROM query('SELECT * FROM catalog.main.decision')",
+    ],
+)
+def test_study_cannot_be_bypassed_by_a_qualified_name(project, capsys, sql):
+    results = str(project / "results")
+    code, out, err = run(
+        capsys, "--results", results, "query", sql, "--study", "azure-conv", "--format", "csv"
+    )
+    assert "default" not in out
+    assert code == cli.EXIT_ERROR or out.splitlines() == ["study,verdict", "azure-conv,continue"], err
+
+
+def test_a_study_connection_is_as_locked_as_the_catalog(project, capsys):
+    results = str(project / "results")
+    for sql in (
+        "SELECT * FROM read_text('/etc/passwd')",
+        f"ATTACH '{results}/catalog.duckdb' AS again",
+        "SET enable_external_access = true",
+        "CREATE TABLE forged AS SELECT 1 AS x",
+    ):
+        code, out, err = run(capsys, "--results", results, "query", sql, "--study", "default")
+        assert code == cli.EXIT_ERROR and "query failed" in err, sql
+    assert (project / "results" / catalog.CATALOG_NAME).exists()
+
+
+def test_json_output_keeps_blob_and_infinity(project, capsys):
+    sql = "SELECT 'ab'::BLOB AS b, 'inf'::DOUBLE AS up, '-inf'::DOUBLE AS down, 'nan'::DOUBLE AS nan, NULL AS none"
+    code, out, _ = run(capsys, "--results", str(project / "results"), "query", sql, "--format", "json")
+    assert code == 0
+    assert json.loads(out) == [
+        {"b": "6162", "up": "Infinity", "down": "-Infinity", "nan": "NaN", "none": None}
+    ]
+    assert "Infinity" in out and "null" in out  # strict JSON: no bare Infinity or NaN tokens
+    json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+# -- 35: gate's exit code, every time -------------------------------------------------------------
+@pytest.mark.slow
+def test_gate_exit_code_is_the_same_500_times(project):
+    codes: dict[int, int] = {}
+    for _ in range(500):
+        proc = headroom("gate", "--study", "azure-conv", cwd=project)
+        codes[proc.returncode] = codes.get(proc.returncode, 0) + 1
+    print(f"500 gate calls: exit codes {codes}")
+    assert codes == {3: 500}, codes
+
+
+# -- 37: an unwritable HOME -----------------------------------------------------------------------
+def test_snakemake_with_an_unwritable_home_gets_the_fix_not_a_traceback(tmp_path):
+    env = {"HOME": "/dev/null", "XDG_CACHE_HOME": ""}
+    proc = headroom("snakemake", "--dry-run", cwd=tmp_path, env=env)
+    assert proc.returncode == cli.EXIT_ERROR and "Traceback" not in proc.stderr
+    assert "cannot create its source cache /dev/null/.cache" in proc.stderr
+    assert "XDG_CACHE_HOME=" in proc.stderr
+    ok = headroom("snakemake", "--version", cwd=tmp_path, env={**env, "XDG_CACHE_HOME": str(tmp_path)})
+    assert ok.returncode == 0 and ok.stdout.strip()[0].isdigit(), ok.stderr
