@@ -431,7 +431,7 @@ def test_portfolio_both_modes_on_cuda():
     rows, samples = portfolio.run(
         trace,
         candidates,
-        {"reps": 40, "warmup_reps": 5, "graph_calls": 10, "mode": "both"},
+        {"sampler": "fixed", "reps": 40, "warmup_reps": 5, "graph_calls": 10, "mode": "both"},
         run=1,
         device="cuda",
         progress=False,

@@ -213,11 +213,14 @@ def test_cuda_adaptive_sampler_stops_by_the_same_rule_in_both_modes():
     tight = timing.StopRule(
         target_rse_pct=5.0, min_samples=5, max_samples=12, min_time_s=1e3, max_time_s=60.0
     )
-    for rule, reason, n in ((loose, "target", 5), (tight, "count_cap", 12)):
+    # loose: the target stops it between the minimum and the cap (an eager copy's spread can need a
+    # few samples past the minimum: 7 on the H200 once); tight: exactly at the count cap
+    for rule, reason, sizes in ((loose, "target", range(5, 50)), (tight, "count_cap", [12])):
         h = timing.Harness("cuda", warmup=3, reps=40, graph_calls=10, stop={"eager": rule, "graph": rule})
         for mode in timing.MODES:
             m = h.time(mode, lambda s, d: d.copy_(s), [(src, dst)])
-            assert m.stop_reason == reason and m.samples_us.size == n, (mode, m.stop_reason)
+            assert m.stop_reason == reason and m.samples_us.size in sizes, (mode, m.stop_reason)
+            assert reason != "target" or m.rse_pct <= rule.target_rse_pct
             assert m.rse_pct == pytest.approx(timing.rse_pct(m.samples_us)) and np.all(m.samples_us > 0)
     assert m.replay_us.size == 12 and m.calls_per_sample == 10  # graph: a sample is one replay
 
