@@ -69,16 +69,6 @@ def _schema() -> dict[str, Any]:
         return yaml.safe_load(fh)
 
 
-def bound(name: str) -> int:
-    """The schema's upper bound `$defs.<name>.maximum` (e.g. 'tokens'), for code that checks the same
-    quantity outside a config (a request log's token counts)."""
-    return _schema()["$defs"][name]["maximum"]
-
-
-def bound_reason(name: str) -> str:
-    return _schema()["$defs"][name]["description"]
-
-
 def _key(path) -> str:
     parts = []
     for p in path:

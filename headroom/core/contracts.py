@@ -150,6 +150,10 @@ CORRECTNESS = _contract(
     required="candidate shape_key rel_err max_abs_err tolerance nan_count unwritten_count passed",
 )
 # rse_pct, stop_reason and cell_wall_s came with the adaptive sampler (issue 19): absent in older studies.
+#: The values of portfolio's ``stop_reason``: ``fixed`` (the fixed sampler's count), ``target`` (the
+#: stop rule's noise target met), ``count_cap`` (``max_samples`` reached first), ``time_cap``
+#: (``max_time_s``). The timing harness writes them, the noise report counts them.
+STOP_REASONS = ("fixed", "target", "count_cap", "time_cap")
 PORTFOLIO = _contract(
     "portfolio",
     "run pid device mode invocation shape_key phase candidate tile fused backend position "

@@ -43,3 +43,19 @@ def section(name: str) -> dict[str, Any]:
 def value(name: str, key: str) -> Any:
     """One default, e.g. value('partition', 'rope_base')."""
     return copy.deepcopy(_study()[name][key])
+
+
+def _schema_defs() -> dict[str, Any]:
+    with open(Path(__file__).with_name("schema.yaml")) as fh:  # the schema, package data (config.py)
+        return yaml.safe_load(fh)["$defs"]
+
+
+def bound(name: str) -> int:
+    """The schema's upper bound `$defs.<name>.maximum` (e.g. 'tokens'), for code that checks the same
+    quantity outside a config (a request log's token counts). Here, not in config.py, so that readers
+    of request logs need neither torch nor the config machinery."""
+    return _schema_defs()[name]["maximum"]
+
+
+def bound_reason(name: str) -> str:
+    return _schema_defs()[name]["description"]

@@ -25,7 +25,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from headroom.core import defaults
+from headroom.core import contracts, defaults
 
 KEY = ["run", "mode", "invocation", "candidate"]
 #: The portfolio columns the sampler writes (absent in studies recorded before it).
@@ -178,7 +178,6 @@ def sampler_summary(rows: pd.DataFrame) -> pd.DataFrame | None:
     rse_p90_pct / rse_max_pct (the median's relative standard error each cell reached), one column
     per stop reason (cells that stopped so: fixed, target, count_cap, time_cap) and sampling_s (the
     cells' timing loops, summed). None when ``rows`` lack the sampler's columns (older artifacts)."""
-    from headroom.measure.timing import STOP_REASONS
 
     if not set(SAMPLER_COLUMNS) <= set(rows.columns):
         return None
@@ -197,7 +196,7 @@ def sampler_summary(rows: pd.DataFrame) -> pd.DataFrame | None:
                 "rse_median_pct": float(grp["rse_pct"].median()),
                 "rse_p90_pct": float(grp["rse_pct"].quantile(0.9)),
                 "rse_max_pct": float(grp["rse_pct"].max()),
-                **{reason: int(reasons.get(reason, 0)) for reason in STOP_REASONS},
+                **{reason: int(reasons.get(reason, 0)) for reason in contracts.STOP_REASONS},
                 "sampling_s": float(grp["cell_wall_s"].sum()),
             }
         )

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headroom.core import defaults
+from headroom.core import contracts, defaults
 
 MODES = ("eager", "graph")
 # Default: together the rotating buffer sets hold twice the L2, so under any eviction order close
@@ -104,9 +104,8 @@ def graph_replays(reps: int, graph_calls: int) -> int:
     return math.ceil(reps / graph_calls)
 
 
-#: Why a measurement stopped: ``fixed`` (the fixed sampler's count), ``target`` (the stop rule's
-#: noise target met), ``count_cap`` (``max_samples`` reached first), ``time_cap`` (``max_time_s``).
-STOP_REASONS = ("fixed", "target", "count_cap", "time_cap")
+#: Why a measurement stopped: the portfolio contract's vocabulary (headroom/core/contracts.py).
+STOP_REASONS = contracts.STOP_REASONS
 # sqrt(pi / 2): the standard error of a median is this many times that of a mean (normal samples);
 # 1.349: an interquartile range over this is a standard deviation (normal samples), robust to the
 # outliers a timing vector carries (NVBench's stdrel moved to the relative IQR for that reason).

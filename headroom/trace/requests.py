@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headroom.core import config as hconfig
+from headroom.core import defaults
 
 NS_PER_S = 1_000_000_000
 PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
@@ -86,8 +86,8 @@ def _where(path: Path, row: int, is_csv: bool) -> str:
 CSV_BLOCK_BYTES = 1 << 20
 PARQUET_BATCH_ROWS = 65_536
 INT64_MAX = 2**63 - 1
-MAX_REQUESTS = hconfig.bound("requests")
-MAX_TOKENS = hconfig.bound("tokens")
+MAX_REQUESTS = defaults.bound("requests")
+MAX_TOKENS = defaults.bound("tokens")
 #: What trace.source may name: a regular, readable, non-empty file with one of these suffixes.
 LOG_SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -345,7 +345,7 @@ def _parse_tokens(values: pd.Series, where: Any, column: str) -> np.ndarray:
         elif too_big[i]:
             what = "out-of-range (beyond int64)"
         elif number[i] > MAX_TOKENS:
-            what = f"out-of-range ({hconfig.bound_reason('tokens')})"
+            what = f"out-of-range ({defaults.bound_reason('tokens')})"
         else:
             what = "non-positive"
         raise ValueError(
