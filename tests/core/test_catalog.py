@@ -11,18 +11,12 @@ import pandas as pd
 import pytest
 
 from headroom.core import artifacts, catalog, cli, contracts
-
-_FILL = {"string": "x", "integer": 0, "floating point": 0.0, "boolean": False}
+from tests.artifact_helpers import write_filled
 
 
 def _write(path: Path, df: pd.DataFrame, kind: str, inputs: dict[str, str] | None = None) -> str:
     """Write `df` as an artifact of `kind`, its contract's other required columns filled in."""
-    contract = contracts.contract(kind)
-    for name, type_ in contract.columns:
-        if name in contract.required and name not in df.columns:
-            df[name] = _FILL[contracts._family_name(type_)]
-    prov = {"rule": kind, "params": {}, "inputs": inputs or {}, "code": {}, "device": "interpret"}
-    return artifacts.write(df, path, kind=kind, provenance=prov)
+    return write_filled(path, df, kind, inputs, code={}, device="interpret")
 
 
 def make_study(project: Path, folder: Path, verdict: str = "stop") -> list[Path]:

@@ -14,20 +14,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli, contracts
+from headroom.core import artifacts, catalog, cli
+from tests.artifact_helpers import write_filled
 
 ROOT = Path(__file__).resolve().parents[2]
-_FILL = {"string": "x", "integer": 0, "floating point": 0.0, "boolean": False}
 
 
 def _write(path: Path, df: pd.DataFrame, kind: str, inputs: dict[str, str] | None = None) -> str:
     """`df` as an artifact of `kind`, its contract's other required columns filled in."""
-    contract = contracts.contract(kind)
-    for name, type_ in contract.columns:
-        if name in contract.required and name not in df.columns:
-            df[name] = _FILL[contracts._family_name(type_)]
-    prov = {"rule": kind, "params": {}, "inputs": inputs or {}, "code": {"scripts/x.py": "c0de" * 16}}
-    return artifacts.write(df, path, kind=kind, provenance=prov)
+    return write_filled(path, df, kind, inputs, code={"scripts/x.py": "c0de" * 16})
 
 
 def _study(project: Path, name: str, verdict: str) -> None:
