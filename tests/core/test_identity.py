@@ -10,20 +10,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli, contracts, identity, replay, stage
-from tests.core.test_catalog import _FILL
+from headroom.core import artifacts, catalog, cli, identity, replay, stage
+from tests.artifact_helpers import write_filled
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200"
 
 
 def _write(path: Path, df: pd.DataFrame, kind: str, study: str, inputs: dict[str, str] | None = None) -> str:
     """An artifact of `kind` written by study `study`'s rule (its contract's columns filled in)."""
-    contract = contracts.contract(kind)
-    for name, type_ in contract.columns:
-        if name in contract.required and name not in df.columns:
-            df[name] = _FILL[contracts._family_name(type_)]
-    prov = {"rule": kind, "wildcards": {"study": study}, "inputs": inputs or {}, "code": {}, "params": {}}
-    return artifacts.write(df, path, kind=kind, provenance=prov)
+    return write_filled(path, df, kind, inputs, wildcards={"study": study}, code={})
 
 
 def make_study(project: Path, name: str, verdict: str, median_us: float) -> dict[str, Path]:
