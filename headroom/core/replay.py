@@ -85,7 +85,7 @@ def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -
     return root / recorded_input
 
 
-#: A recorded folder's README.md lists its artifacts as written at import (scripts/import_reference.py)
+#: A recorded folder's README.md lists its artifacts as written at import (tools/import_reference.py)
 MANIFEST_HEADER = ("| artifact | BLAKE3 | bytes |", "| --- | --- | --- |")
 _MANIFEST_ROW = re.compile(r"^\| (?P<name>[^|]+) \| `(?P<digest>[0-9a-f]{64})` \| (?P<bytes>\d+) \|$")
 
@@ -165,7 +165,7 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
         raise ReplayError(
             f"{who}replay folder {folder} mixes artifacts of different runs: "
             + "; ".join(mixed)
-            + ". Replay a folder recorded by one study (scripts/import_reference.py writes one)."
+            + ". Replay a folder recorded by one study (tools/import_reference.py writes one)."
         )
     return names
 

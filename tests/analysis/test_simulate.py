@@ -89,7 +89,7 @@ def test_simulated_medians_carry_their_standard_error(study):
 
 
 # ----------------------------------------------------------------------------------------------
-# Reduced Monte Carlo: the acceptance bounds (the full run: scripts/simulate_decision.py)
+# Reduced Monte Carlo: the acceptance bounds (the full run: tools/simulate_decision.py)
 # ----------------------------------------------------------------------------------------------
 
 SEEDS = 200

@@ -71,10 +71,10 @@ def test_reference_data_hashes_hold(tmp_path):
 
 def test_reproduction_md_is_generated_from_the_replays(replayed, tmp_path):
     out = tmp_path / "REPRODUCTION.md"
-    args = [sys.executable, str(ROOT / "scripts/reproduction.py"), "--out", str(out)]
+    args = [sys.executable, str(ROOT / "tools/reproduction.py"), "--out", str(out)]
     for study in EXPECTED:
         args += ["--results", f"{study}={replayed / 'results' / f'replay-h200-{study}'}"]
     subprocess.run(args, check=True, capture_output=True)
     assert out.read_text() == (ROOT / "REPRODUCTION.md").read_text(), (
-        "REPRODUCTION.md is stale: regenerate it with `python scripts/reproduction.py`"
+        "REPRODUCTION.md is stale: regenerate it with `python tools/reproduction.py`"
     )

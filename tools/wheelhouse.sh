@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Build an offline wheelhouse on a connected machine for a GPU host that has no network.
 #
-# The host already has torch, numpy, pandas, pyarrow, ... (scripts/wheelhouse-host-packages.txt);
+# The host already has torch, numpy, pandas, pyarrow, ... (tools/wheelhouse-host-packages.txt);
 # the pipeline also needs snakemake, blake3 and duckdb and their dependency closure. This resolves
 # that closure for the *target* Python and platform (not this machine's), builds pure-Python wheels
 # for dependencies published only as sdists, drops what the host already has, and checks that the
-# result is closed and holds exactly one version of each package (scripts/wheelhouse_check.py).
+# result is closed and holds exactly one version of each package (tools/wheelhouse_check.py).
 #
-# Usage: scripts/wheelhouse.sh [options] [REQUIREMENT ...]
+# Usage: tools/wheelhouse.sh [options] [REQUIREMENT ...]
 #   --python-version X.Y  target Python (default 3.12; env WHEELHOUSE_PYTHON_VERSION)
 #   --glibc 2.N           newest manylinux glibc the host accepts (default 2.28; env WHEELHOUSE_GLIBC)
 #   --arch ARCH           target machine (default x86_64; env WHEELHOUSE_ARCH)
 #   --platform TAG        explicit pip platform tag, repeatable (replaces the --glibc/--arch list)
 #   --out DIR             output folder (default .whl; env WHEELHOUSE_OUT); its *.whl are replaced
-#   --have FILE|none      packages the host has (default scripts/wheelhouse-host-packages.txt)
+#   --have FILE|none      packages the host has (default tools/wheelhouse-host-packages.txt)
 #   --keep NAME           ship NAME even though the host has it (repeatable; e.g. a too-old one).
 #                         Always kept: packaging (snakemake pins packaging<26; a late-2026 host
 #                         likely has 26.x) and typing-extensions (pydantic needs >=4.16, maybe newer
@@ -152,5 +152,5 @@ cat <<EOF
 On the offline host (CPython $python_version, $arch), from the repository root with $out copied beside it:
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $out/*.whl
   export PYTHONPATH=/tmp/site:\$PWD PATH=/tmp/site/bin:\$PATH
-  python3 scripts/wheelhouse_check.py --installed $out ${root_args[*]}
+  python3 tools/wheelhouse_check.py --installed $out ${root_args[*]}
 EOF

@@ -4,7 +4,7 @@ Decision v2 is the rule of commit 40da505 (before decision v3). Run it from a ch
 on this repository's recorded inputs, and write the table here:
 
     git worktree add /tmp/v2 40da505
-    (cd /tmp/v2 && PYTHONPATH=/tmp/v2 python $OLDPWD/scripts/decision_v2.py $OLDPWD/data/validation/decision-v2.csv)
+    (cd /tmp/v2 && PYTHONPATH=/tmp/v2 python $OLDPWD/tools/decision_v2.py $OLDPWD/data/validation/decision-v2.csv)
 
 Reads the references from the directory this script lives in (data/reference/h200/<study>).
 """

@@ -1,6 +1,6 @@
 """Full Monte Carlo validation of the decision on a recorded study (issue 18 item 10).
 
-    PYTHONPATH=$PWD python scripts/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
+    PYTHONPATH=$PWD python tools/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
 writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
 curves per mode and noise scale), <out>/<study>-profile.csv (the deployment profile's headline on
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     table.round(6).to_csv(a.out / f"{name}.csv", index=False)
     curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
-        "command": "python scripts/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python tools/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
         "bootstrap_resamples": a.bootstrap_resamples,

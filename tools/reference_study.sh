@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run one study end to end on a GPU host and pack what it produced, for committing as reference
-# data (data/reference/<gpu>/<study>/) with scripts/import_reference.py.
+# data (data/reference/<gpu>/<study>/) with tools/import_reference.py.
 #
-#   scripts/reference_study.sh STUDY OUTDIR [snakemake args...]
+#   tools/reference_study.sh STUDY OUTDIR [snakemake args...]
 #
 # STUDY names the study: `default` (config/config.yaml) or a file config/studies/STUDY.yaml that
 # is merged on top of it. It runs in this checkout as the study STUDY, into results/STUDY/ (other

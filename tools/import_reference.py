@@ -1,9 +1,9 @@
 """Import the measurement artifacts of a study run on a GPU host as committed reference data.
 
-    python scripts/import_reference.py STUDY.tar.gz --study NAME --dest data/reference/h200 \\
+    python tools/import_reference.py STUDY.tar.gz --study NAME --dest data/reference/h200 \\
         [--log STUDY.log] [--command "the command that ran it"]
 
-STUDY.tar.gz is what scripts/reference_study.sh packed (the run's results/<study>/ folder). Only the
+STUDY.tar.gz is what tools/reference_study.sh packed (the run's results/<study>/ folder). Only the
 measurement artifacts are kept (environment, trace, candidates, correctness, portfolio runs and
 their per-call samples, lifecycle, graph_sweep, calibration) with their recorded BLAKE3, each
 verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
@@ -32,7 +32,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(tarball) as tar:
             tar.extractall(tmp, filter="data")
-        # results/<study>/ (scripts/reference_study.sh), or a whole results/ folder of the flat
+        # results/<study>/ (tools/reference_study.sh), or a whole results/ folder of the flat
         # layout the first reference studies were packed in
         results = Path(tmp) / "results"
         studies = (
