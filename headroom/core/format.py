@@ -1,0 +1,142 @@
+"""The one way headroom writes numbers for people: the study report, the cross-study page,
+REPRODUCTION.md and the CLI's summaries all write through these functions.
+
+One number format per column: ``number_format`` looks at a column's numbers once and writes every cell
+of it the same way (thousands separated, the same decimals on every row, never scientific notation),
+so ``37,390`` never sits beside ``3.739e+04``. Ranges and intervals of signed figures read as
+``-7.525 to -0.080%`` and ``[-0.459, +10.679]%``; a signed zero never prints as ``-0.000``. Units are
+written as units: ``µs``, ``MiB``, ``×``. Imports nothing heavier than numpy and pandas (the CLI's
+base install reads results without matplotlib).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+SIGNIFICANT = 4  # digits of a column's largest value; its other rows get the same decimals
+EN_DASH = "\u2013"
+MICRO = "\u00b5s"
+TIMES = "\u00d7"
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def _decimals(values: list[float]) -> int:
+    """Decimals that show the largest value to ``SIGNIFICANT`` digits, trimmed to what any row needs."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    top = max(finite, default=0.0)
+    most = 0 if top == 0 else min(6, max(0, SIGNIFICANT - 1 - math.floor(math.log10(top))))
+    need = 0
+    for v in finite:
+        while need < most and round(v, need) != round(v, most):
+            need += 1
+    return need
+
+
+def number_format(values) -> Callable[[object], str]:
+    """The one formatter of a column: integers with separators, floats with the column's decimals."""
+    nums = [v for v in values if _is_number(v) and not _missing(v)]
+    if nums and all(isinstance(v, int | np.integer) for v in nums):
+        decimals = 0
+    else:
+        decimals = _decimals([float(v) for v in nums])
+
+    def write(value) -> str:
+        if _missing(value):
+            return "n/a"
+        if isinstance(value, bool | np.bool_):
+            return "yes" if value else "no"
+        if not _is_number(value):
+            return str(value)
+        v = float(value)
+        if math.isinf(v):
+            return "never" if v > 0 else "-inf"
+        return f"{v:,.{decimals}f}"
+
+    return write
+
+
+def fmt(value) -> str:
+    """One value alone, as its column would write it if it were the only row."""
+    return number_format([value])(value)
+
+
+def signed_range(values, unit: str = "%", digits: int = 3) -> str:
+    """min–max; signed ('-7.525 to -0.080%') when the range holds a negative; 'n/a' when empty."""
+    v = [float(x) for x in values if not _missing(x) and math.isfinite(float(x))]
+    if not v:
+        return "n/a"
+    lo, hi = min(v), max(v)
+    if lo < 0:
+        a, b = f"{lo:+.{digits}f}", f"{hi:+.{digits}f}"
+        return f"{a}{unit}" if a == b else f"{a} to {b}{unit}"
+    a, b = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+    return f"{a}{unit}" if a == b else f"{a}{EN_DASH}{b}{unit}"
+
+
+def signed_interval(lo: float, hi: float, unit: str = "%", digits: int = 3) -> str:
+    """'[-0.459, +10.679]%'; 'n/a' when either end is missing."""
+    if _missing(lo) or _missing(hi):
+        return "n/a"
+    return f"[{float(lo):+.{digits}f}, {float(hi):+.{digits}f}]{unit}"
+
+
+def _signed(value: float, digits: int) -> str:
+    """``+1.234`` / ``-1.234``; a value that rounds to zero is ``0.000`` (never ``-0.000``)."""
+    text = f"{value:+.{digits}f}"
+    return f"{0.0:.{digits}f}" if float(text) == 0 else text
+
+
+def pct(value, digits: int = 2, signed: bool = True) -> str:
+    """A percentage: ``+1.12%`` (signed) or ``1.12%``; ``n/a`` when missing."""
+    if _missing(value):
+        return "n/a"
+    v = float(value)
+    return f"{_signed(v, digits) if signed else f'{v:.{digits}f}'}%"
+
+
+def pct_ci(lo, hi, digits: int = 2) -> str:
+    """A confidence interval of a percentage: ``[+0.56, +1.69]%``; ``n/a`` when either end is missing."""
+    if _missing(lo) or _missing(hi):
+        return "n/a"
+    return f"[{_signed(float(lo), digits)}, {_signed(float(hi), digits)}]%"
+
+
+def us(value, digits: int | None = None) -> str:
+    """A latency in microseconds: ``646.2 µs`` (4 significant digits unless ``digits`` is given)."""
+    if _missing(value):
+        return "n/a"
+    v = float(value)
+    d = digits if digits is not None else _decimals([v])
+    return f"{v:,.{d}f} {MICRO}"
+
+
+def speedup(value, digits: int = 3) -> str:
+    """A ratio of latencies: ``1.083×``."""
+    if _missing(value):
+        return "n/a"
+    return f"{float(value):.{digits}f}{TIMES}"
+
+
+def nbytes(value) -> str:
+    """A size in binary units: ``512 B``, ``1.50 KiB``, ``60.00 MiB``, ``1.25 GiB``."""
+    if _missing(value):
+        return "n/a"
+    v = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{int(v)} B" if unit == "B" else f"{v:,.2f} {unit}"
+        v /= 1024
+    raise AssertionError("unreachable")
