@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 import kernels
-from headroom.measure import portfolio
+from headroom.measure import inputs, portfolio
 from headroom.measure.runner import tables as candidate_tables
 
 
@@ -66,7 +66,7 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     )
     out = []
     for row in shapes.itertuples(index=False):
-        (q, k, v) = portfolio.input_sets(row, 1, device, seed=0)[0]
+        (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
         fn = portfolio.candidate_fn(cand, cos, sin, row.phase == "prefill")
         before = _dir_bytes(cache)
         t0 = time.perf_counter()

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import artifacts
-from headroom.measure import timing
+from headroom.measure import inputs, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_ROOT = PROJECT_ROOT / "data" / "reference"
@@ -275,7 +275,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
     modes = portfolio.modes_for(cfg["mode"], study["device"])
     ref = closest(model.refs, str(study["trace"]["source"]), int(study["generation"]))
     per_mode = simulated_cell(ref.samples(), cfg)
-    megabytes = float(np.mean([portfolio.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
+    megabytes = float(np.mean([inputs.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
     calls = {"eager": 1, "graph": cfg["graph_calls"]}
     n_inv, n_cand = len(trace), len(admitted)
     samples = {m: per_mode[m][0] for m in modes}

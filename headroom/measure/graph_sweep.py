@@ -26,7 +26,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import portfolio, timing
+from headroom.measure import inputs, portfolio, timing
 
 STAT_COLUMNS = list(contracts.STAT_COLUMNS)
 COLUMNS = list(contracts.GRAPH_SWEEP.names)
@@ -75,7 +75,7 @@ def sweep_shapes(cfg: dict[str, Any], partition: dict[str, Any]) -> pd.DataFrame
         rows.append(row)
     df = pd.DataFrame(rows)
     try:
-        portfolio.check_trace(df)
+        inputs.check_trace(df)
     except ValueError as exc:
         raise ValueError(f"graph_sweep.shapes: {exc}".replace("trace invocation", "shape")) from None
     return df
@@ -184,7 +184,7 @@ def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rop
 
     l2 = timing.l2_bytes()
     cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype), rope_base, "cuda")
-    nbytes = portfolio.set_bytes(shape)
+    nbytes = inputs.set_bytes(shape)
     rows = []
     for multiple in cfg["regimes_l2"]:
         target = multiple * l2
@@ -198,7 +198,7 @@ def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rop
             graph_calls=calls,
             replays=cfg["reps"],
         )
-        sets = portfolio.input_sets(shape, n_sets, "cuda", seed=int(shape.invocation))
+        sets = inputs.input_sets(shape, n_sets, "cuda", seed=int(shape.invocation))
         ws = n_sets * nbytes
         for mode in timing.MODES:
             for fused in (False, True):

@@ -61,7 +61,7 @@ from headroom.analysis import registry
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.core.progress import Progress
-from headroom.measure import portfolio, timing
+from headroom.measure import inputs, portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
@@ -229,13 +229,13 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     reps = cfg["switch_reps"] + cfg["switch_reps"] % 2  # even: as many A as B calls
     graph_calls = cfg["graph_calls"] + cfg["graph_calls"] % 2
     harness = timing.Harness(device, warmup=cfg["warmup_reps"], reps=reps, graph_calls=graph_calls)
-    tables = portfolio.RopeTables(int(trace["kv_len"].max()), rope_base, device)
+    tables = inputs.RopeTables(int(trace["kv_len"].max()), rope_base, device)
     rows = []
     progress = Progress(log, "lifecycle switch", len(plan), "pairs")
     for inv, a, b in plan:
         cos, sin = tables.get(inv)
-        n_sets = timing.buffer_sets(portfolio.set_bytes(inv), l2)  # the portfolio's default rotation
-        sets = portfolio.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
+        n_sets = timing.buffer_sets(inputs.set_bytes(inv), l2)  # the portfolio's default rotation
+        sets = inputs.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
         rotate_k = inv.phase == "prefill"
         fa = portfolio.candidate_fn(a, cos, sin, rotate_k)
         fb = portfolio.candidate_fn(b, cos, sin, rotate_k)
@@ -304,7 +304,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
         rope_base,
         "cuda" if device == "cuda" else "cpu",
     )
-    inputs = [(inv, portfolio.input_sets(inv, 1, device, seed=0)[0]) for inv in shapes]
+    examples = [(inv, inputs.input_sets(inv, 1, device, seed=0)[0]) for inv in shapes]
     rows = []
     for cand in candidates.sort_values("candidate").itertuples(index=False):
         common = {"candidate": cand.candidate, "unit": "us", "device": device}
@@ -313,7 +313,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
             rows.append(_row("plan", value=math.nan, status="skipped", reason=reason, **common))
             continue
         built = []
-        for inv, (q, k, v) in inputs:
+        for inv, (q, k, v) in examples:
             build = functools.partial(build_plan, cand, cos, sin, inv.phase == "prefill", q, k, v)
             build()  # compiles the kernels this shape needs: the figure is the warm build
             built.append(_median_build_us(build, cfg["plan_reps"], sync))
@@ -478,7 +478,7 @@ def run(
     cfg = settings(section)
     if device not in ("cuda", "interpret"):
         raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
-    portfolio.check_trace(trace)
+    inputs.check_trace(trace)
     if candidates.empty:
         raise ValueError("no admitted candidates: every candidate failed correctness")
     missing = sorted({"train_fraction", "clusters", "seed"} - set(policies))

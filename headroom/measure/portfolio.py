@@ -40,10 +40,8 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import noise, timing
+from headroom.measure import inputs, noise, timing
 
-PHASES = ("prefill", "decode")
-_DTYPES = ("float16", "bfloat16", "float32")
 _FLOOR_WARMUP_CALLS = 3
 
 
@@ -120,55 +118,6 @@ def modes_for(mode: str, device: str) -> tuple[str, ...]:
     return wanted
 
 
-# -- inputs ---------------------------------------------------------------------------------------
-
-
-def check_trace(trace: pd.DataFrame) -> None:
-    missing = [c for c in contracts.TRACE_COLUMNS if c not in trace.columns]
-    if missing:
-        raise ValueError(f"trace lacks column(s) {missing}")
-    if trace.empty:
-        raise ValueError("trace has no invocations")
-    for row in trace.itertuples(index=False):
-        where = f"trace invocation {row.invocation}"
-        if row.phase not in PHASES:
-            raise ValueError(f"{where}: phase must be prefill or decode, got {row.phase!r}")
-        if row.dtype not in _DTYPES:
-            raise ValueError(f"{where}: dtype must be one of {_DTYPES}, got {row.dtype!r}")
-        if row.phase == "prefill" and row.q_len != row.kv_len:
-            raise ValueError(f"{where}: a prefill needs q_len == kv_len, got {row.q_len} and {row.kv_len}")
-        if row.phase == "decode" and row.q_len != 1:
-            raise ValueError(f"{where}: a decode needs q_len == 1, got {row.q_len}")
-        if min(row.batch, row.q_len, row.kv_len, row.heads_q, row.heads_kv, row.head_dim) < 1:
-            raise ValueError(f"{where}: batch, q_len, kv_len, heads and head_dim must be >= 1")
-
-
-def set_bytes(row: Any) -> int:
-    """Bytes of one input set (q, k, v) of a trace row."""
-    elem = 4 if row.dtype == "float32" else 2
-    q = row.batch * row.heads_q * row.q_len * row.head_dim
-    kv = 2 * row.batch * row.heads_kv * row.kv_len * row.head_dim
-    return int((q + kv) * elem)
-
-
-def input_sets(row: Any, n_sets: int, device: str, seed: int) -> list[tuple]:
-    """``n_sets`` independent (q, k, v) sets of standard-normal data for one trace row.
-
-    q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) in the row's dtype; on CUDA when device == 'cuda', on
-    the CPU (interpreter) otherwise."""
-    import torch
-
-    dtype = getattr(torch, row.dtype)
-    dev = "cuda" if device == "cuda" else "cpu"
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    q_shape = (row.batch, row.heads_q, row.q_len, row.head_dim)
-    kv_shape = (row.batch, row.heads_kv, row.kv_len, row.head_dim)
-    return [
-        tuple(torch.randn(s, generator=gen, device=dev, dtype=dtype) for s in (q_shape, kv_shape, kv_shape))
-        for _ in range(n_sets)
-    ]
-
-
 def candidate_order(n: int, *, seed: int, run: int, index: int) -> np.ndarray:
     """Timing order of ``n`` candidates at the ``index``-th invocation of run ``run``: a seeded
     permutation rotated so that candidate ``(index + run) % n`` goes first. Every candidate leads
@@ -233,14 +182,6 @@ class SmClock:
             return math.nan
 
 
-def device_name(device: str) -> str:
-    if device != "cuda":
-        return "cpu (triton interpreter)"
-    import torch
-
-    return torch.cuda.get_device_name(torch.cuda.current_device())
-
-
 def measure_floor(
     harness: timing.Harness, modes: tuple[str, ...], device: str
 ) -> tuple[dict[str, float], float]:
@@ -282,7 +223,7 @@ def run(
 
     t_start = time.perf_counter()
     bench = _Bench.start(cfg, candidates, run=run, device=device, log=log)
-    tables = RopeTables(int(trace["kv_len"].max()), rope_base, device)
+    tables = inputs.RopeTables(int(trace["kv_len"].max()), rope_base, device)
     ordered = trace.sort_values("invocation", kind="mergesort")
     rows: list[dict] = []
     sample_parts: list[tuple] = []
@@ -321,30 +262,12 @@ def _check_inputs(trace: pd.DataFrame, candidates: pd.DataFrame, run: int, devic
         raise ValueError(f"run must be a positive int, got {run!r}")
     if device not in ("cuda", "interpret"):
         raise ValueError(f"device must be 'cuda' or 'interpret', got {device!r}")
-    check_trace(trace)
+    inputs.check_trace(trace)
     missing = [c for c in contracts.CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing:
         raise ValueError(f"candidates lacks column(s) {missing}")
     if candidates.empty:
         raise ValueError("no admitted candidates to time: every candidate failed correctness")
-
-
-class RopeTables:
-    """cos/sin tables per head_dim, built once per run on first use."""
-
-    def __init__(self, max_pos: int, rope_base: float, device: str):
-        self.max_pos, self.rope_base = max_pos, rope_base
-        self.tdev = "cuda" if device == "cuda" else "cpu"
-        self._tables: dict[int, tuple] = {}
-
-    def get(self, inv: Any) -> tuple:
-        from headroom.measure.runner import tables as candidate_tables
-
-        if inv.head_dim not in self._tables:
-            self._tables[inv.head_dim] = candidate_tables(
-                self.max_pos, int(inv.head_dim), str(inv.dtype), self.rope_base, self.tdev
-            )
-        return self._tables[inv.head_dim]
 
 
 @dataclass
@@ -386,7 +309,7 @@ class _Bench:
             "pid": os.getpid(),
             "started_at": started_at,
             "device": device,
-            "device_name": device_name(device),
+            "device_name": inputs.device_name(device),
             "triton_cache_dir": triton_cache_dir(),
             "flush_l2": cfg["flush_l2"],
             "timing_method": "cuda_events" if device == "cuda" else "host_clock",
@@ -413,13 +336,13 @@ class _Bench:
     def time_invocation(self, inv: Any, index: int, rope: tuple) -> tuple[list[dict], list[tuple]]:
         """Every mode x every candidate (in this invocation's seeded order) on one invocation."""
         cfg, cos, sin = self.cfg, *rope
-        nbytes = set_bytes(inv)
+        nbytes = inputs.set_bytes(inv)
         n_sets = timing.buffer_sets(
             nbytes, self.l2, working_set_l2=cfg["working_set_l2"], max_sets=cfg["max_buffer_sets"]
         )
         seeds = [cfg["seed"], self.run, int(inv.invocation)]
         data_seed = int(np.random.SeedSequence(seeds).generate_state(1)[0])
-        sets = input_sets(inv, n_sets, self.device, seed=data_seed)
+        sets = inputs.input_sets(inv, n_sets, self.device, seed=data_seed)
         order = candidate_order(len(self.cands), seed=cfg["seed"], run=self.run, index=index)
         rotate_k = inv.phase == "prefill"
         rows, samples = [], []

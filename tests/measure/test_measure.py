@@ -16,7 +16,7 @@ import pytest
 
 from headroom.analysis import policies
 from headroom.core import artifacts, contracts, defaults
-from headroom.measure import calibrate, graph_sweep, lifecycle, noise, portfolio
+from headroom.measure import calibrate, graph_sweep, inputs, lifecycle, noise, portfolio
 from headroom.measure.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available as portfolio_cuda
 
@@ -238,24 +238,24 @@ def test_candidate_order_properties():
 
 def test_inputs_follow_the_trace_row():
     row = next(tiny_trace().itertuples(index=False))
-    sets = portfolio.input_sets(row, 2, "interpret", seed=1)
+    sets = inputs.input_sets(row, 2, "interpret", seed=1)
     q, k, v = sets[0]
     assert q.shape == (1, 2, 16, 32) and k.shape == v.shape == (1, 1, 16, 32)
     assert str(q.dtype) == "torch.float32"
     assert not np.array_equal(sets[0][1].numpy(), sets[1][1].numpy())  # distinct sets
     assert (q != 0).all()
-    assert portfolio.set_bytes(row) == (2 * 16 * 32 + 2 * 16 * 32) * 4
+    assert inputs.set_bytes(row) == (2 * 16 * 32 + 2 * 16 * 32) * 4
 
 
 def test_bad_trace_and_settings_are_named():
     bad = tiny_trace()
     bad.loc[0, "kv_len"] = 32
     with pytest.raises(ValueError, match="invocation 0.*q_len == kv_len"):
-        portfolio.check_trace(bad)
+        inputs.check_trace(bad)
     bad = tiny_trace()
     bad.loc[1, "q_len"] = 2
     with pytest.raises(ValueError, match="invocation 1.*decode"):
-        portfolio.check_trace(bad)
+        inputs.check_trace(bad)
     with pytest.raises(ValueError, match="portfolio.mode"):
         portfolio.settings({"mode": "fast"})
     with pytest.raises(ValueError, match="unknown key"):
