@@ -52,8 +52,6 @@ PROFILE = "profile"  # the family of the deployment profile's parts
 
 def deployment_profile(deployment=None) -> dict:
     """The deployment profile (step type -> mode): ``deployment``, else config ``decision.deployment``."""
-    from headroom.core import defaults
-
     return dict(defaults.value("decision", "deployment") if deployment is None else deployment)
 
 
