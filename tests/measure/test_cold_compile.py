@@ -8,23 +8,15 @@ import pandas as pd
 import pytest
 
 from headroom.measure import lifecycle
-from tests.measure.measure_helpers import (
-    ROOT,
-    cuda_candidates,
-    cuda_only,
-    cuda_trace,
-    interpreter_only,
-    tiny_candidates,
-    tiny_trace,
-)
+from tests.measure import measure_helpers as mh
 
 
 def _compile_inputs():
-    trace = tiny_trace()
+    trace = mh.tiny_trace()
     shapes = [
         {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
     ]
-    return trace, shapes, next(tiny_candidates().itertuples(index=False))
+    return trace, shapes, next(mh.tiny_candidates().itertuples(index=False))
 
 
 def _check_child_result(res: dict, trace: pd.DataFrame) -> None:
@@ -34,14 +26,14 @@ def _check_child_result(res: dict, trace: pd.DataFrame) -> None:
     assert res["cache_bytes"] == 0 and res["toolchain_s"] > 0 and res["pid"] != os.getpid()
 
 
-@interpreter_only
+@mh.interpreter_only
 def test_cold_compile_child_plumbing_on_the_interpreter():
     """The forked path end to end (spec out, result back), one fresh process per candidate; the
     interpreter compiles nothing, so its cache stays empty and no shape counts as a specialization."""
     from headroom.measure import cold_compile
 
     trace, shapes, cand = _compile_inputs()
-    with cold_compile.Server(interpret=True, project_root=ROOT) as server:
+    with cold_compile.Server(interpret=True, project_root=mh.ROOT) as server:
         first = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
         second = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
     _check_child_result(first, trace)
@@ -49,7 +41,7 @@ def test_cold_compile_child_plumbing_on_the_interpreter():
     assert first["pid"] != second["pid"]
 
 
-@interpreter_only
+@mh.interpreter_only
 def test_cold_compile_fallback_starts_a_fresh_interpreter(caplog):
     from headroom.measure import cold_compile
 
@@ -59,19 +51,22 @@ def test_cold_compile_fallback_starts_a_fresh_interpreter(caplog):
     )
     # A forked child that fails (here: compiled kernels and no CUDA) is retried in a freshly started
     # process, whose own failure is what the row records.
-    with cold_compile.Server(interpret=False, project_root=ROOT) as server, caplog.at_level(logging.WARNING):
+    with (
+        cold_compile.Server(interpret=False, project_root=mh.ROOT) as server,
+        caplog.at_level(logging.WARNING),
+    ):
         res = lifecycle._compile_one(cand, shapes, 10000.0, 300, server=server)
     assert "again in a freshly started process" in caplog.text
     assert res["error"].startswith("cold-compile child exited")
 
 
-@interpreter_only
+@mh.interpreter_only
 def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
     from headroom.measure import cold_compile
 
     _, shapes, cand = _compile_inputs()
     spec = lifecycle._spec(cand, shapes, 1e4)
-    with cold_compile.Server(interpret=True, project_root=ROOT) as server:
+    with cold_compile.Server(interpret=True, project_root=mh.ROOT) as server:
         assert "error" not in server.compile(spec, str(tmp_path / "a"), timeout_s=300)  # the server is up
         res = server.compile(spec, str(tmp_path / "b"), timeout_s=0.001)
         assert res["timed_out"] and res["error"] == "cold-compile child timed out after 0.001 s"
@@ -79,18 +74,18 @@ def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
 
 
 @pytest.mark.gpu
-@cuda_only
+@mh.cuda_only
 def test_cold_compile_on_cuda_forked_and_spawned_agree():
     """A forked child compiles cold as a freshly started one does: the same specializations, new
     cache files, the toolchain timed."""
     from headroom.measure import cold_compile
 
-    trace = cuda_trace()
+    trace = mh.cuda_trace()
     shapes = [
         {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in trace.to_dict("records")
     ]
-    cand = next(cuda_candidates().itertuples(index=False))
-    with cold_compile.Server(interpret=False, project_root=ROOT) as server:
+    cand = next(mh.cuda_candidates().itertuples(index=False))
+    with cold_compile.Server(interpret=False, project_root=mh.ROOT) as server:
         forked = lifecycle._compile_one(cand, shapes, 10000.0, 600, server=server)
     spawned = lifecycle._spawned(lifecycle._spec(cand, shapes, 10000.0), 600, interpret=False)
     for res in (forked, spawned):
