@@ -101,8 +101,10 @@ def device_of(environment: pd.DataFrame | None) -> str:
     return devices[0] if len(devices) == 1 else "mixed(" + ",".join(devices) + ")"
 
 
-def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float = 0.95) -> pd.DataFrame:
-    """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows."""
+def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float | None = None) -> pd.DataFrame:
+    """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows, with
+    intervals at ``confidence`` (left out: the default study's ``policies.confidence``)."""
+    confidence = defaults.value("policies", "confidence") if confidence is None else confidence
     cols = [
         "regime",
         "working_set_bytes",
