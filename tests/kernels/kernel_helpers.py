@@ -1,5 +1,6 @@
-"""Helpers for the kernel tests: the device and dtypes of the current Triton mode, random
-inputs (never zeros), NaN-poisoned outputs, and per-dtype tolerances against float64.
+"""Helpers for the kernel tests: the device and dtypes of the kernels as imported (interpreted or
+compiled), random inputs (never zeros), NaN-poisoned outputs, and per-dtype tolerances against
+float64.
 
 Under TRITON_INTERPRET=1 (CI, this repo's CPU machines) kernels run on CPU in float16/float32;
 on a CUDA machine without it the same tests run compiled in float16/bfloat16.
