@@ -5,7 +5,7 @@ import os
 #   snakemake --cores 1 --resources gpu=1 results/default/kernel_bench/bench.md
 rule kernel_bench:
     input:
-        code=src("scripts/bench_kernels.py", *KERNEL_CODE),
+        code=src("tools/bench.py", *KERNEL_CODE),
     output:
         table=f"{S}/kernel_bench/bench.md",
         rows=f"{S}/kernel_bench/bench.json",
@@ -23,5 +23,5 @@ rule kernel_bench:
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.table),
     shell:
-        "PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --out {params.out_dir} --tiles config "
-        "--table-variant > {log} 2>&1"
+        "PYTHONUNBUFFERED=1 python3 tools/bench.py --out {params.out_dir} --generations 1 2 "
+        "--tiles config --table-variant > {log} 2>&1"

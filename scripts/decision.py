@@ -1,18 +1,19 @@
 from pathlib import Path
 
+from headroom.core import defaults, settings
 from headroom.core.stage import run_stage
 
 
 def main(stage):
     from headroom.analysis import decision, figures
 
-    options = dict(stage.params["policies"])
+    options = settings.merge("policies", defaults.section("policies"), stage.params["policies"])
     figs = figures.study_figures(
         stage.read("trace"),
         stage.read_all("portfolio"),
         stage.read("lifecycle"),
         train_fraction=options.pop("train_fraction"),
-        seed=options.pop("seed", 0),
+        seed=options.pop("seed"),
         deployment=stage.params["decision"].get("deployment"),
         **options,
     )
@@ -20,7 +21,7 @@ def main(stage):
         figs,
         stage.read("graph_sweep"),
         stage.read("environment"),
-        confidence=float(options.get("confidence", 0.95)),
+        confidence=float(options["confidence"]),
         **stage.params["decision"],
     )
     stage.log.info("verdict %s: %s", verdict["verdict"].iloc[0], verdict["reason"].iloc[0])

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
         "bootstrap_resamples": a.bootstrap_resamples,
-        "noise": {m: vars(sim.load_study(a.study, m).model) for m in ("graph", "eager")},
+        "noise": {m: vars(sim.load_recorded_mode(a.study, m).model) for m in ("graph", "eager")},
         "power": {
             f"{m}@{k}x": sim.power_statement(c)["text"]
             for (m, k), c in curves.groupby(["mode", "noise_scale"])

@@ -43,6 +43,9 @@ rows carry ``kernel`` and ``runs_agree``. Rows with ``decided`` false are report
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +53,7 @@ from scipy.stats import norm
 
 from headroom.analysis import engine
 from headroom.analysis.figures import PROFILE, deployment_profile
+from headroom.core import defaults
 
 VERDICTS = ("stop", "continue", "no-decision")
 THRESHOLD_OF = {
@@ -97,8 +101,10 @@ def device_of(environment: pd.DataFrame | None) -> str:
     return devices[0] if len(devices) == 1 else "mixed(" + ",".join(devices) + ")"
 
 
-def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float = 0.95) -> pd.DataFrame:
-    """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows."""
+def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float | None = None) -> pd.DataFrame:
+    """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows, with
+    intervals at ``confidence`` (left out: the default study's ``policies.confidence``)."""
+    confidence = defaults.value("policies", "confidence") if confidence is None else confidence
     cols = [
         "regime",
         "working_set_bytes",
@@ -333,6 +339,28 @@ def _phase_note(rows: pd.DataFrame) -> str:
     return f" Whether the phase split captures it is open: {_describe(r)}."
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """The decision section's thresholds (config ``decision:``; README "How the decision is made")."""
+
+    max_gap_to_oracle_pct: float
+    max_policy_gain_pct: float
+    max_graph_fusion_speedup: float
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> Thresholds:
+        """The default study's thresholds with those ``given`` over them; an unknown name is refused."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise TypeError(f"decide() got unknown threshold(s) {unknown}; known: {names}")
+        base = defaults.section("decision")
+        return cls(**{n: given.get(n, base[n]) for n in names})
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 def _check(thresholds: dict, figures: pd.DataFrame, deployment) -> dict:
     for name, value in thresholds.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -353,18 +381,16 @@ def decide(
     graph_sweep: pd.DataFrame | None,
     environment: pd.DataFrame | None,
     *,
-    max_gap_to_oracle_pct: float = 1.0,
-    max_policy_gain_pct: float = 1.0,
-    max_graph_fusion_speedup: float = 1.10,
-    confidence: float = 0.95,
+    confidence: float | None = None,
     deployment: dict | None = None,
+    **given: float,
 ) -> pd.DataFrame:
-    """decision.parquet from the study's figures (``figures.study_figures``), sweep and environment."""
-    thresholds = {
-        "max_gap_to_oracle_pct": max_gap_to_oracle_pct,
-        "max_policy_gain_pct": max_policy_gain_pct,
-        "max_graph_fusion_speedup": max_graph_fusion_speedup,
-    }
+    """decision.parquet from the study's figures (``figures.study_figures``), sweep and environment.
+
+    given: any of the decision thresholds (``Thresholds``); those left out, and a confidence left
+    out, are the default study's (config ``decision:`` and ``policies.confidence``)."""
+    thresholds = Thresholds.of(given).as_dict()
+    confidence = defaults.value("policies", "confidence") if confidence is None else confidence
     deployment = _check(thresholds, figures, deployment)
     fig = pd.concat([figures, pd.DataFrame(_sweep_rows(graph_sweep, confidence))], ignore_index=True)
     fig["family"] = fig["family"].fillna(fig["mode"]) if "family" in fig else fig["mode"]

@@ -94,7 +94,7 @@ def _plan(md: ModeData, costs: LifecycleCosts, opts: Options) -> np.ndarray:
     return np.array(per, dtype=float) / opts.layers_per_forward
 
 
-def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction=0.5, seed=0) -> Layout:
+def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: float, seed: int) -> Layout:
     """What the procedure fixes before it sees a timing (see the module docstring)."""
     n = md.us.shape[1]
     n_train, n_fit = crossrun.split(n, train_fraction, opts.validation_fraction)

@@ -42,6 +42,7 @@ import pandas as pd
 
 from headroom.analysis import crossrun, engine
 from headroom.analysis.crossrun import ModeData, Options
+from headroom.core import defaults
 
 DECIDED = engine.DECIDED
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
@@ -51,8 +52,6 @@ PROFILE = "profile"  # the family of the deployment profile's parts
 
 def deployment_profile(deployment=None) -> dict:
     """The deployment profile (step type -> mode): ``deployment``, else config ``decision.deployment``."""
-    from headroom.core import defaults
-
     return dict(defaults.value("decision", "deployment") if deployment is None else deployment)
 
 
@@ -78,11 +77,16 @@ def part(md: ModeData, step: str) -> ModeData | None:
 
 
 def study_figures(
-    trace, timings, lifecycle=None, *, train_fraction=0.5, seed=0, deployment=None, **options
+    trace, timings, lifecycle=None, *, train_fraction=None, seed=None, deployment=None, **options
 ) -> pd.DataFrame:
     """One row per (mode, figure): estimate, ci_low, ci_high, se, df, runs, pairs, decided, detail,
-    family (the mode's own, or ``profile`` for the deployment profile's parts ``<mode>@<step>``)."""
+    family (the mode's own, or ``profile`` for the deployment profile's parts ``<mode>@<step>``).
+    train_fraction and seed left out are the default study's (config ``policies:``)."""
     from headroom.analysis.policies import checked_modes
+
+    if train_fraction is None:
+        train_fraction = defaults.value("policies", "train_fraction")
+    seed = defaults.value("policies", "seed") if seed is None else seed
 
     deployment = deployment_profile(deployment)
     opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)

@@ -177,7 +177,7 @@ def draw_batch(
 
 
 @dataclass
-class Study:
+class RecordedMode:
     """One mode of a recorded study with what the simulation needs: its costs, options, noise."""
 
     name: str
@@ -196,7 +196,7 @@ def config_options(bootstrap_resamples: int | None = None) -> tuple[Options, dic
     return Options.from_mapping(pol), defaults.section("decision")
 
 
-def load_study(study_dir, mode: str, bootstrap_resamples: int | None = 200) -> Study:
+def load_recorded_mode(study_dir, mode: str, bootstrap_resamples: int | None = 200) -> RecordedMode:
     """A recorded study's mode, its lifecycle costs, the pipeline's options and its estimated noise."""
     from pathlib import Path
 
@@ -207,7 +207,7 @@ def load_study(study_dir, mode: str, bootstrap_resamples: int | None = 200) -> S
     life = d / "lifecycle.parquet"
     costs = lifecycle_costs(pd.read_parquet(life)) if life.exists() else LifecycleCosts()
     opts, thresholds = config_options(bootstrap_resamples)
-    return Study(d.name, md, costs, opts, thresholds, estimate_noise(md))
+    return RecordedMode(d.name, md, costs, opts, thresholds, estimate_noise(md))
 
 
 def _noise(md: ModeData, model: NoiseModel, seeds: int, runs: int, seed: int) -> np.ndarray:
@@ -218,7 +218,7 @@ def _noise(md: ModeData, model: NoiseModel, seeds: int, runs: int, seed: int) ->
 REDRAW_SEED = 20240610
 
 
-def layout(s: Study) -> engine.Layout:
+def layout(s: RecordedMode) -> engine.Layout:
     """The engine's layout of a study's mode (its trace, costs, options, the pipeline's split and seed)."""
     pol = defaults.section("policies")
     return engine.layout(s.md, s.opts, s.costs, pol["train_fraction"], pol["seed"])
@@ -256,7 +256,7 @@ def _sem2(us: np.ndarray, model: NoiseModel) -> np.ndarray:
 
 
 def run_mc(
-    s: Study,
+    s: RecordedMode,
     L: engine.Layout,
     truth: np.ndarray,
     noise: np.ndarray,
@@ -295,15 +295,15 @@ def run_mc(
     return pd.concat(parts, ignore_index=True)
 
 
-def calibrate(
-    s: Study, p: engine.Layout, make, target: float, figure: str, noise: np.ndarray, scale: float = 1.0
+def effect_for_truth(
+    s: RecordedMode, L: engine.Layout, make, target: float, figure: str, noise: np.ndarray, scale: float = 1.0
 ) -> float:
     """The effect for which the truth target of ``figure`` (mean of '<figure>_true' over ``noise``'s
     seeds) is ``target``; ``make(effect)`` builds the true surface. Bisection on [0, 0.9]."""
     lo, hi = 0.0, 0.9
     for _ in range(12):
         mid = (lo + hi) / 2
-        if run_mc(s, p, make(mid), noise, scale)[f"{figure}_true"].mean() < target:
+        if run_mc(s, L, make(mid), noise, scale)[f"{figure}_true"].mean() < target:
             lo = mid
         else:
             hi = mid
@@ -359,14 +359,14 @@ POWER_EFFECTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
 POWER_SCALES = (0.25, 1.0, 4.0)
 
 
-def power_curve(s: Study, p: engine.Layout, noise: np.ndarray, effects=POWER_EFFECTS, scales=(1.0,)):
+def power_curve(s: RecordedMode, L: engine.Layout, noise: np.ndarray, effects=POWER_EFFECTS, scales=(1.0,)):
     """P(policy figure exceeds) and P(continue) against an effect planted between shape classes the
     deployable policies can learn (``beyond_phase``), per noise scale; x is the truth target of the
     policy figure (%), not the planted multiplier."""
     rows = []
     for k in scales:
         for e in effects:
-            r = summarize(run_mc(s, p, beyond_phase(s.md, e), noise, k))
+            r = summarize(run_mc(s, L, beyond_phase(s.md, e), noise, k))
             keep = ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")
             rows.append({"noise_scale": k, "effect": e, "true_policy_gain_pct": r["policy_gain_true"]})
             rows[-1].update({key: r[key] for key in keep})
@@ -397,7 +397,7 @@ def power_statement(curve: pd.DataFrame, power: float = 0.8) -> dict:
 def detectable_effect(study_dir, mode: str = "graph", *, seeds: int = 200, seed: int = 0) -> dict:
     """The power statement of one mode of a recorded study (its own trace, noise and costs, the study's
     number of runs, noise 1x): what a `stop` on it can rule out. A few seconds."""
-    s = load_study(study_dir, mode)
+    s = load_recorded_mode(study_dir, mode)
     curve = power_curve(s, layout(s), _noise(s.md, s.model, seeds, len(s.md.runs), seed))
     return {
         "mode": mode,
@@ -416,14 +416,14 @@ def validate(
     """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves)."""
     rows, curves = [], []
     for mode in modes:
-        s = load_study(study_dir, mode, bootstrap_resamples)
+        s = load_recorded_mode(study_dir, mode, bootstrap_resamples)
         rows += _scenarios(s, seeds, seed)
         c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, 3, seed + 5), scales=POWER_SCALES)
         curves.append(c.assign(study=s.name, mode=mode, runs=3, invocations=s.md.us.shape[1]))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def _scenarios(s: Study, seeds: int, seed: int) -> list[dict]:
+def _scenarios(s: RecordedMode, seeds: int, seed: int) -> list[dict]:
     """Flat surfaces at noise 0.5-4x; the gap's and the policy figure's boundary nulls (truth exactly
     at the threshold; the gap's truth is against the true oracle) at noise 1x."""
     md, L = s.md, layout(s)
@@ -446,7 +446,7 @@ def _scenarios(s: Study, seeds: int, seed: int) -> list[dict]:
         ("boundary-gap", lambda x: phase_split(md, x), "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"]),
         ("boundary-policy", lambda x: beyond_phase(md, x), "policy_gain", thr["max_policy_gain_pct"]),
     ):
-        e = calibrate(s, L, make, target, figure, pilot)
+        e = effect_for_truth(s, L, make, target, figure, pilot)
         mc = run_mc(s, L, make(e), noise)
         rows.append({**base, "scenario": scenario, "noise_scale": 1.0, "effect": e, **summarize(mc)})
     return rows
@@ -465,7 +465,7 @@ def profile_mc(
     for k in scales:
         family = []
         for step, mode in figures.deployment_profile().items():
-            s = load_study(study_dir, mode, bootstrap_resamples)
+            s = load_recorded_mode(study_dir, mode, bootstrap_resamples)
             sub = figures.part(s.md, step)
             ps = replace(s, md=sub)
             mc = run_mc(ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, 3, seed + 17), k, redraw=False)

@@ -23,6 +23,7 @@ import argparse
 import csv
 import datetime as dt
 import decimal
+import importlib
 import itertools
 import json
 import math
@@ -35,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts, identity
+from headroom.core import artifacts, defaults, identity
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -681,10 +682,21 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return GATE_EXIT[row["verdict"]]
 
 
+# -- verbs of higher floors ----------------------------------------------------------------------
+#: Modules above core that add their own verb (``add_parser(sub)``): `plan`, the predicted GPU time
+#: per study (issue 19).
+VERBS_UPSTAIRS = ("headroom.measure.cost",)
+
+
+def upstairs(module: str):
+    """A module of a higher floor (trace, measure), imported by name when its verb runs: core
+    imports nothing above itself, and a verb that is not run costs its module nothing."""
+    return importlib.import_module(module)
+
+
 # -- trace describe -------------------------------------------------------------------------------
 def cmd_trace_describe(args: argparse.Namespace) -> int:
-    from headroom.trace import invocations as htrace
-
+    htrace = upstairs("headroom.trace.invocations")
     if args.path:
         path = Path(args.path)
     else:
@@ -694,7 +706,11 @@ def cmd_trace_describe(args: argparse.Namespace) -> int:
         from headroom.core import config as hconfig
 
         cfg_path = _project_root(Path(args.results or RESULTS_NAME)) / "config" / "config.yaml"
-        fraction = hconfig.load(cfg_path)["policies"]["train_fraction"] if cfg_path.exists() else 0.5
+        fraction = (
+            hconfig.load(cfg_path)["policies"]["train_fraction"]
+            if cfg_path.exists()
+            else defaults.value("policies", "train_fraction")
+        )
     try:
         df = artifacts.read(path)
         print(htrace.describe_text(df, fraction))
@@ -865,9 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sm.add_argument("args", nargs=argparse.REMAINDER, help="snakemake's own arguments")
     sm.set_defaults(func=cmd_snakemake)
-    from headroom.measure import cost  # `plan`: predicted GPU time per study (issue 19)
-
-    cost.add_parser(sub)
+    for module in VERBS_UPSTAIRS:
+        upstairs(module).add_parser(sub)
     return p
 
 

@@ -98,7 +98,7 @@ class Server:
     (``python -m headroom.measure.cold_compile --serve``): the child sets TRITON_CACHE_DIR, runs
     :func:`compile_child` and writes its result as JSON to a file the request names. Requests from
     several threads are serialized on the pipe; the children run side by side. Use as a context
-    manager; ``interpret`` starts it with TRITON_INTERPRET=1 (the kernels' mode is fixed at import)."""
+    manager; ``interpret`` starts it with TRITON_INTERPRET=1 (the kernels are built interpreted or compiled when first imported)."""
 
     def __init__(self, *, interpret: bool, project_root: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

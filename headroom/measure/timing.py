@@ -264,20 +264,23 @@ class Harness:
     stop: {mode: StopRule} for the adaptive sampler; a mode left out (or None) samples fixed
     clock: an ``int`` nanosecond clock (``time.perf_counter_ns``): the host-clock samples and every
         measurement's wall time; tests pass a fake one
+    warmup, reps and graph_calls left out are the default study's ``portfolio`` warmup_reps, reps
+    and graph_calls (config/config.yaml)
     """
 
     def __init__(
         self,
         device: str,
         *,
-        warmup: int = 20,
-        reps: int = 280,
-        graph_calls: int = 20,
+        warmup: int | None = None,
+        reps: int | None = None,
+        graph_calls: int | None = None,
         flush_l2: bool = False,
         replays: int | None = None,
         stop: dict[str, StopRule] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
+        warmup, reps, graph_calls = _sampling(warmup, reps, graph_calls)
         _check_harness_args(device, warmup, reps, graph_calls, replays, stop)
         self.device = device
         self.warmup = warmup
@@ -433,6 +436,16 @@ class Harness:
             raise ValueError("graph_launch_us needs CUDA")
         one = Harness("cuda", warmup=self.warmup, reps=self.replays, graph_calls=1, replays=self.replays)
         return float(np.median(one._graph(fn, [args]).replay_us))
+
+
+def _sampling(warmup: int | None, reps: int | None, graph_calls: int | None) -> tuple[int, int, int]:
+    """(warmup, reps, graph_calls), each left out taken from the default study's portfolio section."""
+    cfg = defaults.section("portfolio")
+    return (
+        cfg["warmup_reps"] if warmup is None else warmup,
+        cfg["reps"] if reps is None else reps,
+        cfg["graph_calls"] if graph_calls is None else graph_calls,
+    )
 
 
 def _check_harness_args(device, warmup, reps, graph_calls, replays, stop) -> None:

@@ -286,3 +286,14 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
     assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3").all()
+
+
+def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
+    from headroom.core import defaults
+
+    cfg = defaults.section("decision")
+    t = decision.Thresholds.of({})
+    assert t.as_dict() == {k: cfg[k] for k in t.as_dict()}
+    assert decision.Thresholds.of({"max_policy_gain_pct": 5.0}).max_policy_gain_pct == 5.0
+    with pytest.raises(TypeError, match="max_gap_pct"):
+        decision.Thresholds.of({"max_gap_pct": 1.0})

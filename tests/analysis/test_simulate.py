@@ -30,7 +30,7 @@ def graph():
 
 @pytest.fixture(scope="module", params=["graph", "eager"])
 def study(request):
-    s = sim.load_study(REFERENCE, request.param)
+    s = sim.load_recorded_mode(REFERENCE, request.param)
     return s, sim.layout(s)
 
 
@@ -65,7 +65,7 @@ def test_the_simulators_one_seed_call_reproduces_decision_parquet_exactly():
     generation-2 reference's eager mode is charged plan builds per shape."""
     table = _recorded_decision()
     for mode in ("graph", "eager"):
-        s = sim.load_study(
+        s = sim.load_recorded_mode(
             REFERENCE, mode, bootstrap_resamples=defaults.value("policies", "bootstrap_resamples")
         )
         assert mode == "graph" or s.costs.plan_us_by_shape  # plan charges are exercised
@@ -131,7 +131,7 @@ def test_boundary_nulls_rarely_exceed_and_rarely_stop(study, noise):
         (lambda x: sim.beyond_phase(md, x), "policy_gain", thr["max_policy_gain_pct"], "policy"),
     )
     for make, figure, target, name in cases:
-        e = sim.calibrate(s, L, make, target, figure, noise[1])
+        e = sim.effect_for_truth(s, L, make, target, figure, noise[1])
         mc = sim.run_mc(s, L, make(e), noise[0])
         tol = 0.25 if md.mode == "graph" else 0.6  # pilot vs run: MC error (eager's truth is noisy)
         assert mc[f"{figure}_true"].mean() == pytest.approx(target, abs=tol)

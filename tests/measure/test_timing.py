@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from headroom.core import defaults
 from headroom.measure import timing
 
 
@@ -239,3 +240,10 @@ def test_a_cell_stops_on_its_own_samples_whatever_was_timed_before():
     a, b = cell_after(_latencies(0.1, seed=1)), cell_after(_latencies(20, seed=2))
     assert a.stop_reason == b.stop_reason and a.samples_us.size == b.samples_us.size > 5
     np.testing.assert_array_equal(a.samples_us, b.samples_us)
+
+
+def test_sampling_left_out_is_the_default_studys_portfolio():
+    cfg = defaults.section("portfolio")
+    h = timing.Harness("interpret")
+    assert (h.warmup, h.reps, h.graph_calls) == (cfg["warmup_reps"], cfg["reps"], cfg["graph_calls"])
+    assert timing.Harness("interpret", reps=7, graph_calls=3).replays == timing.graph_replays(7, 3)

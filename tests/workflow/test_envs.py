@@ -92,7 +92,7 @@ def _rules():
         for block in re.split(r"\n\s*rule\s+", text)[1:]:
             name = block.split(":", 1)[0].strip()
             script = re.search(r'script:\s*\n\s*"\.\./(scripts/[^"]+)"', block) or re.search(
-                r'shell:\s*\n\s*"[^"]*?python3? (scripts/\w+\.py)', block
+                r'shell:\s*\n\s*"[^"]*?python3? ((?:scripts|tools)/\w+\.py)', block
             )
             conda = re.search(r'conda:\s*\n\s*"\.\./envs/([^"]+)"', block)
             if script:

@@ -1,0 +1,105 @@
+"""The lifecycle stage on the interpreter: its rows as the policies read them, plan build costs, the
+fitted policies whose lookups it times, and the switch pairs."""
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headroom.analysis import policies
+from headroom.measure import lifecycle
+from tests.measure.measure_helpers import FIT, interpreter_only, tiny_candidates, tiny_trace
+
+
+@interpreter_only
+def test_lifecycle_on_the_interpreter_parses_for_the_policies():
+    cands = tiny_candidates()
+    cfg = {
+        "dispatch_lookups": 2000,
+        "dispatch_repeats": 3,
+        "switch_reps": 2,
+        "switch_invocations": 1,
+        "switch_pairs": 1,
+        "warmup_reps": 0,
+    }
+    df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret", policies=FIT)
+    assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch", "plan"}
+    plans = df[df["kind"] == "plan"]  # tiny_candidates are generation 1: no plans
+    assert sorted(plans["candidate"]) == sorted(cands["candidate"]) and (plans["status"] == "skipped").all()
+    for kind in ("compile", "cache"):
+        part = df[df["kind"] == kind]
+        assert sorted(part["candidate"]) == sorted(cands["candidate"])
+        assert (part["status"] == "skipped").all() and part["reason"].str.contains("interpreter").all()
+        assert part["value"].isna().all()
+    disp = df[df["kind"] == "dispatch"].set_index("policy")
+    assert sorted(disp.index) == sorted(lifecycle.DISPATCH_POLICIES)
+    assert (disp["value"] >= 0).all() and (disp["unit"] == "ns").all() and (disp["raw_ns"] > 0).all()
+    sw = df[df["kind"] == "switch"]
+    assert (
+        len(sw) == 1
+        and sw.iloc[0]["mode"] == "eager"
+        and sw.iloc[0]["candidate"] != sw.iloc[0]["candidate_b"]
+    )
+    np.testing.assert_allclose(sw["value"], sw["alternating_us"] - sw["same_us"])
+    costs = policies.lifecycle_costs(df)  # the analysis reads exactly this table
+    assert set(costs.dispatch_us) == set(lifecycle.DISPATCH_POLICIES)
+    assert costs.compile_s == {}  # skipped rows charge nothing
+
+
+def test_plan_build_cost_per_generation_2_candidate_and_shape():
+    from headroom.measure.candidates import build
+
+    tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1}]
+    cands = build(tiles, ["unfused", "q_fused"], ["math"])
+    trace = tiny_trace()
+    rows = pd.DataFrame(
+        lifecycle.plan_rows(trace, cands, {"plan_reps": 3}, "interpret", 10000.0, logging.getLogger())
+    )
+    ours = rows[rows["candidate"].str.startswith("t0")]
+    assert (ours["status"] == "ok").all() and (ours["value"] > 0).all() and (ours["unit"] == "us").all()
+    assert sorted(set(ours["shape_key"])) == sorted(set(trace["shape_key"]))  # every distinct shape
+    native = rows[rows["candidate"] == "native-sdpa-math"]
+    assert len(native) == 1 and native.iloc[0]["status"] == "skipped"
+
+
+def test_dispatch_times_the_fitted_registry_policies():
+    from headroom.analysis import crossrun, registry
+
+    trace = pd.concat([tiny_trace()] * 4, ignore_index=True).assign(invocation=lambda t: range(len(t)))
+    names = ["a", "b", "c"]
+    fitted = lifecycle.fitted_policies(trace, names, **FIT)
+    assert set(fitted) == set(registry.REGISTRY) == set(lifecycle.DISPATCH_POLICIES)
+    shapes = lifecycle.lookup_shapes(trace, FIT["train_fraction"])
+    assert [s["invocation"] for s in shapes] == list(range(6, 12))  # the test part, in trace order
+    for name, policy in fitted.items():
+        assert all(policy.lookup(s) in names for s in shapes), name
+    # The clustered lookup is the analysis' own fit: the policies stage, fitting on the same train
+    # rows with the same settings, gets the same centroids (k-means sees shapes, not latencies).
+    opts = crossrun.Options(clusters=FIT["clusters"])
+    n_train, _ = crossrun.split(len(trace), FIT["train_fraction"], opts.validation_fraction)
+    us = np.random.default_rng(1).random((n_train, 3))
+    ours = registry.make("clustered").fit(registry.Train(trace.iloc[:n_train], us, tuple(names), clusters=2))
+    np.testing.assert_allclose(fitted["clustered"].centroids, ours.centroids)
+    test = trace.iloc[n_train:]
+    keyed = [fitted["clustered"].key(s) for s in shapes]
+    assert keyed == ours.keys(test)
+    # lookup and choose go through the same fitted table: the answer timed is the answer scored
+    for name in ("global", "phase-keyed", "exact-key", "bucketed", "clustered", "regret-aware"):
+        p = fitted[name]
+        assert [p.lookup(s) for s in shapes] == [names[i] for i in p.choose(test)], name
+    # A nearest-centroid lookup is dearer than a constant one.
+    assert lifecycle._loop_ns(fitted["clustered"].lookup, shapes * 200) > lifecycle._loop_ns(
+        fitted["global"].lookup, shapes * 200
+    )
+    with pytest.raises(ValueError, match="train_fraction"):
+        lifecycle.fitted_policies(trace, names, train_fraction=1.0, clusters=2, seed=0)
+
+
+def test_switch_plan_pairs_different_tiles():
+    cfg = lifecycle.settings({"switch_invocations": 2, "switch_pairs": 5})
+    plan = lifecycle.switch_plan(tiny_trace(), tiny_candidates(), cfg)
+    # 3 candidates over 2 tiles: the pairs with different tiles are (t0u, t1u) and (t0f, t1u).
+    assert len(plan) == 2 * 2
+    assert all(a.tile != b.tile for _, a, b in plan)
+    assert sorted({int(inv.invocation) for inv, _, _ in plan}) == [0, 2]
