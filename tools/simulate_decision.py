@@ -77,19 +77,30 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bootstrap-resamples", type=int, default=200)
     ap.add_argument("--out", type=Path, default=Path("data/validation"))
+    ap.add_argument("--runs", type=int, help="portfolio runs to simulate (default: the study's)")
+    ap.add_argument(
+        "--invocations",
+        type=int,
+        help="trace length to simulate, resampled from the study's (default: its own)",
+    )
     a = ap.parse_args(argv)
+    for flag in ("runs", "invocations"):
+        if getattr(a, flag) is not None and getattr(a, flag) < (3 if flag == "runs" else 8):
+            ap.error(f"--{flag} {getattr(a, flag)}: needs at least {3 if flag == 'runs' else 8}")
+    design = sim.Design(a.runs, a.invocations)
     t0 = time.time()
     table, curves = sim.validate(
-        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples
+        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
     )
     a.out.mkdir(parents=True, exist_ok=True)
-    name = a.study.name
+    name = a.study.name + ("" if design == sim.Design() else f"-{a.runs or 'r'}x{a.invocations or 'n'}")
     table.round(6).to_csv(a.out / f"{name}.csv", index=False)
     curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
         "command": "python tools/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
+        "design": {"runs": int(table["runs"].iloc[0]), "invocations": int(table["invocations"].iloc[0])},
         "bootstrap_resamples": a.bootstrap_resamples,
         "noise": {m: vars(sim.load_recorded_mode(a.study, m).model) for m in ("graph", "eager")},
         "power": {
@@ -99,7 +110,9 @@ def main(argv=None) -> int:
         "seconds": round(time.time() - t0, 1),
     }
     (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
-    profile = sim.profile_mc(a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples)
+    profile = sim.profile_mc(
+        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
+    )
     profile.round(6).to_csv(a.out / f"{name}-profile.csv", index=False)
     (a.out / f"{name}.md").write_text(markdown(table, curves) + profile_markdown(profile))
     print(json.dumps(meta, indent=2, default=float))

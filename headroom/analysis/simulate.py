@@ -410,26 +410,48 @@ def detectable_effect(study_dir, mode: str = "graph", *, seeds: int = 200, seed:
     }
 
 
+@dataclass(frozen=True)
+class Design:
+    """The study design a validation simulates: portfolio runs and trace invocations; None keeps the
+    recorded study's. Another length resamples the recorded invocations with replacement
+    (``longer_trace``), so the same GPU time can be spent as more runs of a shorter trace."""
+
+    runs: int | None = None
+    invocations: int | None = None
+
+    def apply(self, s: RecordedMode, seed: int = 0) -> tuple[RecordedMode, int]:
+        """(the recorded mode with this design's trace, its number of runs)."""
+        n = self.invocations
+        md = s.md if n is None or n == s.md.us.shape[1] else longer_trace(s.md, n, seed)
+        return replace(s, md=md), int(self.runs or len(s.md.runs))
+
+
 def validate(
-    study_dir, *, seeds: int = 400, seed: int = 0, modes=("graph", "eager"), bootstrap_resamples: int = 200
+    study_dir,
+    *,
+    seeds: int = 400,
+    seed: int = 0,
+    modes=("graph", "eager"),
+    bootstrap_resamples: int = 200,
+    design: Design = Design(),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves)."""
     rows, curves = [], []
     for mode in modes:
-        s = load_recorded_mode(study_dir, mode, bootstrap_resamples)
-        rows += _scenarios(s, seeds, seed)
-        c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, 3, seed + 5), scales=POWER_SCALES)
-        curves.append(c.assign(study=s.name, mode=mode, runs=3, invocations=s.md.us.shape[1]))
+        s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
+        rows += _scenarios(s, seeds, seed, runs)
+        c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, runs, seed + 5), scales=POWER_SCALES)
+        curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=s.md.us.shape[1]))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def _scenarios(s: RecordedMode, seeds: int, seed: int) -> list[dict]:
+def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
     """Flat surfaces at noise 0.5-4x; the gap's and the policy figure's boundary nulls (truth exactly
     at the threshold; the gap's truth is against the true oracle) at noise 1x."""
     md, L = s.md, layout(s)
-    noise = _noise(md, s.model, seeds, 3, seed + 3)
-    pilot = _noise(md, s.model, 100, 3, seed + 1003)
-    base = {"study": s.name, "mode": md.mode, "runs": 3, "invocations": md.us.shape[1]}
+    noise = _noise(md, s.model, seeds, runs, seed + 3)
+    pilot = _noise(md, s.model, 100, runs, seed + 1003)
+    base = {"study": s.name, "mode": md.mode, "runs": runs, "invocations": md.us.shape[1]}
     rows = []
     for k in (0.5, 1.0, 2.0, 4.0):
         rows.append(
@@ -453,7 +475,13 @@ def _scenarios(s: RecordedMode, seeds: int, seed: int) -> list[dict]:
 
 
 def profile_mc(
-    study_dir, *, seeds: int = 400, seed: int = 0, scales=(0.5, 1.0, 2.0, 4.0), bootstrap_resamples=200
+    study_dir,
+    *,
+    seeds: int = 400,
+    seed: int = 0,
+    scales=(0.5, 1.0, 2.0, 4.0),
+    bootstrap_resamples=200,
+    design: Design = Design(),
 ):
     """The deployment profile's headline on flat surfaces: each part (``figures.part``: a mode's
     invocations of one step type) is simulated from its mode's noise, the parts' decided figures are
@@ -465,10 +493,12 @@ def profile_mc(
     for k in scales:
         family = []
         for step, mode in figures.deployment_profile().items():
-            s = load_recorded_mode(study_dir, mode, bootstrap_resamples)
+            s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
             sub = figures.part(s.md, step)
             ps = replace(s, md=sub)
-            mc = run_mc(ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, 3, seed + 17), k, redraw=False)
+            mc = run_mc(
+                ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, runs, seed + 17), k, redraw=False
+            )
             thr = {f: float(s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
             family += [
                 {
@@ -481,7 +511,7 @@ def profile_mc(
                 for f in engine.DECIDED
             ]
         verdict = engine.rule(family, 1.0 - s.opts.confidence)["verdict"]
-        row = {"study": s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds}
+        row = {"study": s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds, "runs": runs}
         for v in ("continue", "stop"):
             row[v], row[f"{v}_lo"], row[f"{v}_hi"] = _rate(verdict == v)
         rows.append(row)

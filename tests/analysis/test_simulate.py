@@ -175,3 +175,19 @@ def test_graph_power_grows_with_the_planted_effect_and_noise_matters(study, nois
     quiet = curve[curve["noise_scale"] == 0.25].set_index("effect")["policy_exceeds"]
     loud = curve[curve["noise_scale"] == 4.0].set_index("effect")["policy_exceeds"]
     assert quiet[0.0] <= 0.05 and quiet[0.35] >= 0.8 and loud[0.35] < quiet[0.35]
+
+
+def test_a_design_spends_the_same_cells_on_more_runs():
+    """``Design`` simulates another study design on a recorded study's noise: 6 runs of half the
+    trace time as many cells as 3 runs of all of it, and narrow the gap bound's interval (its run
+    part has R - 1 degrees of freedom), which is what lets a flat graph surface reach `stop`."""
+    s = sim.load_recorded_mode("data/reference/h200/default-gen2-long", "graph")
+    widths = {}
+    for runs, n in ((3, 200), (6, 100)):
+        d, r = sim.Design(runs, n).apply(s, seed=1)
+        assert (r, d.md.us.shape[1], d.md.us.shape[0]) == (runs, n, 3)  # the recorded runs stay the source
+        mc = sim.run_mc(d, sim.layout(d), sim.flat(d.md), sim._noise(d.md, s.model, 40, r, 5))
+        widths[runs] = float((mc["gap_to_oracle_bound_hi"] - mc["gap_to_oracle_bound_lo"]).median())
+    assert widths[6] < 0.6 * widths[3]
+    same, runs = sim.Design().apply(s)
+    assert same is not s and same.md is s.md and runs == len(s.md.runs)
