@@ -67,7 +67,7 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     out = []
     for row in shapes.itertuples(index=False):
         (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
-        fn = portfolio.candidate_fn(cand, cos, sin, row.phase == "prefill")
+        fn = portfolio.candidate_fn(cand, cos, sin, inputs.rotate_k(row))
         before = _dir_bytes(cache)
         t0 = time.perf_counter()
         fn(q, k, v)

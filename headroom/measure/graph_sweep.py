@@ -203,7 +203,7 @@ def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rop
         for mode in timing.MODES:
             for fused in (False, True):
                 c = by_fused[fused]
-                m = harness.time(mode, portfolio.candidate_fn(c, cos, sin, shape.phase == "prefill"), sets)
+                m = harness.time(mode, portfolio.candidate_fn(c, cos, sin, inputs.rotate_k(shape)), sets)
                 rows.append(
                     {
                         "regime": regime_label(multiple),

@@ -236,7 +236,7 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
         cos, sin = tables.get(inv)
         n_sets = timing.buffer_sets(inputs.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = inputs.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
-        rotate_k = inv.phase == "prefill"
+        rotate_k = inputs.rotate_k(inv)
         fa = portfolio.candidate_fn(a, cos, sin, rotate_k)
         fb = portfolio.candidate_fn(b, cos, sin, rotate_k)
         for mode in harness.modes:
