@@ -101,3 +101,18 @@ def test_a_varlen_family_without_kv_lens_rows_is_refused():
     shapes = correctness.shapes(_trace(_row(0, "decode", 2, 1, 9)))
     with pytest.raises(ValueError, match="t0-32x16-w4s2-varlen applies to no shape"):
         correctness.check(cands, shapes, device="interpret", tolerances_by_dtype=TOL, log=LOG)
+
+
+def test_the_portfolio_times_the_varlen_family_on_kv_lens_rows_only():
+    """Every older candidate on every row (the ragged one on its padded batch), the varlen one on
+    the ragged decode only."""
+    from headroom.measure import portfolio
+
+    cands = build(TILES, ["q_fused"], ["math"], varlen=True)
+    trace = _trace(_row(0, "decode", 2, 1, 24), _row(1, "decode", 2, 1, 24, [24, 3]))
+    section = {"sampler": "fixed", "reps": 2, "warmup_reps": 1, "mode": "eager"}
+    rows, _ = portfolio.run(trace, cands, section, run=1, device="interpret", progress=False)
+    timed = rows.groupby("invocation")["candidate"].apply(set).to_dict()
+    assert timed[0] == {"t0-32x16-w4s2-q_fused", "native-sdpa-math"}
+    assert timed[1] == timed[0] | {"t0-32x16-w4s2-varlen"}
+    assert (rows["median_us"] > 0).all()
