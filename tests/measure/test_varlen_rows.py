@@ -116,3 +116,22 @@ def test_the_portfolio_times_the_varlen_family_on_kv_lens_rows_only():
     assert timed[0] == {"t0-32x16-w4s2-q_fused", "native-sdpa-math"}
     assert timed[1] == timed[0] | {"t0-32x16-w4s2-varlen"}
     assert (rows["median_us"] > 0).all()
+
+
+def test_checks_past_the_plain_reference_bound_use_the_chunked_one(monkeypatch):
+    """A long-cache chunk never builds the whole score matrix: with the bound lowered, the plain
+    reference is never called and the check still passes."""
+    import kernels
+
+    def plain(*args, **kwargs):
+        raise AssertionError("the plain reference ran past PLAIN_REFERENCE_MAX_SCORES")
+
+    monkeypatch.setattr(correctness, "PLAIN_REFERENCE_MAX_SCORES", 10)
+    monkeypatch.setattr(kernels, "reference_attention", plain)
+    cand = next(build(TILES, ["fused"]).itertuples())
+    shape = next(correctness.shapes(_trace(_row(0, "prefill", 1, 6, 30))).itertuples())
+    fn = runner.runner(cand, *runner.tables(30, 32, "float32", 10000.0, "cpu"), False)
+    result = correctness.check_one(
+        fn, shape, seed=2, device="interpret", tol=TOL["float32"], rope_base=10000.0
+    )
+    assert result["status"] == "passed", result["reason"]
