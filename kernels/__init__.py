@@ -54,7 +54,8 @@ Notes for callers:
 Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
 (host / Triton attention; generation-1 prefill and both generations' decode), _prefill.py
 (generation-2 prefill), plans.py (plan/run), _launch.py (launches as data, compiled replay),
-split.py (the torch-free decode split plan), reference.py (float64 torch references).
+split.py (the torch-free decode split plan), reference.py (float64 torch references, chunked for
+long caches), decode_varlen.py / jit/decode_varlen.py (host / Triton generation-3 varlen decode).
 """
 
 from . import _mode

@@ -110,3 +110,29 @@ def test_run_refuses_tensors_unlike_the_plan():
         p.run(q, k, v, cos, sin, kv_lens.long())
     with pytest.raises(ValueError, match="k does not match the plan"):
         p.run(q, k[:, :, :4], v, cos, sin, kv_lens)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_ragged_batches_and_strided_caches(seed):
+    """Random batch (1-4), GQA group (1, 3, 4), head_dim (32, 64), lengths 1..capacity, tile, and a
+    cache laid out (B, S, H, D) as a fused QKV projection writes it, viewed (B, H, S, D)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+    batch, group, head_dim, dtype = pick([1, 2, 4]), pick([1, 3, 4]), pick([32, 64]), pick(DTYPES)
+    heads_kv, capacity = pick([1, 2]), int(torch.randint(1, 80, (1,), generator=gen))
+    tile = pick([Tile(16, 16, 4, 2), Tile(32, 32, 4, 2), Tile(64, 16, 4, 3)])
+    lens = torch.randint(1, capacity + 1, (batch,), generator=gen, dtype=torch.int32)
+    lens[0] = capacity  # the longest fills the cache
+    q = torch.randn(batch, heads_kv * group, 1, head_dim, generator=gen).to(dtype).to(DEVICE)
+    k, v = (
+        torch.randn(batch, capacity, heads_kv, head_dim, generator=gen).to(dtype).to(DEVICE).transpose(1, 2)
+        for _ in range(2)
+    )
+    kv_lens = lens.to(DEVICE)
+    cos, sin = rope_tables(capacity, head_dim, device=DEVICE)
+    out = decode_varlen(q, k, v, cos, sin, kv_lens, tile=tile, out=poisoned(q.shape, dtype))
+    ref = reference_attention_chunked(q, k, v, cos, sin, rotate_k=False, kv_lens=kv_lens)
+    assert_close(out, ref, dtype, f"seed {seed}: lengths {lens.tolist()}, group {group}, {tile.name}")
