@@ -17,9 +17,9 @@ is excluded from timing, and the study goes on whatever `on_correctness_failure`
 failure of a candidate) are failures.
 
 Long caches and ragged decodes: the reference is kernels.reference_attention_chunked (float64 in
-key chunks, never the whole score matrix) when a check's scores would pass
-PLAIN_REFERENCE_MAX_SCORES or the row carries kv_lens; the plain reference otherwise (so recorded
-studies keep their numbers).
+key chunks, never the whole score matrix) when the plain reference would hold more than
+PLAIN_REFERENCE_MAX_ELEMENTS float64 values or the row carries kv_lens; the plain reference
+otherwise (the two agree to float64 rounding).
 A decode row with kv_lens is checked in the padded layout (inputs.input_sets): candidates that
 read the lengths (varlen, native; runner.takes_lengths) against the ragged reference, the
 others against the padded problem they solve; the varlen family is checked on those rows only
@@ -233,19 +233,20 @@ def check_one(
     return row
 
 
-#: the largest score matrix (B * Hq * Sq * Skv float64 elements, 2 GiB) the plain reference builds;
-#: past it the chunked one runs (one 2048 x 131072 x 32-head matrix would be 69 GB)
-PLAIN_REFERENCE_MAX_SCORES = 2**28
+#: the most float64 elements the plain reference may hold (2 GiB): its scores, B * Hq * Sq * Skv,
+#: and K and V repeated per query head, 2 * B * Hq * Skv * D. Past it the chunked reference runs (a
+#: 2048-query chunk over 131,072 keys with 32 heads would need 69 GB of scores alone)
+PLAIN_REFERENCE_MAX_ELEMENTS = 2**28
 
 
 def reference(q, k, v, cos, sin, *, rotate_k: bool, kv_lens=None):
-    """The float64 answer of a check: chunked for ragged rows and for score matrices past
-    PLAIN_REFERENCE_MAX_SCORES (a long-cache chunk), the plain reference otherwise (the shapes of
-    the recorded studies, whose errors stay as recorded)."""
+    """The float64 answer of a check: chunked for ragged rows and past PLAIN_REFERENCE_MAX_ELEMENTS
+    (long caches), the plain reference otherwise (same values to float64 rounding)."""
     from kernels import reference_attention, reference_attention_chunked
 
-    batch, heads_q, q_len, _ = q.shape
-    if kv_lens is None and batch * heads_q * q_len * k.shape[2] <= PLAIN_REFERENCE_MAX_SCORES:
+    batch, heads_q, q_len, head_dim = q.shape
+    plain = batch * heads_q * k.shape[2] * (q_len + 2 * head_dim)
+    if kv_lens is None and plain <= PLAIN_REFERENCE_MAX_ELEMENTS:
         return reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     return reference_attention_chunked(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
 

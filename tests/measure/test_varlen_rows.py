@@ -124,9 +124,9 @@ def test_checks_past_the_plain_reference_bound_use_the_chunked_one(monkeypatch):
     import kernels
 
     def plain(*args, **kwargs):
-        raise AssertionError("the plain reference ran past PLAIN_REFERENCE_MAX_SCORES")
+        raise AssertionError("the plain reference ran past PLAIN_REFERENCE_MAX_ELEMENTS")
 
-    monkeypatch.setattr(correctness, "PLAIN_REFERENCE_MAX_SCORES", 10)
+    monkeypatch.setattr(correctness, "PLAIN_REFERENCE_MAX_ELEMENTS", 10)
     monkeypatch.setattr(kernels, "reference_attention", plain)
     cand = next(build(TILES, ["fused"]).itertuples())
     shape = next(correctness.shapes(_trace(_row(0, "prefill", 1, 6, 30))).itertuples())
