@@ -7,8 +7,8 @@ headroom.measure.inputs.input_sets, the lengths passed here as `kv_lens`):
     native candidates read them too: the SDPA backends through a (B, 1, 1, Skv) boolean length
         mask (a backend with no kernel for a mask raises "No available kernel", which the
         correctness gate records as `unsupported`), FlexAttention through a length mask_mod;
-        their q is rotated at kv_lens[b] - 1 by torch (our standalone RoPE kernel takes one
-        position offset per batch);
+        their q is rotated at kv_lens[b] - 1 by our standalone RoPE kernel over tables gathered
+        once per lengths (one launch, as on other rows);
     generations 1 and 2 run on the padded batch, every sequence as long as the longest: a kernel
         that takes no lengths can only attend over the whole cache, which is what a server
         without varlen kernels pays (and what the traces' `kv_summary: max` modelled). Their
@@ -68,15 +68,23 @@ def _causal_sdpa(backend: str) -> Callable:
     from torch.nn.attention.bias import causal_lower_right
 
     which = _sdpa_backend(backend)
+    length_masks: dict[tuple, tuple] = {}  # (id(kv_lens), Skv) -> (kv_lens, mask); holds kv_lens alive
+
+    def length_mask(kv_lens, skv: int, device):
+        """(B, 1, 1, Skv) bool, key j visible to sequence b when j < kv_lens[b]: built once per
+        lengths, as a server builds its batch metadata once per step."""
+        key = (id(kv_lens), skv)
+        if key not in length_masks:
+            visible = torch.arange(skv, device=device) < kv_lens[:, None].to(torch.int64)  # (B, Skv)
+            length_masks[key] = (kv_lens, visible[:, None, None, :])
+        return length_masks[key][1]
 
     def attend(q, k, v, kv_lens=None):
         sq, skv = q.shape[2], k.shape[2]
         with sdpa_kernel(which):
             if kv_lens is not None:  # one query per sequence: keys below its length
-                mask = torch.arange(skv, device=q.device) < kv_lens[:, None].to(torch.int64)  # (B, Skv)
-                return F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask[:, None, None, :], enable_gqa=True
-                )
+                mask = length_mask(kv_lens, skv, q.device)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             if sq == skv:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=sq > 1, enable_gqa=True)
             if sq == 1:  # bottom-right causal: the one new query sees every cached key
@@ -150,8 +158,8 @@ def _compiled_flex(flex_attention) -> Callable:
 def _native_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
     """RoPE by our standalone kernel (q at positions Skv-Sq+i, k at j when rotate_k), then the native
     attention (an SDPA backend or FlexAttention) with the causal mask aligned bottom-right. With
-    kv_lens (a ragged decode) q is rotated at kv_lens[b] - 1 by torch and the keys are masked
-    past each sequence's length."""
+    kv_lens (a ragged decode) q is rotated at kv_lens[b] - 1 (_rope_per_sequence) and the keys
+    are masked past each sequence's length."""
     from kernels import rope
 
     if backend == "flex":
@@ -161,27 +169,36 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable
     else:
         raise ValueError(f"backend {backend!r} is not a native candidate backend")
 
+    rotate_q = None if kv_lens is None else _rope_per_sequence(cos, sin, kv_lens)
+
     def fn(q, k, v, out=None):
         sq, skv = q.shape[2], k.shape[2]
         if kv_lens is None:
             res = attend(rope(q, cos, sin, skv - sq), rope(k, cos, sin, 0) if rotate_k else k, v)
         else:
-            res = attend(_rope_at(q, cos, sin, kv_lens - 1), k, v, kv_lens)
+            res = attend(rotate_q(q), k, v, kv_lens)
         return res if out is None else out.copy_(res)
 
     return fn
 
 
-def _rope_at(q, cos, sin, positions):
-    """Rotate-half RoPE of one query per sequence, q (B, H, 1, D), at positions (B,): in float32,
-    rounded once to q's dtype, as the kernels rotate."""
+def _rope_per_sequence(cos, sin, kv_lens) -> Callable:
+    """rotate(q) for one query per sequence, q (B, H, 1, D), at positions kv_lens[b] - 1: our
+    standalone RoPE kernel (one launch, as on other rows) over q viewed (1, H, B, D), the batch
+    axis as positions 0..B-1 of tables gathered once per lengths: row b = row kv_lens[b] - 1."""
     import torch
 
-    half = q.shape[-1] // 2
-    c = cos[positions].float()[:, None, None, :]  # (B, 1, 1, D/2)
-    s = sin[positions].float()[:, None, None, :]
-    x1, x2 = q[..., :half].float(), q[..., half:].float()
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(q.dtype)
+    from kernels import rope
+
+    positions = (kv_lens - 1).to(torch.int64)
+    cos_b, sin_b = cos[positions].contiguous(), sin[positions].contiguous()  # (B, D/2)
+
+    def rotate(q):
+        out = torch.empty_like(q)
+        rope(q.permute(2, 1, 0, 3), cos_b, sin_b, 0, out=out.permute(2, 1, 0, 3))
+        return out
+
+    return rotate
 
 
 def runner(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
