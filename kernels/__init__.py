@@ -29,6 +29,9 @@ Generations (GENERATION, the tag recorded with the candidates):
        merge of the decode splits) -- DEFAULT_VARIANT unless a caller names one. With
        rotate_k=False (decode over a rotated cache), "q_fused" and "fused" are one launch.
     A candidate is (tile, rope) plus its generation; exactly one of fused= or rope= is given.
+    3: the variable-length decode (decode_varlen.py): one query per sequence over a padded,
+       rotated cache with per-sequence kv_lens; q rotated in the kernel (placement q_fused);
+       plan_decode_varlen / VarlenPlan.run. Generations 1 and 2 are untouched by it.
 
 Plan/run (the host path a runner should time; see plans.py):
     p = plan(q, k, v, cos, sin, tile=tile, rope="q_fused", rotate_k=True)   # checks, compiles
@@ -51,7 +54,8 @@ Notes for callers:
 Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
 (host / Triton attention; generation-1 prefill and both generations' decode), _prefill.py
 (generation-2 prefill), plans.py (plan/run), _launch.py (launches as data, compiled replay),
-split.py (the torch-free decode split plan), reference.py (float64 torch references).
+split.py (the torch-free decode split plan), reference.py (float64 torch references, chunked for
+long caches), decode_varlen.py / jit/decode_varlen.py (host / Triton generation-3 varlen decode).
 """
 
 from . import _mode
@@ -65,14 +69,16 @@ from .attention import (
     decode_block_m,
     decode_split_plan,
 )
+from .decode_varlen import VarlenPlan, decode_varlen, plan_decode_varlen
 from .plans import Plan, plan
-from .reference import reference_attention, reference_rope
+from .reference import reference_attention, reference_attention_chunked, reference_rope
 from .rope import rope, rope_tables
 from .tile import Tile
 
 #: generation of the kernels that rope= selects (fused= selects generation 1); recorded with
 #: the candidates so studies of different generations stay apart
 GENERATION = 2
+VARLEN_GENERATION = 3  # decode_varlen's family
 SUPPORTED_HEAD_DIMS = _mode.SUPPORTED_HEAD_DIMS
 SUPPORTED_DTYPES = _mode.SUPPORTED_DTYPES
 
@@ -97,7 +103,9 @@ __all__ = [
     "GENERATION",
     "ROPE_MODES",
     "Plan",
+    "VARLEN_GENERATION",
     "Variant",
+    "VarlenPlan",
     "SUPPORTED_DTYPES",
     "SUPPORTED_HEAD_DIMS",
     "Tile",
@@ -105,10 +113,13 @@ __all__ = [
     "attention_unrotated",
     "decode_block_m",
     "decode_split_plan",
+    "decode_varlen",
     "empty_kernel_launch",
     "interpreted",
     "plan",
+    "plan_decode_varlen",
     "reference_attention",
+    "reference_attention_chunked",
     "reference_rope",
     "rope",
     "rope_tables",

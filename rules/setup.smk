@@ -45,5 +45,6 @@ rule candidates:
         rope=cfg("rope"),
         generation=cfg("generation"),
         native=cfg("native_candidates", default=[]),
+        varlen=cfg("varlen_decode", default=False),
     script:
         "../scripts/candidates.py"

@@ -5,7 +5,11 @@ from headroom.measure.candidates import build
 def main(stage):
     params = stage.params
     candidates = build(
-        params["tiles"], params["rope"], params["native"], generation=int(params["generation"])
+        params["tiles"],
+        params["rope"],
+        params["native"],
+        generation=int(params["generation"]),
+        varlen=bool(params["varlen"]),
     )
     stage.write("candidates", candidates)
 

@@ -27,6 +27,11 @@ GENERATION_1_PLACEMENTS = ("unfused", "fused")
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
 NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
 NATIVE_TILE = -1  # native candidates have no tile of ours
+#: the variable-length decode family (kernels.decode_varlen, kernels.VARLEN_GENERATION): one
+#: candidate per tile, q rotated in the kernel over a rotated cache (placement q_fused), run only
+#: on decode rows with kv_lens (headroom.measure.runner.applies)
+VARLEN_GENERATION = 3
+VARLEN_PLACEMENT = "q_fused"
 
 
 def candidate_id(tile: int, t: dict[str, int], rope: str) -> str:
@@ -57,9 +62,11 @@ def build(
     rope: Sequence[str],
     native: Sequence[str] = (),
     generation: int = 2,
+    varlen: bool = False,
 ) -> pd.DataFrame:
     """Every tile crossed with every RoPE placement, then the native candidates. Generation 1 is
-    the first studies' kernels (placements unfused and fused only)."""
+    the first studies' kernels (placements unfused and fused only). varlen: add the varlen decode
+    family (generation 3), one candidate per tile, id 't{i}-...-varlen'."""
     if not tiles:
         raise ValueError("tiles: at least one tile is needed")
     if not rope:
@@ -87,8 +94,24 @@ def build(
                     "generation": int(generation),
                 }
             )
+    if type(varlen) is not bool:
+        raise ValueError(f"varlen: must be true or false, got {varlen!r}")
+    if varlen:
+        rows += [_varlen_row(i, t) for i, t in enumerate(tiles)]
     rows += [_native_row(name, generation) for name in native]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _varlen_row(i: int, t: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "candidate": candidate_id(i, t, "varlen"),
+        "tile": i,
+        **{key: int(t[key]) for key in ("block_m", "block_n", "num_warps", "num_stages")},
+        "fused": True,  # RoPE (of q) inside the attention kernel: the policies' fusion arm 'on'
+        "backend": "triton",
+        "rope": VARLEN_PLACEMENT,
+        "generation": VARLEN_GENERATION,
+    }
 
 
 def placement(cand: Any) -> tuple[str, int]:

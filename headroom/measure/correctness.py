@@ -16,6 +16,15 @@ is excluded from timing, and the study goes on whatever `on_correctness_failure`
 'failed' (a wrong answer, NaNs, unwritten elements) and 'error' (any other compile or launch
 failure of a candidate) are failures.
 
+Long caches and ragged decodes: the reference is kernels.reference_attention_chunked (float64 in
+key chunks, never the whole score matrix) when the plain reference would hold more than
+PLAIN_REFERENCE_MAX_ELEMENTS float64 values or the row carries kv_lens; the plain reference
+otherwise (the two agree to float64 rounding).
+A decode row with kv_lens is checked in the padded layout (inputs.input_sets): candidates that
+read the lengths (varlen, native; runner.takes_lengths) against the ragged reference, the
+others against the padded problem they solve; the varlen family is checked on those rows only
+(runner.applies). Rows sharing a shape_key are checked with the first row's kv_lens.
+
 `admitted()` is how later stages drop failing and unsupported candidates.
 
 `kernels` is imported inside the functions, never at module import: scripts import this module
@@ -92,21 +101,28 @@ def tolerances(section: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 
 
 def shapes(trace: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct shape_key of the trace (its first invocation's fields), sorted."""
+    """One row per distinct shape_key of the trace (its first invocation's fields, kv_lens too
+    where the trace has them), sorted."""
     missing = [c for c in SHAPE_COLUMNS if c not in trace.columns]
     if missing:
         raise ValueError(f"trace lacks columns {missing} needed for correctness checks")
     if trace.empty:
         raise ValueError("trace is empty: no shape to check")
-    first = trace.drop_duplicates("shape_key", keep="first")[SHAPE_COLUMNS]
+    columns = SHAPE_COLUMNS + (["kv_lens"] if "kv_lens" in trace.columns else [])
+    first = trace.drop_duplicates("shape_key", keep="first")[columns]
     return first.sort_values("shape_key").reset_index(drop=True)
 
 
-def rotate_k_for(phase: str) -> bool:
-    """Prefill rotates the new keys; decode reads a cache of rotated keys (as the portfolio)."""
+def rotate_k_for(phase: str, q_len: int = 1, kv_len: int = 1) -> bool:
+    """headroom.measure.inputs.rotate_k for a (phase, q_len, kv_len): a prefill from an empty
+    cache rotates its new keys; a chunk over a cache and a decode read rotated keys."""
     if phase not in ("prefill", "decode"):
         raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
-    return phase == "prefill"
+    from types import SimpleNamespace
+
+    from headroom.measure.inputs import rotate_k
+
+    return rotate_k(SimpleNamespace(phase=phase, q_len=q_len, kv_len=kv_len))
 
 
 def input_seed(seed: int, candidate: str, shape_key: str) -> int:
@@ -116,11 +132,11 @@ def input_seed(seed: int, candidate: str, shape_key: str) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def default_make_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
+def default_make_fn(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
     """fn(q, k, v, out=None) for a candidate row: the runner every stage uses."""
     from headroom.measure.runner import runner
 
-    return runner(cand, cos, sin, rotate_k)
+    return runner(cand, cos, sin, rotate_k, kv_lens)
 
 
 def corrupting(fn: Callable) -> Callable:
@@ -185,15 +201,15 @@ def check_one(
     tol: tuple[float, float],
     rope_base: float,
     native: bool = False,
+    kv_lens=None,
 ) -> dict[str, Any]:
     """Run one check (see the module docstring); returns the measured columns. `native`: fn is a
-    native backend, whose "no kernel for this shape" error makes the check 'unsupported'."""
+    native backend, whose "no kernel for this shape" error makes the check 'unsupported'.
+    kv_lens: the (B,) lengths fn answers for (a ragged decode), None for the padded problem."""
     import torch
 
-    from kernels import reference_attention
-
     tdev = _torch_device(device)
-    rotate_k = rotate_k_for(shape.phase)
+    rotate_k = rotate_k_for(shape.phase, int(shape.q_len), int(shape.kv_len))
     q, k, v, cos, sin = _inputs(shape, seed, tdev, rope_base)
     row = dict(
         rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
@@ -202,7 +218,7 @@ def check_one(
         out, nan_count, unwritten = _run_poisoned(fn, q, k, v, tdev)
     except Exception as exc:  # cannot run this shape: unsupported; any other failure: an error
         return _not_run(row, exc, native=native)
-    ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
+    ref = reference(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
     diff = out.to(torch.float64) - ref
     rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
     problems = _problems(rel, max_abs, nan_count, unwritten, tol)
@@ -215,6 +231,24 @@ def check_one(
         reason="; ".join(problems),
     )
     return row
+
+
+#: the most float64 elements the plain reference may hold (2 GiB): its scores, B * Hq * Sq * Skv,
+#: and K and V repeated per query head, 2 * B * Hq * Skv * D. Past it the chunked reference runs (a
+#: 2048-query chunk over 131,072 keys with 32 heads would need 69 GB of scores alone)
+PLAIN_REFERENCE_MAX_ELEMENTS = 2**28
+
+
+def reference(q, k, v, cos, sin, *, rotate_k: bool, kv_lens=None):
+    """The float64 answer of a check: chunked for ragged rows and past PLAIN_REFERENCE_MAX_ELEMENTS
+    (long caches), the plain reference otherwise (same values to float64 rounding)."""
+    from kernels import reference_attention, reference_attention_chunked
+
+    batch, heads_q, q_len, head_dim = q.shape
+    plain = batch * heads_q * k.shape[2] * (q_len + 2 * head_dim)
+    if kv_lens is None and plain <= PLAIN_REFERENCE_MAX_ELEMENTS:
+        return reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
+    return reference_attention_chunked(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
 
 
 def _run_poisoned(fn: Callable, q, k, v, tdev: str):
@@ -316,46 +350,80 @@ def check(
     inject_fault: str | None = None,
     log: logging.Logger | None = None,
 ) -> pd.DataFrame:
-    """Every candidate x every shape (see the module docstring) as a DataFrame with COLUMNS.
+    """Every candidate x every shape it applies to (see the module docstring) as a DataFrame with
+    COLUMNS.
 
     make_fn(cand, cos, sin, rotate_k) -> fn(q, k, v, out=None) builds a candidate's callable
-    (default: headroom.measure.runner.runner, what every stage runs); tests pass a broken one.
+    (default: headroom.measure.runner.runner, what every stage runs); tests pass a broken one. On
+    rows with kv_lens it is called with kv_lens= too (the (B,) int32 lengths).
     inject_fault: a candidate id whose output is corrupted (FAULT_INJECTION_NOTE).
+    ValueError when a candidate applies to no shape (the varlen family on a trace without kv_lens).
     """
     rope_base = defaults.value("partition", "rope_base") if rope_base is None else rope_base
     import torch
 
-    from headroom.measure.runner import is_native
-    from headroom.measure.runner import tables as candidate_tables
+    from headroom.measure.runner import applies
 
     log = log or logging.getLogger("headroom.measure.correctness")
     _check_inputs(candidates, inject_fault, log)
     tdev = _torch_device(device)
-    rows = []
-    progress = Progress(log, "correctness", len(shape_rows) * len(candidates), "checks")
-    for shape in shape_rows.itertuples(index=False):
-        dtype = str(shape.dtype)
-        tol = _tolerance(tolerances_by_dtype, dtype, shape.shape_key)
-        rotate_k = rotate_k_for(shape.phase)
-        cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), dtype, rope_base, tdev)
-        for cand in candidates.itertuples(index=False):
-            seed_i = input_seed(seed, cand.candidate, shape.shape_key)
-            fn = _candidate_fn(make_fn, cand, cos, sin, rotate_k, faulty=cand.candidate == inject_fault)
-            result = check_one(
-                fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=is_native(cand)
+    shape_list = list(shape_rows.itertuples(index=False))
+    for cand in candidates.itertuples(index=False):
+        if not any(applies(cand, shape) for shape in shape_list):
+            raise ValueError(
+                f"candidate {cand.candidate} applies to no shape of the trace (the varlen decode runs "
+                "on decode rows with kv_lens only): drop it from the study or use a trace with kv_lens"
             )
-            rows.append(_row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i))
-            _log_result(log, cand, shape, result)
+    ctx = dict(device=device, seed=seed, rope_base=rope_base, make_fn=make_fn, inject_fault=inject_fault)
+    rows = []
+    progress = Progress(log, "correctness", len(shape_list) * len(candidates), "checks")
+    for shape in shape_list:
+        tol = _tolerance(tolerances_by_dtype, str(shape.dtype), shape.shape_key)
+        for cand in candidates.itertuples(index=False):
+            if applies(cand, shape):
+                result = _check_pair(cand, shape, tol, **ctx)
+                rows.append(result)
+                _log_result(log, cand, shape, result)
             progress.step()
         if tdev == "cuda":
             torch.cuda.empty_cache()
     return _frame(rows)
 
 
-def _candidate_fn(make_fn: Callable, cand: Any, cos, sin, rotate_k: bool, *, faulty: bool) -> Callable:
+def _check_pair(cand, shape, tol, *, device, seed, rope_base, make_fn, inject_fault) -> dict:
+    """One (candidate, shape) check as its correctness row."""
+    from headroom.measure.inputs import kv_lens_tensor
+    from headroom.measure.runner import is_native, takes_lengths
+    from headroom.measure.runner import tables as candidate_tables
+
+    tdev = _torch_device(device)
+    rotate_k = rotate_k_for(shape.phase, int(shape.q_len), int(shape.kv_len))
+    cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype), rope_base, tdev)
+    lens = kv_lens_tensor(shape, device) if takes_lengths(cand) else None
+    seed_i = input_seed(seed, cand.candidate, shape.shape_key)
+    fn = _candidate_fn(make_fn, cand, cos, sin, rotate_k, lens, faulty=cand.candidate == inject_fault)
+    result = check_one(
+        fn,
+        shape,
+        seed=seed_i,
+        device=device,
+        tol=tol,
+        rope_base=rope_base,
+        native=is_native(cand),
+        kv_lens=lens,
+    )
+    return _row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i)
+
+
+def _candidate_fn(
+    make_fn: Callable, cand: Any, cos, sin, rotate_k: bool, kv_lens, *, faulty: bool
+) -> Callable:
     """The candidate's callable; one that cannot even be built fails its checks; `faulty`: corrupted."""
     try:
-        fn = make_fn(cand, cos, sin, rotate_k)
+        if kv_lens is None:
+            fn = make_fn(cand, cos, sin, rotate_k)
+        else:
+            fn = make_fn(cand, cos, sin, rotate_k, kv_lens=kv_lens)
     except Exception as exc:  # a candidate that cannot even be built fails its checks
         fn = _raiser(exc)
     if faulty:

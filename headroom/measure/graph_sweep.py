@@ -26,7 +26,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import inputs, portfolio, timing
+from headroom.measure import inputs, portfolio, runner, timing
 
 STAT_COLUMNS = list(contracts.STAT_COLUMNS)
 COLUMNS = list(contracts.GRAPH_SWEEP.names)
@@ -117,6 +117,7 @@ def run(
     cfg = settings(section)
     shapes = sweep_shapes(cfg, partition)
     pair = candidates[candidates["tile"] == cfg["tile"]]
+    pair = pair[[not runner.is_varlen(c) for c in pair.itertuples(index=False)]]  # no kv_lens here
     by_fused = {bool(c.fused): c for c in pair.itertuples(index=False)}
     skip_reason = _skip_reason(device, by_fused, cfg["tile"])
     if skip_reason:
@@ -203,7 +204,7 @@ def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rop
         for mode in timing.MODES:
             for fused in (False, True):
                 c = by_fused[fused]
-                m = harness.time(mode, portfolio.candidate_fn(c, cos, sin, shape.phase == "prefill"), sets)
+                m = harness.time(mode, portfolio.candidate_fn(c, cos, sin, inputs.rotate_k(shape)), sets)
                 rows.append(
                     {
                         "regime": regime_label(multiple),

@@ -40,7 +40,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import inputs, noise, timing
+from headroom.measure import inputs, noise, runner, timing
 
 _FLOOR_WARMUP_CALLS = 3
 
@@ -130,12 +130,12 @@ def candidate_order(n: int, *, seed: int, run: int, index: int) -> np.ndarray:
     return np.roll(perm, -int(np.flatnonzero(perm == first)[0]))
 
 
-def candidate_fn(cand: Any, cos, sin, rotate_k: bool) -> Callable:
+def candidate_fn(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
     """fn(q, k, v) for one candidate row: the same runner correctness checks
-    (:func:`headroom.measure.runner.runner`)."""
+    (:func:`headroom.measure.runner.runner`; kv_lens: a ragged decode row's lengths)."""
     from headroom.measure.runner import runner
 
-    return runner(cand, cos, sin, rotate_k)
+    return runner(cand, cos, sin, rotate_k, kv_lens)
 
 
 # -- run facts ------------------------------------------------------------------------------------
@@ -343,13 +343,14 @@ class _Bench:
         seeds = [cfg["seed"], self.run, int(inv.invocation)]
         data_seed = int(np.random.SeedSequence(seeds).generate_state(1)[0])
         sets = inputs.input_sets(inv, n_sets, self.device, seed=data_seed)
-        order = candidate_order(len(self.cands), seed=cfg["seed"], run=self.run, index=index)
-        rotate_k = inv.phase == "prefill"
+        cands = [c for c in self.cands if runner.applies(c, inv)]  # the varlen family: kv_lens rows
+        order = candidate_order(len(cands), seed=cfg["seed"], run=self.run, index=index)
+        rotate_k, kv_lens = inputs.rotate_k(inv), inputs.kv_lens_tensor(inv, self.device)
         rows, samples = [], []
         for mode in self.modes:
             for position, ci in enumerate(order):
-                cand = self.cands[ci]
-                m = self.harness.time(mode, candidate_fn(cand, cos, sin, rotate_k), sets)
+                cand = cands[ci]
+                m = self.harness.time(mode, candidate_fn(cand, cos, sin, rotate_k, kv_lens), sets)
                 self.timed_calls += m.timed_calls
                 rows.append(self._row(mode, inv, cand, position, m, nbytes))
                 samples.append(self._samples(mode, inv, cand, position, m))

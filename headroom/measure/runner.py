@@ -1,16 +1,50 @@
 """One way to run a candidate, for every stage: the correctness gate, the portfolio runs, the
-lifecycle costs and the graph sweep execute exactly the same code for the same candidate row."""
+lifecycle costs and the graph sweep execute exactly the same code for the same candidate row.
+
+Decode rows with kv_lens (ragged serving batches; input sets in the padded layout of
+headroom.measure.inputs.input_sets, the lengths passed here as `kv_lens`):
+    generation 3 (the varlen decode) runs only on those rows (applies()) and reads the lengths;
+    native candidates read them too: the SDPA backends through a (B, 1, 1, Skv) boolean length
+        mask (a backend with no kernel for a mask raises "No available kernel", which the
+        correctness gate records as `unsupported`), FlexAttention through a length mask_mod;
+        their q is rotated at kv_lens[b] - 1 by our standalone RoPE kernel over tables gathered
+        once per lengths (one launch, as on other rows);
+    generations 1 and 2 run on the padded batch, every sequence as long as the longest: a kernel
+        that takes no lengths can only attend over the whole cache, which is what a server
+        without varlen kernels pays (and what the traces' `kv_summary: max` modelled). Their
+        answer is the padded problem's, and the correctness gate checks it against that
+        (takes_lengths() says which reference a candidate answers).
+Every older candidate still runs on every row, so the portfolio's matrix stays complete for them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from headroom.measure.candidates import SDPA_BACKENDS, placement
+from headroom.measure.candidates import SDPA_BACKENDS, VARLEN_GENERATION, placement
 
 
 def is_native(cand: Any) -> bool:
     return str(getattr(cand, "backend", "triton") or "triton") != "triton"
+
+
+def is_varlen(cand: Any) -> bool:
+    """A candidate of the variable-length decode family (generation 3)."""
+    return not is_native(cand) and placement(cand)[1] == VARLEN_GENERATION
+
+
+def applies(cand: Any, row: Any) -> bool:
+    """Whether the candidate runs on this trace row: the varlen family only on decode rows that
+    carry kv_lens; every other candidate on every row."""
+    from headroom.measure.inputs import kv_lens
+
+    return not is_varlen(cand) or (row.phase == "decode" and kv_lens(row) is not None)
+
+
+def takes_lengths(cand: Any) -> bool:
+    """Whether the candidate reads kv_lens (varlen and native) rather than the padded batch."""
+    return is_native(cand) or is_varlen(cand)
 
 
 def _sdpa_backend(name: str):
@@ -25,16 +59,32 @@ def _sdpa_backend(name: str):
 
 
 def _causal_sdpa(backend: str) -> Callable:
-    """attend(q, k, v) by PyTorch SDPA with one backend forced, causal mask aligned bottom-right."""
+    """attend(q, k, v, kv_lens=None) by PyTorch SDPA with one backend forced, causal mask aligned
+    bottom-right (torch's is_causal is top-left aligned when Sq != Skv: causal_lower_right
+    there); with kv_lens (decode), a boolean length mask per sequence."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
     which = _sdpa_backend(backend)
+    length_masks: dict[tuple, tuple] = {}  # (id(kv_lens), Skv) -> (kv_lens, mask); holds kv_lens alive
 
-    def attend(q, k, v):
+    def length_mask(kv_lens, skv: int, device):
+        """(B, 1, 1, Skv) bool, key j visible to sequence b when j < kv_lens[b]: built once per
+        lengths, as a server builds its batch metadata once per step."""
+        key = (id(kv_lens), skv)
+        if key not in length_masks:
+            visible = torch.arange(skv, device=device) < kv_lens[:, None].to(torch.int64)  # (B, Skv)
+            length_masks[key] = (kv_lens, visible[:, None, None, :])
+        return length_masks[key][1]
+
+    def attend(q, k, v, kv_lens=None):
         sq, skv = q.shape[2], k.shape[2]
         with sdpa_kernel(which):
+            if kv_lens is not None:  # one query per sequence: keys below its length
+                mask = length_mask(kv_lens, skv, q.device)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             if sq == skv:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=sq > 1, enable_gqa=True)
             if sq == 1:  # bottom-right causal: the one new query sees every cached key
@@ -55,13 +105,26 @@ _FLEX_FNS: dict[bool, Callable] = {}  # on CUDA -> the compiled (True) or eager 
 
 
 def _causal_flex() -> Callable:
-    """attend(q, k, v) by FlexAttention with a bottom-right causal block mask. On CUDA it runs the
-    compiled kernel; elsewhere (the interpreter's CPU runs) eager FlexAttention, which is correct
-    but materializes the scores: there it is a correctness check, not a timing."""
+    """attend(q, k, v, kv_lens=None) by FlexAttention with a bottom-right causal block mask, or with
+    kv_lens (decode) a length mask (key j visible to sequence b when j < kv_lens[b]), built once
+    per lengths tensor: the varlen decode's native peer. On CUDA it runs the compiled kernel;
+    elsewhere (the interpreter's CPU runs) eager FlexAttention, which is correct but materializes
+    the scores: there it is a correctness check, not a timing."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    def attend(q, k, v):
+    length_masks: dict[int, tuple] = {}  # id(kv_lens) -> (kv_lens, block mask); holds kv_lens alive
+
+    def mask_for(q, k, kv_lens):
         sq, skv = q.shape[2], k.shape[2]
+        if kv_lens is not None:
+            if id(kv_lens) not in length_masks:
+
+                def within(b, h, q_idx, kv_idx):
+                    return kv_idx < kv_lens[b]
+
+                mask = create_block_mask(within, q.shape[0], None, sq, skv, device=q.device)
+                length_masks[id(kv_lens)] = (kv_lens, mask)
+            return length_masks[id(kv_lens)][1]
         key = (sq, skv, str(q.device))
         if key not in _FLEX_MASKS:
             offset = skv - sq
@@ -70,9 +133,12 @@ def _causal_flex() -> Callable:
                 return kv_idx <= q_idx + offset
 
             _FLEX_MASKS[key] = create_block_mask(causal, None, None, sq, skv, device=q.device)
+        return _FLEX_MASKS[key]
+
+    def attend(q, k, v, kv_lens=None):
         if q.is_cuda not in _FLEX_FNS:
             _FLEX_FNS[q.is_cuda] = _compiled_flex(flex_attention) if q.is_cuda else flex_attention
-        return _FLEX_FNS[q.is_cuda](q, k, v, block_mask=_FLEX_MASKS[key], enable_gqa=True)
+        return _FLEX_FNS[q.is_cuda](q, k, v, block_mask=mask_for(q, k, kv_lens), enable_gqa=True)
 
     return attend
 
@@ -89,9 +155,11 @@ def _compiled_flex(flex_attention) -> Callable:
     return torch.compile(flex_attention, dynamic=True)
 
 
-def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
+def _native_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
     """RoPE by our standalone kernel (q at positions Skv-Sq+i, k at j when rotate_k), then the native
-    attention (an SDPA backend or FlexAttention) with the causal mask aligned bottom-right."""
+    attention (an SDPA backend or FlexAttention) with the causal mask aligned bottom-right. With
+    kv_lens (a ragged decode) q is rotated at kv_lens[b] - 1 (_rope_per_sequence) and the keys
+    are masked past each sequence's length."""
     from kernels import rope
 
     if backend == "flex":
@@ -101,30 +169,62 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool) -> Callable:
     else:
         raise ValueError(f"backend {backend!r} is not a native candidate backend")
 
+    rotate_q = None if kv_lens is None else _rope_per_sequence(cos, sin, kv_lens)
+
     def fn(q, k, v, out=None):
         sq, skv = q.shape[2], k.shape[2]
-        qr = rope(q, cos, sin, skv - sq)
-        kr = rope(k, cos, sin, 0) if rotate_k else k
-        res = attend(qr, kr, v)
+        if kv_lens is None:
+            res = attend(rope(q, cos, sin, skv - sq), rope(k, cos, sin, 0) if rotate_k else k, v)
+        else:
+            res = attend(rotate_q(q), k, v, kv_lens)
         return res if out is None else out.copy_(res)
 
     return fn
 
 
-def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
+def _rope_per_sequence(cos, sin, kv_lens) -> Callable:
+    """rotate(q) for one query per sequence, q (B, H, 1, D), at positions kv_lens[b] - 1: our
+    standalone RoPE kernel (one launch, as on other rows) over q viewed (1, H, B, D), the batch
+    axis as positions 0..B-1 of tables gathered once per lengths: row b = row kv_lens[b] - 1."""
+    import torch
+
+    from kernels import rope
+
+    positions = (kv_lens - 1).to(torch.int64)
+    cos_b, sin_b = cos[positions].contiguous(), sin[positions].contiguous()  # (B, D/2)
+
+    def rotate(q):
+        out = torch.empty_like(q)
+        rope(q.permute(2, 1, 0, 3), cos_b, sin_b, 0, out=out.permute(2, 1, 0, 3))
+        return out
+
+    return rotate
+
+
+def runner(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
     """fn(q, k, v, out=None) -> out for one candidate row (a namedtuple/Series with the COLUMNS).
-    out: an optional output buffer (the correctness gate passes poisoned ones).
+    out: an optional output buffer (the correctness gate passes poisoned ones). kv_lens: the
+    (B,) int32 lengths of a ragged decode row (inputs.kv_lens_tensor), None for other rows; see
+    the module docstring for what each family does with them.
 
     Generation 1 calls kernels.attention(fused=...) as the first studies recorded it (inputs
-    checked on every call). Generation 2 times what a serving engine runs: a plan made once per
-    batch shape (kernels.plan: checks, split plan, scratch, compiled launchers) and Plan.run per
-    call; a call whose tensors differ from the plan's (another shape or layout) makes a new plan."""
+    checked on every call). Generations 2 and 3 time what a serving engine runs: a plan made once
+    per batch shape (kernels.plan / kernels.plan_decode_varlen: checks, split plan, scratch,
+    compiled launchers) and its run per call; a call whose tensors differ from the plan's
+    (another shape or layout) makes a new plan."""
     if is_native(cand):
-        return _native_fn(str(cand.backend), cos, sin, rotate_k)
+        return _native_fn(str(cand.backend), cos, sin, rotate_k, kv_lens)
     from kernels import Tile, attention
 
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
     rope, generation = placement(cand)
+    if generation == VARLEN_GENERATION:
+        if kv_lens is None or rotate_k:
+            raise ValueError(
+                f"{cand.candidate}: the varlen decode (generation {VARLEN_GENERATION}) runs only on "
+                "decode rows with kv_lens over a rotated cache (runner.applies)"
+            )
+        return _varlen_fn(tile, cos, sin, kv_lens)
     if generation == 1:
         fused = rope == "fused"
 
@@ -133,6 +233,24 @@ def runner(cand: Any, cos, sin, rotate_k: bool) -> Callable:
 
         return fn
     return _planned_fn(tile, rope, cos, sin, rotate_k)
+
+
+def _varlen_fn(tile, cos, sin, kv_lens) -> Callable:
+    from kernels import plan_decode_varlen
+
+    current: list = [None]  # the plan of the last layout seen
+
+    def fn(q, k, v, out=None):
+        p = current[0]
+        if p is not None:
+            try:
+                return p.run(q, k, v, cos, sin, kv_lens, out=out)
+            except ValueError:
+                pass  # other tensors than the plan's: plan again (which names what is invalid)
+        current[0] = p = plan_decode_varlen(q, k, v, cos, sin, kv_lens, tile=tile, out=out)
+        return p.run(q, k, v, cos, sin, kv_lens, out=out)
+
+    return fn
 
 
 def _planned_fn(tile, rope: str, cos, sin, rotate_k: bool) -> Callable:
@@ -153,17 +271,22 @@ def _planned_fn(tile, rope: str, cos, sin, rotate_k: bool) -> Callable:
     return fn
 
 
-def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None):
-    """The kernels.Plan a generation-2 candidate runs for these tensors (None for generation 1 and
-    native candidates, which have no plan): what the lifecycle times as the plan's build cost."""
+def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None, kv_lens=None):
+    """The plan a generation-2 or -3 candidate runs for these tensors (None for generation 1 and
+    native candidates, which have no plan): what the lifecycle times as the plan's build cost.
+    A generation-3 (varlen) candidate needs the row's kv_lens."""
     if is_native(cand):
         return None
     rope, generation = placement(cand)
     if generation == 1:
         return None
-    from kernels import Tile, plan
+    from kernels import Tile, plan, plan_decode_varlen
 
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
+    if generation == VARLEN_GENERATION:
+        if kv_lens is None:
+            raise ValueError(f"{cand.candidate}: a varlen decode plan needs the row's kv_lens")
+        return plan_decode_varlen(q, k, v, cos, sin, kv_lens, tile=tile, out=out)
     return plan(q, k, v, cos, sin, tile=tile, rope=rope, rotate_k=rotate_k, out=out)
 
 

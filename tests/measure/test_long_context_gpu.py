@@ -1,0 +1,59 @@
+"""Long contexts on the GPU (issue 22, item 5): the correctness gate on a prefill chunk of 512
+queries over a 131,072-token cache and on a ragged decode of 8 sequences from 1 to 131,072 tokens,
+Llama-3-8B heads (32 query, 8 KV, head_dim 128) in bfloat16, against the chunked float64
+reference. Our kernels must pass; a native backend passes or is recorded `unsupported` with its
+reason (never a wrong answer or another error). Run on the H200:
+
+    pytest -m gpu -x -q -s tests/measure/test_long_context_gpu.py
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+
+from headroom.core import defaults
+from headroom.measure import correctness
+from headroom.measure.candidates import build
+
+pytestmark = pytest.mark.gpu
+
+TILES = [{"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3}]
+LOG = logging.getLogger("test.long_context")
+LENGTHS = [131072, 1, 17, 4096, 65536, 300, 9000, 2]
+
+
+def _shape(phase, batch, q_len, kv_len, kv_lens=None) -> pd.DataFrame:
+    row = dict(
+        invocation=0, phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, heads_q=32, heads_kv=8,
+        head_dim=128, dtype="bfloat16", shape_key=f"{phase}|b{batch}|q{q_len}|kv{kv_len}", kv_lens=kv_lens,
+    )  # fmt: skip
+    return correctness.shapes(pd.DataFrame([row]))
+
+
+def _check(cands: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
+    tol = correctness.tolerances(defaults.section("correctness"))
+    out = correctness.check(cands, shapes, device="cuda", tolerances_by_dtype=tol, log=LOG)
+    print(out[["candidate", "status", "rel_err", "max_abs_err", "reason"]].to_string())
+    ours = out["candidate"].str.startswith("t")
+    assert (out.loc[ours, "status"] == "passed").all(), out.loc[ours & ~out["passed"], "reason"].tolist()
+    assert out.loc[~ours, "status"].isin(["passed", "unsupported"]).all()
+    return out
+
+
+def test_a_prefill_chunk_over_a_131k_cache():
+    """q_len 512 < kv_len 131,072: bottom-right causal, queries rotated at 130,560.., the cache
+    not re-rotated; natives through causal_lower_right."""
+    cands = build(TILES, ["unfused", "fused", "q_fused"], ["flash", "efficient", "cudnn"])
+    out = _check(cands, _shape("prefill", 1, 512, 131072))
+    assert not out["rotate_k"].any()
+
+
+def test_a_long_ragged_decode():
+    """Lengths 1 .. 131,072 in one batch: the varlen family and FlexAttention's length mask against
+    the ragged reference, generation 2 on the padded batch against the padded one."""
+    cands = build(TILES, ["q_fused"], ["flex", "flash", "efficient"], varlen=True)
+    out = _check(cands, _shape("decode", len(LENGTHS), 1, max(LENGTHS), LENGTHS))
+    assert out.loc[out["candidate"].str.endswith("varlen"), "passed"].all()
