@@ -41,6 +41,9 @@ from headroom.core import defaults
 
 NS_PER_S = 1_000_000_000
 PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
+#: The trace's `step` values by code (Stream.step): what the engine step an invocation belongs to
+#: ran. Without chunked prefill every prefill is `prefill` and every decode `decode`.
+STEPS = ("prefill", "decode", "mixed-prefill", "mixed-decode")
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,21 @@ class Stream:
     request: np.ndarray  # int64: index into Requests for a prefill, -1 for a decode
     kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences (a prefill: context)
     kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences (a prefill: context)
+    q_len: np.ndarray  # int64: a prefill's new (query) tokens, <= kv_max; 1 for a decode
+    step: np.ndarray  # int8: the engine step's kind, an index into STEPS
+    segment: np.ndarray  # int64: a decode's index into `bases`; -1 for a prefill
+    #: Per segment of constant decode batch, its sequences' kv bases (int64): a sequence's kv_len at
+    #: tick t (time t * decode_step_ns) is its base + t.
+    bases: tuple[np.ndarray, ...] = ()
+
+    ARRAYS = ("time_ns", "phase", "batch", "request", "kv_max", "kv_mean", "q_len", "step", "segment")
 
     def take(self, index: np.ndarray) -> Stream:
-        return Stream(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        return Stream(*(getattr(self, f)[index] for f in self.ARRAYS), bases=self.bases)
+
+    def kv_lens(self, i: int, decode_step_ns: int) -> np.ndarray:
+        """Decode row i's per-sequence kv_len, in the engine's order."""
+        return self.bases[self.segment[i]] + self.time_ns[i] // decode_step_ns
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -616,9 +631,9 @@ def mapped(columns: dict[str, str | None]) -> dict[str, str]:
 def _segments(eligible, context, generated, max_batch: int, end_tick: int | None) -> tuple[list, ...]:
     """The engine, event to event: between two changes of the active set every tick has the same
     batch and every kv_len grows by one per tick, so it emits (start, stop, batch, max base, sum
-    of bases) per segment; a request's kv_len at tick t is its base + t."""
+    of bases, bases) per segment; a request's kv_len at tick t is its base + t."""
     n = len(eligible)
-    seg_start, seg_stop, seg_batch, seg_max, seg_sum = [], [], [], [], []
+    seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases = [], [], [], [], [], []
     active: dict[int, int] = {}  # request -> base
     finishing: list[tuple[int, int]] = []  # heap of (first tick it is no longer active, request)
     tick, nxt_req = 0, 0
@@ -645,12 +660,13 @@ def _segments(eligible, context, generated, max_batch: int, end_tick: int | None
         seg_batch.append(len(active))
         seg_max.append(max(bases))
         seg_sum.append(sum(bases))
+        seg_bases.append(np.fromiter(bases, np.int64, len(active)))
         tick = stop
-    return seg_start, seg_stop, seg_batch, seg_max, seg_sum
+    return seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases
 
 
-def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.ndarray, ...]:
-    """Segments expanded to one decode invocation per tick: (tick, batch, kv max, kv mean)."""
+def decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.ndarray, ...]:
+    """Segments expanded to one decode invocation per tick: (tick, batch, kv max, kv mean, segment)."""
     start = np.asarray(seg_start, dtype=np.int64)
     length = np.asarray(seg_stop, dtype=np.int64) - start
     first = np.repeat(np.cumsum(length) - length, length)
@@ -658,7 +674,7 @@ def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.
     d_batch = np.repeat(np.asarray(seg_batch, dtype=np.int64), length)
     d_max = np.repeat(np.asarray(seg_max, dtype=np.int64), length) + ticks
     d_mean = (np.repeat(np.asarray(seg_sum, dtype=np.int64), length) + d_batch * ticks) / d_batch
-    return ticks, d_batch, d_max, d_mean
+    return ticks, d_batch, d_max, d_mean, np.repeat(np.arange(len(start), dtype=np.int64), length)
 
 
 #: The most invocations the model may emit from the log's start to the window's end (prefills and
@@ -667,7 +683,7 @@ def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.
 MAX_STREAM_INVOCATIONS = 10_000_000
 
 
-def _check_stream_size(prefills: int, decodes: int) -> None:
+def check_stream_size(prefills: int, decodes: int) -> None:
     """Refuse, before allocating it, a stream past MAX_STREAM_INVOCATIONS (a log of a few requests
     generating millions of tokens each, or a long log without a window)."""
     if prefills + decodes > MAX_STREAM_INVOCATIONS:
@@ -679,29 +695,48 @@ def _check_stream_size(prefills: int, decodes: int) -> None:
         )
 
 
-def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
-    """All invocations that start before end_ns (None: until every request is done), in order."""
+def simulate(
+    requests: Requests,
+    *,
+    max_batch: int,
+    decode_step_ns: int,
+    end_ns: int | None = None,
+    max_batched_tokens: int | None = None,
+) -> Stream:
+    """All invocations that start before end_ns (None: until every request is done), in order.
+    A prefill's q_len is its prompt less the prefix-cached tokens (requests.cached), its kv_len the
+    whole prompt. max_batched_tokens: the chunked-prefill engine of headroom.trace.steps instead."""
     if max_batch < 1 or decode_step_ns < 1:
         raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
     arrival, context = requests.arrival_ns, requests.context
+    cached = np.zeros_like(context) if requests.cached is None else requests.cached
     n = len(arrival)
     if end_ns is not None:
         n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
     end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
     eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
-    segments = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
-    _check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
-    ticks, d_batch, d_max, d_mean = _decode_ticks(*segments)
-    p_time = arrival[:n]
-    p = n
-    d = len(ticks)
+    if max_batched_tokens is not None:
+        from headroom.trace import steps
+
+        engine = steps.Engine(
+            eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens
+        )
+        return steps.stream(engine.run(end_tick), decode_step_ns)
+    *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
+    check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
+    ticks, d_batch, d_max, d_mean, d_segment = decode_ticks(*segments)
+    p, d = n, len(ticks)
     stream = Stream(
-        time_ns=np.concatenate([p_time, ticks * decode_step_ns]),
+        time_ns=np.concatenate([arrival[:n], ticks * decode_step_ns]),
         phase=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
         batch=np.concatenate([np.ones(p, np.int64), d_batch]),
         request=np.concatenate([np.arange(p, dtype=np.int64), np.full(d, -1, np.int64)]),
         kv_max=np.concatenate([context[:p], d_max]),
         kv_mean=np.concatenate([context[:p].astype(np.float64), d_mean]),
+        q_len=np.concatenate([context[:p] - cached[:p], np.ones(d, np.int64)]),
+        step=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
+        segment=np.concatenate([np.full(p, -1, np.int64), d_segment]),
+        bases=tuple(bases),
     )
     # lexsort: last key is primary. Prefills keep log order; decode ticks are unique.
     order = np.lexsort((stream.request, stream.phase, stream.time_ns))
