@@ -33,7 +33,6 @@ from headroom.core import artifacts, contracts, defaults
 from headroom.trace import prefix_cache
 from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log, simulate
 
-
 SAMPLERS = ("stride", "head")
 KV_SUMMARIES = ("max", "mean", "per_sequence")
 #: The serving columns (contracts.TRACE): written when the trace models serving (a prefix cache,
