@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import artifacts, contracts, defaults
-from headroom.trace import prefix_cache
+from headroom.trace import prefix_cache, serving
 from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log, simulate
 
 SAMPLERS = ("stride", "head")
@@ -334,8 +334,10 @@ def build(
     stream, in_window = _window(requests, cfg, where)
     picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
     df = _invocations(stream.take(picked), picked, requests, cfg, part)
-    if serving(cfg):
+    facts = {}
+    if is_serving(cfg):
         df = _serving_columns(df, stream, picked, cfg)
+        facts["serving"] = serving.window_facts(stream, in_window)
     provenance = {
         "source": cfg["source"],
         "source_blake3": None if path is None else artifacts.hash_file(path),
@@ -350,10 +352,10 @@ def build(
     }
     if cache is not None:
         provenance["prefix_cache"] = cache
-    return df, provenance
+    return df, {**provenance, **facts}
 
 
-def serving(cfg: dict[str, Any]) -> bool:
+def is_serving(cfg: dict[str, Any]) -> bool:
     """Whether the trace models serving and so carries SERVING_COLUMNS: a prefix cache
     (columns.hash_ids), chunked prefill (batching.max_batched_tokens) or per_sequence decodes."""
     bat = cfg["batching"]
@@ -506,11 +508,14 @@ def _quantiles(values: pd.Series) -> dict[str, float]:
     }
 
 
-def describe(trace_df: pd.DataFrame, train_fraction: float | None = None) -> dict[str, Any]:
+def describe(
+    trace_df: pd.DataFrame, train_fraction: float | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The invocation mix: phase shares, q_len/kv_len/batch distributions per phase, distinct
     shape keys and, given train_fraction, the chronological split the policies stage uses
     (train = the first floor(n * train_fraction) invocations) with the share of test shape keys
-    the train part never saw."""
+    the train part never saw; for a serving trace, `serving` (headroom.trace.serving.describe, with
+    the facts `extra` of the trace's provenance holds)."""
     missing = [
         c for c in ("invocation", "phase", "batch", "q_len", "kv_len", "shape_key") if c not in trace_df
     ]
@@ -541,6 +546,7 @@ def describe(trace_df: pd.DataFrame, train_fraction: float | None = None) -> dic
         "distinct_shape_keys": df["shape_key"].nunique(),
         "top_shape_keys": {str(k): int(v) for k, v in df["shape_key"].value_counts().head(10).items()},
         "split": None,
+        "serving": serving.describe(df, extra),
     }
     if train_fraction is not None:
         if not 0 < train_fraction < 1:
@@ -567,9 +573,11 @@ def _p50_range(q: dict[str, float]) -> str:
     return f"{q['p50']:g} [{q['min']:g}..{q['max']:g}]"
 
 
-def describe_text(trace_df: pd.DataFrame, train_fraction: float | None = None) -> str:
+def describe_text(
+    trace_df: pd.DataFrame, train_fraction: float | None = None, extra: dict[str, Any] | None = None
+) -> str:
     """describe() as plain text (what `headroom trace describe` prints)."""
-    d = describe(trace_df, train_fraction)
+    d = describe(trace_df, train_fraction, extra)
     span = "" if d["duration_s"] is None else f" over {d['duration_s']:.3f} s"
     lines = [
         f"invocations: {d['invocations']}{span}; distinct shape keys: {d['distinct_shape_keys']}",
@@ -595,6 +603,7 @@ def describe_text(trace_df: pd.DataFrame, train_fraction: float | None = None) -
             f"({split['unseen_test_key_share']:.1%} of keys, "
             f"{split['unseen_test_invocation_share']:.1%} of test invocations)",
         ]
+    lines += serving.text(d["serving"])
     lines += ["", "most frequent shape keys:"]
     lines += [f"  {c:>6}  {k}" for k, c in d["top_shape_keys"].items()]
     return "\n".join(lines) + "\n"
