@@ -154,11 +154,13 @@ def _csv_header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(text)), [])
 
 
-def _missing_columns(path: Path, present: list[str], columns: dict[str, str]) -> None:
+def _missing_columns(
+    path: Path, present: list[str], columns: dict[str, str], where: str = "row 0 (header)"
+) -> None:
     missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
     if missing:
         raise ValueError(
-            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+            f"{path}: {where}, missing column(s) {', '.join(missing)}; present: {present}. "
             "Map the log's columns with trace.columns."
         )
 
@@ -322,7 +324,7 @@ def check_log(path: str | Path, columns: dict[str, str]) -> None:
     if suffix == ".csv":
         _missing_columns(path, _csv_header(path), columns)
     elif suffix == ".jsonl":
-        _missing_columns(path, _jsonl_keys(path), columns)
+        _missing_columns(path, _jsonl_keys(path), columns, "row 1 (line 1), the first object")
     else:
         _parquet_file(path, columns)
 

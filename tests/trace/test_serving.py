@@ -261,6 +261,16 @@ def test_bad_jsonl_logs_fail_naming_file_row_and_what(tmp_path, lines, match):
     assert str(log) in str(err.value)
 
 
+def test_a_jsonl_log_without_the_mapped_keys_is_refused_at_plan_time(tmp_path):
+    from headroom.trace.requests import check_log
+
+    log = _jsonl(tmp_path / "log.jsonl", [{"timestamp": 0, "input_length": 5, "output_length": 1}])
+    with pytest.raises(
+        ValueError, match=r"row 1 \(line 1\), the first object, missing column\(s\) arrival -> 't'"
+    ):
+        check_log(log, COLUMNS)
+
+
 def test_a_line_longer_than_a_block_fails_at_once(tmp_path, monkeypatch):
     from headroom.trace import requests
 
