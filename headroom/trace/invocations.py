@@ -412,6 +412,7 @@ def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, n
         decode_step_ns=round(bat["decode_step_s"] * NS_PER_S),
         end_ns=end_ns,
         max_batched_tokens=bat["max_batched_tokens"],
+        kv_lens=bat["kv_summary"] == "per_sequence",
     )
     in_window = np.flatnonzero(stream.time_ns >= start_ns)
     if win["max_invocations"] is not None:
@@ -440,7 +441,8 @@ def _invocations(
     kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
     kv_len = round_up(kv_raw, cfg["round_to"])
     # prefill: q_len = the new tokens (the context less its cached prefix), kv_len = the context
-    q_len = np.where(is_prefill, round_up(sel.q_len, cfg["round_to"]), 1)
+    q_raw = sel.kv_max if sel.q_len is None else sel.q_len
+    q_len = np.where(is_prefill, round_up(q_raw, cfg["round_to"]), 1)
     phase = np.where(is_prefill, "prefill", "decode")
     kv_summary = np.where(is_prefill, "exact", summary)
     n = len(sel)

@@ -75,9 +75,11 @@ class Stream:
     request: np.ndarray  # int64: index into Requests for a prefill, -1 for a decode
     kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences (a prefill: context)
     kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences (a prefill: context)
-    q_len: np.ndarray  # int64: a prefill's new (query) tokens, <= kv_max; 1 for a decode
-    step: np.ndarray  # int8: the engine step's kind, an index into STEPS
-    segment: np.ndarray  # int64: a decode's index into `bases`; -1 for a prefill
+    # The serving fields, None in a plain model (no prefix cache, chunking or kv_lens: then every
+    # prefill's q_len is its kv_max and every step its phase), so it keeps its memory footprint.
+    q_len: np.ndarray | None  # int64: a prefill's new (query) tokens, <= kv_max; 1 for a decode
+    step: np.ndarray | None  # int8: the engine step's kind, an index into STEPS
+    segment: np.ndarray | None  # int64: a decode's index into `bases`; -1 for a prefill
     #: Per segment of constant decode batch, its sequences' kv bases (int64): a sequence's kv_len at
     #: tick t (time t * decode_step_ns) is its base + t.
     bases: tuple[np.ndarray, ...] = ()
@@ -85,7 +87,8 @@ class Stream:
     ARRAYS = ("time_ns", "phase", "batch", "request", "kv_max", "kv_mean", "q_len", "step", "segment")
 
     def take(self, index: np.ndarray) -> Stream:
-        return Stream(*(getattr(self, f)[index] for f in self.ARRAYS), bases=self.bases)
+        fields = (getattr(self, f) for f in self.ARRAYS)
+        return Stream(*(None if a is None else a[index] for a in fields), bases=self.bases)
 
     def kv_lens(self, i: int, decode_step_ns: int) -> np.ndarray:
         """Decode row i's per-sequence kv_len, in the engine's order."""
@@ -630,10 +633,13 @@ def mapped(columns: dict[str, str | None]) -> dict[str, str]:
     return {role: name for role, name in columns.items() if name is not None}
 
 
-def _segments(eligible, context, generated, max_batch: int, end_tick: int | None) -> tuple[list, ...]:
+def _segments(
+    eligible, context, generated, max_batch: int, end_tick: int | None, keep_bases: bool
+) -> tuple[list, ...]:
     """The engine, event to event: between two changes of the active set every tick has the same
     batch and every kv_len grows by one per tick, so it emits (start, stop, batch, max base, sum
-    of bases, bases) per segment; a request's kv_len at tick t is its base + t."""
+    of bases) per segment and, with keep_bases, the bases; a request's kv_len at tick t is its
+    base + t."""
     n = len(eligible)
     seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases = [], [], [], [], [], []
     active: dict[int, int] = {}  # request -> base
@@ -662,7 +668,8 @@ def _segments(eligible, context, generated, max_batch: int, end_tick: int | None
         seg_batch.append(len(active))
         seg_max.append(max(bases))
         seg_sum.append(sum(bases))
-        seg_bases.append(np.fromiter(bases, np.int64, len(active)))
+        if keep_bases:  # (8 bytes a sequence a segment: only for per-sequence kv_lens)
+            seg_bases.append(np.fromiter(bases, np.int64, len(active)))
         tick = stop
     return seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases
 
@@ -704,10 +711,12 @@ def simulate(
     decode_step_ns: int,
     end_ns: int | None = None,
     max_batched_tokens: int | None = None,
+    kv_lens: bool = False,
 ) -> Stream:
     """All invocations that start before end_ns (None: until every request is done), in order.
     A prefill's q_len is its prompt less the prefix-cached tokens (requests.cached), its kv_len the
-    whole prompt. max_batched_tokens: the chunked-prefill engine of headroom.trace.steps instead."""
+    whole prompt. max_batched_tokens: the chunked-prefill engine of headroom.trace.steps instead.
+    kv_lens: keep each decode's per-sequence kv_len (Stream.bases, Stream.kv_lens)."""
     if max_batch < 1 or decode_step_ns < 1:
         raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
     arrival, context = requests.arrival_ns, requests.context
@@ -721,13 +730,14 @@ def simulate(
         from headroom.trace import steps
 
         engine = steps.Engine(
-            eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens
+            eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens
         )
         return steps.stream(engine.run(end_tick), decode_step_ns)
-    *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
+    *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick, kv_lens)
     check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
     ticks, d_batch, d_max, d_mean, d_segment = decode_ticks(*segments)
     p, d = n, len(ticks)
+    serving = requests.cached is not None or kv_lens
     stream = Stream(
         time_ns=np.concatenate([arrival[:n], ticks * decode_step_ns]),
         phase=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
@@ -735,9 +745,9 @@ def simulate(
         request=np.concatenate([np.arange(p, dtype=np.int64), np.full(d, -1, np.int64)]),
         kv_max=np.concatenate([context[:p], d_max]),
         kv_mean=np.concatenate([context[:p].astype(np.float64), d_mean]),
-        q_len=np.concatenate([context[:p] - cached[:p], np.ones(d, np.int64)]),
-        step=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
-        segment=np.concatenate([np.full(p, -1, np.int64), d_segment]),
+        q_len=np.concatenate([context[:p] - cached[:p], np.ones(d, np.int64)]) if serving else None,
+        step=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]) if serving else None,
+        segment=np.concatenate([np.full(p, -1, np.int64), d_segment]) if serving else None,
         bases=tuple(bases),
     )
     # lexsort: last key is primary. Prefills keep log order; decode ticks are unique.

@@ -37,14 +37,14 @@ class Engine:
     """The scheduler's state; run() walks the steps, jumping over stretches where only a constant
     decode batch runs (nothing to prefill, nobody admitted until the next retirement or arrival)."""
 
-    def __init__(self, eligible, context, cached, generated, max_batch: int, budget: int):
+    def __init__(self, eligible, context, cached, generated, max_batch: int, budget: int, keep_bases: bool):
         if budget <= max_batch:
             raise ValueError(
                 f"config key 'trace.batching.max_batched_tokens': {budget} must be more than "
                 f"trace.batching.max_batch = {max_batch} (every running decode takes one token of it)"
             )
         self.eligible, self.context, self.cached, self.generated = eligible, context, cached, generated
-        self.max_batch, self.budget = max_batch, budget
+        self.max_batch, self.budget, self.keep_bases = max_batch, budget, keep_bases
         self.active: dict[int, int] = {}  # decoding request -> kv base (kv_len at step t: base + t)
         self.finishing: list[tuple[int, int]] = []  # heap of (first step no longer active, request)
         self.prefilling: list[list[int]] = []  # [request, tokens of its prompt in the KV so far]
@@ -90,9 +90,10 @@ class Engine:
 
     def _segment(self, start: int, stop: int, mixed: bool) -> None:
         bases = np.fromiter(self.active.values(), np.int64, len(self.active))
+        kept = bases if self.keep_bases else None  # (per-sequence kv_lens only)
         for part, value in zip(
             self.segments,
-            (start, stop, len(bases), int(bases.max()), int(bases.sum()), bases, mixed),
+            (start, stop, len(bases), int(bases.max()), int(bases.sum()), kept, mixed),
             strict=True,
         ):
             part.append(value)
@@ -144,6 +145,6 @@ def stream(engine: Engine, decode_step_ns: int) -> Stream:
         q_len=np.concatenate([c[:, 2], np.ones(d, np.int64)]),
         step=np.concatenate([c[:, 4].astype(np.int8), d_step]),
         segment=np.concatenate([np.full(p, -1, np.int64), d_segment]),
-        bases=tuple(bases),
+        bases=tuple(bases) if engine.keep_bases else (),
     )
     return out.take(np.lexsort((out.request, out.phase, out.time_ns)))
