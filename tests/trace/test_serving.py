@@ -337,3 +337,23 @@ def test_the_mooncake_study_resolves_and_builds(cuda):
         assert prov["prefix_cache"]["capacity_blocks"] == 1490
     else:
         assert df["kv_len"].max() <= 64 and {"prefill", "mixed-prefill", "mixed-decode"} <= set(df["step"])
+
+
+def test_trace_describe_reports_the_serving_facts_of_a_written_trace(tmp_path, capsys):
+    from headroom.core import cli
+
+    rows = [_req(0, 1024, 3, [1, 2]), _req(10, 2000, 3, [1, 2, 3, 4]), _req(20, 900, 2)]
+    cfg = _cfg(
+        _jsonl(tmp_path / "log.jsonl", rows),
+        batching={"max_batched_tokens": 800, "kv_summary": "per_sequence"},
+    )
+    df, prov = build(cfg, PART)
+    path = tmp_path / "trace.parquet"
+    artifacts.write(df, path, kind="trace", provenance={"extra": prov})
+    assert cli.main(["trace", "describe", str(path), "--train-fraction", "0.5"]) == 0
+    out = capsys.readouterr().out
+    # row 2 hits row 1's two blocks (1,024 of 3,924 prompt tokens); 2,000 - 1,024 = 976 new tokens
+    # take two chunks of the 800-token budget; row 1's 1,024 and row 3's 900 take two each
+    assert f"hit rate {1024 / 3924:.1%} of the prompt tokens of the window's 3 requests" in out
+    assert "window prefill chunks: 6 for 3 requests (3 in more than one chunk, at most 2)" in out
+    assert "decode raggedness (max / mean kv_len of a batch)" in out
