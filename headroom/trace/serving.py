@@ -94,7 +94,7 @@ def text(d: dict[str, Any] | None) -> list[str]:
     win = d.get("window")
     if win:
         steps = ", ".join(f"{k}: {v:,}" for k, v in win["steps"].items() if v)
-        lines.append(f"window (before sampling), invocations by step: {steps}")
+        lines.append(f"window (before sampling and rounding), invocations by step: {steps}")
         lines.append(
             f"window prefill chunks: {win['chunks']:,} for {win['requests_prefilled']:,} requests "
             f"({win['requests_chunked']:,} in more than one chunk, at most {win['chunks_per_request_max']}); "
