@@ -713,7 +713,7 @@ def cmd_trace_describe(args: argparse.Namespace) -> int:
         )
     try:
         df = artifacts.read(path)
-        print(htrace.describe_text(df, fraction))
+        print(htrace.describe_text(df, fraction, artifacts.read_provenance(path).get("extra")))
     except ValueError as exc:  # ArtifactError is a ValueError too
         raise CliError(str(exc)) from None
     return 0

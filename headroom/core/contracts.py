@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 STR, INT, FLOAT, BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+INTS = pa.list_(pa.int32())  # a list of integers per row (any integer width, list or large_list)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,10 @@ _FAMILIES = (
     ("integer", pa.types.is_integer),
     ("floating point", pa.types.is_floating),
     ("boolean", pa.types.is_boolean),
+    (
+        "list of integers",
+        lambda t: (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type),
+    ),
 )
 
 
@@ -104,7 +109,8 @@ _T = {
     # shapes
     "invocation": INT, "phase": STR, "batch": INT, "q_len": INT, "kv_len": INT, "heads_q": INT,
     "heads_kv": INT, "head_dim": INT, "dtype": STR, "shape_key": STR, "arrival_s": FLOAT,
-    "kv_summary": STR, "kv_len_raw": FLOAT, "request": INT, "source_invocation": INT,
+    "kv_summary": STR, "kv_len_raw": FLOAT, "request": INT, "source_invocation": INT, "step": STR,
+    "cached_tokens": INT, "kv_lens": INTS,
     # candidates
     "candidate": STR, "tile": INT, "block_m": INT, "block_n": INT, "num_warps": INT, "num_stages": INT,
     "fused": BOOL, "backend": STR, "rope": STR, "generation": INT,
@@ -138,8 +144,12 @@ _TRACE = "invocation phase batch q_len kv_len heads_q heads_kv head_dim dtype sh
 _CANDIDATE = "candidate tile block_m block_n num_warps num_stages fused"
 _STATS = "median_us mean_us p10_us p90_us std_us rel_std_pct"
 
+# step, cached_tokens and kv_lens came with serving traces (issue 22; headroom/trace/invocations.py
+# SERVING_COLUMNS): absent in traces without a prefix cache, chunked prefill or per-sequence decodes.
 TRACE = _contract(
-    "trace", f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation", required=_TRACE
+    "trace",
+    f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation step cached_tokens kv_lens",
+    required=_TRACE,
 )
 # rope and generation came with generation-2 kernels: absent in older studies (generation 1).
 CANDIDATES = _contract("candidates", f"{_CANDIDATE} backend rope generation", required=_CANDIDATE)

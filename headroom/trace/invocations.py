@@ -21,6 +21,7 @@ Then, in this order: token scaling and clipping (`trace.tokens`), the batching m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,18 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import artifacts, contracts, defaults
-from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, Requests, read_request_log, simulate
-
-#: Columns every trace has, in order (the contract in headroom/core/contracts.py).
-COLUMNS = contracts.TRACE.names
+from headroom.trace import prefix_cache, serving
+from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log, simulate
 
 SAMPLERS = ("stride", "head")
-KV_SUMMARIES = ("max", "mean")
+KV_SUMMARIES = ("max", "mean", "per_sequence")
+#: The serving columns (contracts.TRACE): written when the trace models serving (a prefix cache,
+#: chunked prefill or per-sequence decode lengths), absent otherwise, so older studies' traces keep
+#: their columns.
+SERVING_COLUMNS = ("step", "cached_tokens", "kv_lens")
+#: Columns every trace has, in order (the contract in headroom/core/contracts.py); a serving trace
+#: adds SERVING_COLUMNS after them.
+COLUMNS = tuple(c for c in contracts.TRACE.names if c not in SERVING_COLUMNS)
 PARTITION_KEYS = ("heads_q", "heads_kv", "head_dim", "dtype")
 
 
@@ -49,11 +55,17 @@ def shape_key(
     head_dim: int,
     dtype: str,
     kv_summary: str = "exact",
+    kv_mean: int | None = None,
 ) -> str:
     """Canonical shape key, e.g. 'prefill|b1|q512|kv512|h32/8|d128|bfloat16' or, for a decode
-    batch whose sequences' kv_len are summarized by their maximum, 'decode|b4|q1|kvmax1040|...'.
-    Equal shapes (and summaries) give equal keys; nothing else goes into the key."""
-    kv = f"kv{kv_len}" if kv_summary == "exact" else f"kv{kv_summary}{kv_len}"
+    batch whose sequences' kv_len are summarized by their maximum, 'decode|b4|q1|kvmax1040|...';
+    a decode batch that keeps every sequence's kv_len (per_sequence) names its longest and its
+    mean (rounded up), 'decode|b4|q1|kvvar1040m528|...'. Equal shapes (and summaries) give equal
+    keys; nothing else goes into the key."""
+    if kv_summary == "per_sequence":
+        kv = f"kvvar{kv_len}m{kv_mean}"
+    else:
+        kv = f"kv{kv_len}" if kv_summary == "exact" else f"kv{kv_summary}{kv_len}"
     return f"{phase}|b{batch}|q{q_len}|{kv}|h{heads_q}/{heads_kv}|d{head_dim}|{dtype}"
 
 
@@ -73,9 +85,15 @@ def settings(trace_cfg: dict[str, Any]) -> dict[str, Any]:
     check.need(isinstance(cfg["seed"], int) and cfg["seed"] >= 0, "seed", "must be an integer >= 0")
     check.pos_int("round_to")
     check.need(
-        all(isinstance(v, str) and v for v in cfg["columns"].values()),
+        all(isinstance(v, str) and v for k, v in cfg["columns"].items() if k != "hash_ids"),
         "columns",
         "must map each role to a non-empty column name",
+    )
+    hashes = cfg["columns"]["hash_ids"]
+    check.need(
+        hashes is None or (isinstance(hashes, str) and hashes != ""),
+        "columns.hash_ids",
+        "must be a column name or null",
     )
     check.need(
         cfg["arrival_format"] is None or isinstance(cfg["arrival_format"], str),
@@ -85,6 +103,7 @@ def settings(trace_cfg: dict[str, Any]) -> dict[str, Any]:
     _check_synthetic(check, cfg["synthetic"])
     _check_tokens(check, cfg["tokens"], cfg["round_to"])
     _check_batching(check, cfg["batching"])
+    _check_prefix_cache(check, cfg["prefix_cache"])
     _check_window(check, cfg["window"])
     return cfg
 
@@ -179,6 +198,18 @@ def _check_batching(check: _Checker, bat: dict[str, Any]) -> None:
         "must be a number >= 1e-9",
     )
     check.need(bat["kv_summary"] in KV_SUMMARIES, "batching.kv_summary", f"must be one of {KV_SUMMARIES}")
+    if bat["max_batched_tokens"] is not None:
+        check.pos_int("batching.max_batched_tokens")
+        more = f"must be more than trace.batching.max_batch = {bat['max_batch']} (each decode takes a token of it)"
+        check.need(bat["max_batched_tokens"] > bat["max_batch"], "batching.max_batched_tokens", more)
+
+
+def _check_prefix_cache(check: _Checker, cache: dict[str, Any]) -> None:
+    check.pos_int("prefix_cache.block_tokens")
+    if cache["capacity_blocks"] is not None:
+        check.pos_int("prefix_cache.capacity_blocks")
+    check.need(_is_pos_num(cache["kv_budget_gb"]), "prefix_cache.kv_budget_gb", "must be a number > 0")
+    check.pos_int("prefix_cache.layers")
 
 
 def _check_window(check: _Checker, win: dict[str, Any]) -> None:
@@ -242,15 +273,19 @@ def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int, lo
 
 def scale_tokens(requests: Requests, scale: float, max_kv_len: int | None) -> Requests:
     """Token counts times `scale` (rounded half up, at least 1), then clipped so that a sequence
-    never exceeds max_kv_len: context to max_kv_len - 1, generated to max_kv_len - context."""
-    context, generated = requests.context, requests.generated
+    never exceeds max_kv_len: context to max_kv_len - 1, generated to max_kv_len - context; cached
+    prefix tokens scaled alike and kept below the context."""
+    context, generated, cached = requests.context, requests.generated, requests.cached
     if scale != 1.0:
         context = np.maximum(1, np.floor(context * float(scale) + 0.5)).astype(np.int64)
         generated = np.maximum(1, np.floor(generated * float(scale) + 0.5)).astype(np.int64)
+        cached = None if cached is None else np.floor(cached * float(scale) + 0.5).astype(np.int64)
     if max_kv_len is not None:
         context = np.minimum(context, max_kv_len - 1)
         generated = np.minimum(generated, max_kv_len - context)
-    return Requests(requests.arrival_ns, context, generated, requests.row)
+    if cached is not None:
+        cached = np.minimum(cached, context - 1)
+    return dataclasses.replace(requests, context=context, generated=generated, cached=cached)
 
 
 def round_up(values: np.ndarray, multiple: int) -> np.ndarray:
@@ -274,7 +309,7 @@ def build_trace(
     trace_cfg: dict[str, Any], partition: dict[str, Any], *, base_dir: str | Path = "."
 ) -> pd.DataFrame:
     """The trace for a `trace:` config section and a partition {heads_q, heads_kv, head_dim, dtype}:
-    a DataFrame with COLUMNS in chronological order. Bad config, a bad request log or an empty
+    a DataFrame with COLUMNS (and, serving, SERVING_COLUMNS) in chronological order. Bad config, a bad request log or an empty
     window raise ValueError."""
     return build(trace_cfg, partition, base_dir=base_dir)[0]
 
@@ -291,12 +326,18 @@ def build(
     if path is None:
         requests = synthetic_requests(cfg["synthetic"], cfg["seed"])
     else:
-        requests = read_request_log(path, cfg["columns"], cfg["arrival_format"])
+        block = cfg["prefix_cache"]["block_tokens"]
+        requests = read_request_log(path, cfg["columns"], cfg["arrival_format"], block_tokens=block)
+    requests, cache = _prefix_cache(requests, cfg, part)
     requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
 
     stream, in_window = _window(requests, cfg, where)
     picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
     df = _invocations(stream.take(picked), picked, requests, cfg, part)
+    facts = {}
+    if is_serving(cfg):
+        df = _serving_columns(df, stream, picked, cfg)
+        facts["serving"] = serving.window_facts(stream, in_window)
     provenance = {
         "source": cfg["source"],
         "source_blake3": None if path is None else artifacts.hash_file(path),
@@ -306,22 +347,72 @@ def build(
         "window_invocations": int(in_window.size),
         "window_prefills": int(np.count_nonzero(stream.phase[in_window] == PREFILL)),
         "window_decodes": int(np.count_nonzero(stream.phase[in_window] == DECODE)),
-        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>",
+        "shape_key_format": "phase|b<batch>|q<q_len>|kv[<max|mean>]<kv_len>|h<heads_q>/<heads_kv>|d<head_dim>|<dtype>"
+        + " (per_sequence decodes: kvvar<max>m<mean>)",
     }
-    return df, provenance
+    if cache is not None:
+        provenance["prefix_cache"] = cache
+    return df, {**provenance, **facts}
+
+
+def is_serving(cfg: dict[str, Any]) -> bool:
+    """Whether the trace models serving and so carries SERVING_COLUMNS: a prefix cache
+    (columns.hash_ids), chunked prefill (batching.max_batched_tokens) or per_sequence decodes."""
+    bat = cfg["batching"]
+    return bool(
+        cfg["columns"]["hash_ids"]
+        and cfg["source"] != "synthetic"
+        or bat["max_batched_tokens"] is not None
+        or bat["kv_summary"] == "per_sequence"
+    )
+
+
+def _window_ns(cfg: dict[str, Any]) -> tuple[int, int | None]:
+    win = cfg["window"]
+    start_ns = round(win["start_s"] * NS_PER_S)
+    return start_ns, None if win["duration_s"] is None else start_ns + round(win["duration_s"] * NS_PER_S)
+
+
+def _prefix_cache(
+    requests: Requests, cfg: dict[str, Any], part: dict[str, Any]
+) -> tuple[Requests, dict[str, Any] | None]:
+    """The requests with their prefix-cached tokens (headroom.trace.prefix_cache) and the cache's
+    facts for the provenance: capacity, and the hit rate of the requests arriving in the window
+    beside an unbounded cache's (there and over the whole log). (requests, None) without hash_ids."""
+    if requests.blocks is None:
+        return requests, None
+    pc = cfg["prefix_cache"]
+    capacity = prefix_cache.capacity_blocks(pc, part)
+    args = (requests.blocks, requests.block_start, requests.context, pc["block_tokens"])
+    cached, unbounded = prefix_cache.cached_tokens(*args, capacity), prefix_cache.cached_tokens(*args, None)
+    start_ns, end_ns = _window_ns(cfg)
+    arrival = requests.arrival_ns
+    win = (arrival >= start_ns) & (arrival < end_ns if end_ns is not None else True)
+    context = requests.context
+    facts = {
+        "block_tokens": pc["block_tokens"],
+        "capacity_blocks": capacity,
+        "capacity_derived": pc["capacity_blocks"] is None,
+        "window_requests": int(np.count_nonzero(win)),
+        "hit_rate": prefix_cache.hit_rate(cached[win], context[win]),
+        "unbounded_hit_rate": prefix_cache.hit_rate(unbounded[win], context[win]),
+        "log_unbounded_hit_rate": prefix_cache.hit_rate(unbounded, context),
+    }
+    return dataclasses.replace(requests, cached=cached), facts
 
 
 def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, np.ndarray]:
     """The engine's invocation stream and the indices of those in `trace.window` (ValueError naming
     the source when the window holds none, or fewer than `trace.invocations`)."""
     win, bat = cfg["window"], cfg["batching"]
-    start_ns = round(win["start_s"] * NS_PER_S)
-    end_ns = None if win["duration_s"] is None else start_ns + round(win["duration_s"] * NS_PER_S)
+    start_ns, end_ns = _window_ns(cfg)
     stream = simulate(
         requests,
         max_batch=bat["max_batch"],
         decode_step_ns=round(bat["decode_step_s"] * NS_PER_S),
         end_ns=end_ns,
+        max_batched_tokens=bat["max_batched_tokens"],
+        kv_lens=bat["kv_summary"] == "per_sequence",
     )
     in_window = np.flatnonzero(stream.time_ns >= start_ns)
     if win["max_invocations"] is not None:
@@ -349,12 +440,15 @@ def _invocations(
     summary = cfg["batching"]["kv_summary"]
     kv_raw = (sel.kv_mean if summary == "mean" else sel.kv_max).astype(np.float64)
     kv_len = round_up(kv_raw, cfg["round_to"])
-    q_len = np.where(is_prefill, kv_len, 1)  # prefill: q_len = kv_len = context
+    # prefill: q_len = the new tokens (the context less its cached prefix), kv_len = the context
+    q_raw = sel.kv_max if sel.q_len is None else sel.q_len
+    q_len = np.where(is_prefill, round_up(q_raw, cfg["round_to"]), 1)
     phase = np.where(is_prefill, "prefill", "decode")
     kv_summary = np.where(is_prefill, "exact", summary)
     n = len(sel)
     heads = (part["heads_q"], part["heads_kv"], part["head_dim"], part["dtype"])
-    keys = zip(phase, sel.batch, q_len, kv_len, kv_summary, strict=True)
+    kv_mean = round_up(sel.kv_mean, cfg["round_to"])  # (only per_sequence keys name it)
+    keys = zip(phase, sel.batch, q_len, kv_len, kv_summary, kv_mean, strict=True)
     return pd.DataFrame(
         {
             "invocation": np.arange(n, dtype=np.int64),
@@ -366,7 +460,9 @@ def _invocations(
             "heads_kv": np.full(n, part["heads_kv"], np.int64),
             "head_dim": np.full(n, part["head_dim"], np.int64),
             "dtype": [part["dtype"]] * n,
-            "shape_key": [shape_key(ph, int(b), int(q), int(kv), *heads, s) for ph, b, q, kv, s in keys],
+            "shape_key": [
+                shape_key(ph, int(b), int(q), int(kv), *heads, s, int(m)) for ph, b, q, kv, s, m in keys
+            ],
             "arrival_s": sel.time_ns / NS_PER_S,
             "kv_summary": kv_summary,
             "kv_len_raw": kv_raw,
@@ -375,6 +471,27 @@ def _invocations(
             "source_invocation": picked.astype(np.int64),
         }
     )
+
+
+def _serving_columns(df: pd.DataFrame, stream: Any, picked: np.ndarray, cfg: dict[str, Any]) -> pd.DataFrame:
+    """SERVING_COLUMNS: the engine step, the prefill's tokens already in the KV cache (kv_len -
+    q_len: prefix-cache hits and earlier chunks) and, for per_sequence decodes, every sequence's
+    kv_len rounded up like kv_len (so kv_len = max(kv_lens)); null elsewhere."""
+    sel = stream.take(picked)
+    per_sequence = cfg["batching"]["kv_summary"] == "per_sequence"
+    step_ns = round(cfg["batching"]["decode_step_s"] * NS_PER_S)
+    lens = [
+        round_up(sel.kv_lens(i, step_ns), cfg["round_to"]).astype(np.int32)
+        if per_sequence and sel.phase[i] == DECODE
+        else None
+        for i in range(len(sel))
+    ]
+    is_prefill = df["phase"].to_numpy() == "prefill"
+    out = df.copy()
+    out["step"] = np.asarray(STEPS, dtype=object)[sel.step]
+    out["cached_tokens"] = np.where(is_prefill, df["kv_len"] - df["q_len"], 0).astype(np.int64)
+    out["kv_lens"] = pd.Series(lens, index=df.index, dtype=object)
+    return out
 
 
 # -- describe -------------------------------------------------------------------------------------
@@ -393,11 +510,14 @@ def _quantiles(values: pd.Series) -> dict[str, float]:
     }
 
 
-def describe(trace_df: pd.DataFrame, train_fraction: float | None = None) -> dict[str, Any]:
+def describe(
+    trace_df: pd.DataFrame, train_fraction: float | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The invocation mix: phase shares, q_len/kv_len/batch distributions per phase, distinct
     shape keys and, given train_fraction, the chronological split the policies stage uses
     (train = the first floor(n * train_fraction) invocations) with the share of test shape keys
-    the train part never saw."""
+    the train part never saw; for a serving trace, `serving` (headroom.trace.serving.describe, with
+    the facts `extra` of the trace's provenance holds)."""
     missing = [
         c for c in ("invocation", "phase", "batch", "q_len", "kv_len", "shape_key") if c not in trace_df
     ]
@@ -428,6 +548,7 @@ def describe(trace_df: pd.DataFrame, train_fraction: float | None = None) -> dic
         "distinct_shape_keys": df["shape_key"].nunique(),
         "top_shape_keys": {str(k): int(v) for k, v in df["shape_key"].value_counts().head(10).items()},
         "split": None,
+        "serving": serving.describe(df, extra),
     }
     if train_fraction is not None:
         if not 0 < train_fraction < 1:
@@ -454,9 +575,11 @@ def _p50_range(q: dict[str, float]) -> str:
     return f"{q['p50']:g} [{q['min']:g}..{q['max']:g}]"
 
 
-def describe_text(trace_df: pd.DataFrame, train_fraction: float | None = None) -> str:
+def describe_text(
+    trace_df: pd.DataFrame, train_fraction: float | None = None, extra: dict[str, Any] | None = None
+) -> str:
     """describe() as plain text (what `headroom trace describe` prints)."""
-    d = describe(trace_df, train_fraction)
+    d = describe(trace_df, train_fraction, extra)
     span = "" if d["duration_s"] is None else f" over {d['duration_s']:.3f} s"
     lines = [
         f"invocations: {d['invocations']}{span}; distinct shape keys: {d['distinct_shape_keys']}",
@@ -482,6 +605,7 @@ def describe_text(trace_df: pd.DataFrame, train_fraction: float | None = None) -
             f"({split['unseen_test_key_share']:.1%} of keys, "
             f"{split['unseen_test_invocation_share']:.1%} of test invocations)",
         ]
+    lines += serving.text(d["serving"])
     lines += ["", "most frequent shape keys:"]
     lines += [f"  {c:>6}  {k}" for k, c in d["top_shape_keys"].items()]
     return "\n".join(lines) + "\n"

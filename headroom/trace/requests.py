@@ -1,8 +1,9 @@
 """Request logs -> attention invocations: reading, validating and the continuous-batching model.
 
 A request log is any table with three facts per request: when it arrived, how many context
-(prompt) tokens it carried and how many tokens were generated for it. `read_request_log` reads
-one from CSV or Parquet and checks it; `simulate` turns requests into a chronological stream of
+(prompt) tokens it carried and how many tokens were generated for it, and optionally a fourth: the
+hashes of its prompt's prefix blocks (`hash_ids`, for the prefix-cache model of
+headroom.trace.prefix_cache). `read_request_log` reads one from CSV, Parquet or JSONL and checks it; `simulate` turns requests into a chronological stream of
 prefill and decode invocations. The model, in full (docs/traces.md says the same in prose):
 
 - Time is integer nanoseconds since the log's first arrival, so the model is exact and
@@ -23,6 +24,7 @@ prefill and decode invocations. The model, in full (docs/traces.md says the same
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -39,6 +41,9 @@ from headroom.core import defaults
 
 NS_PER_S = 1_000_000_000
 PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
+#: The trace's `step` values by code (Stream.step): what the engine step an invocation belongs to
+#: ran. Without chunked prefill every prefill is `prefill` and every decode `decode`.
+STEPS = ("prefill", "decode", "mixed-prefill", "mixed-decode")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,12 @@ class Requests:
     context: np.ndarray  # int64, >= 1
     generated: np.ndarray  # int64, >= 1
     row: np.ndarray  # int64, 1-based data row in the source (header excluded)
+    #: The prompt's prefix-block hashes, all requests' in one int64 array: request i's are
+    #: blocks[block_start[i]:block_start[i + 1]]. None: the log has none (no prefix cache).
+    blocks: np.ndarray | None = None
+    block_start: np.ndarray | None = None
+    #: Prompt tokens served from the prefix cache (< context); None: no cache (all zero).
+    cached: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_ns)
@@ -64,16 +75,32 @@ class Stream:
     request: np.ndarray  # int64: index into Requests for a prefill, -1 for a decode
     kv_max: np.ndarray  # int64: longest kv_len among the batch's sequences (a prefill: context)
     kv_mean: np.ndarray  # float64: mean kv_len over the batch's sequences (a prefill: context)
+    # The serving fields, None in a plain model (no prefix cache, chunking or kv_lens: then every
+    # prefill's q_len is its kv_max and every step its phase), so it keeps its memory footprint.
+    q_len: np.ndarray | None  # int64: a prefill's new (query) tokens, <= kv_max; 1 for a decode
+    step: np.ndarray | None  # int8: the engine step's kind, an index into STEPS
+    segment: np.ndarray | None  # int64: a decode's index into `bases`; -1 for a prefill
+    #: Per segment of constant decode batch, its sequences' kv bases (int64): a sequence's kv_len at
+    #: tick t (time t * decode_step_ns) is its base + t.
+    bases: tuple[np.ndarray, ...] = ()
+
+    ARRAYS = ("time_ns", "phase", "batch", "request", "kv_max", "kv_mean", "q_len", "step", "segment")
 
     def take(self, index: np.ndarray) -> Stream:
-        return Stream(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        fields = (getattr(self, f) for f in self.ARRAYS)
+        return Stream(*(None if a is None else a[index] for a in fields), bases=self.bases)
+
+    def kv_lens(self, i: int, decode_step_ns: int) -> np.ndarray:
+        """Decode row i's per-sequence kv_len, in the engine's order."""
+        return self.bases[self.segment[i]] + self.time_ns[i] // decode_step_ns
 
     def __len__(self) -> int:
         return len(self.time_ns)
 
 
-def _where(path: Path, row: int, is_csv: bool) -> str:
-    line = f" (line {row + 1})" if is_csv else ""
+def _where(path: Path, row: int, header_lines: int | None) -> str:
+    """Where a data row is: its 1-based row and, in a text log, its file line (CSV: after the header)."""
+    line = "" if header_lines is None else f" (line {row + header_lines})"
     return f"{path}: row {row}{line}"
 
 
@@ -89,7 +116,12 @@ INT64_MAX = 2**63 - 1
 MAX_REQUESTS = defaults.bound("requests")
 MAX_TOKENS = defaults.bound("tokens")
 #: What trace.source may name: a regular, readable, non-empty file with one of these suffixes.
-LOG_SUFFIXES = (".csv", ".parquet", ".pq")
+LOG_SUFFIXES = (".csv", ".parquet", ".pq", ".jsonl")
+#: Prefix-block hashes all requests of a log may carry together (8 bytes each in memory).
+MAX_BLOCKS = 50_000_000
+#: `trace.arrival_format` values that name a unit of plain numbers (ns per unit); null reads ISO 8601
+#: timestamps or numbers of seconds (decided by the values), any other string is a strptime format.
+ARRIVAL_UNITS = {"seconds": NS_PER_S, "milliseconds": 1_000_000}
 
 
 def _invalid_utf8_line(path: Path) -> tuple[int, int] | None:
@@ -125,11 +157,13 @@ def _csv_header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(text)), [])
 
 
-def _missing_columns(path: Path, present: list[str], columns: dict[str, str]) -> None:
+def _missing_columns(
+    path: Path, present: list[str], columns: dict[str, str], where: str = "row 0 (header)"
+) -> None:
     missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
     if missing:
         raise ValueError(
-            f"{path}: row 0 (header), missing column(s) {', '.join(missing)}; present: {present}. "
+            f"{path}: {where}, missing column(s) {', '.join(missing)}; present: {present}. "
             "Map the log's columns with trace.columns."
         )
 
@@ -190,6 +224,10 @@ def _arrival_type_ok(t: pa.DataType) -> bool:
     return _token_type_ok(t) or pa.types.is_timestamp(t)
 
 
+def _hashes_type_ok(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+
+
 def _parquet_file(path: Path, columns: dict[str, str]) -> pq.ParquetFile:
     """The open Parquet file, its footer checked: the mapped columns, their types, the row count."""
     try:
@@ -202,9 +240,11 @@ def _parquet_file(path: Path, columns: dict[str, str]) -> pq.ParquetFile:
     _missing_columns(path, schema.names, columns)
     for role, name in columns.items():
         t = schema.field(name).type
-        ok = _arrival_type_ok(t) if role == "arrival" else _token_type_ok(t)
+        ok = {"arrival": _arrival_type_ok, "hash_ids": _hashes_type_ok}.get(role, _token_type_ok)(t)
         if not ok:
-            want = "a timestamp, seconds or text" if role == "arrival" else "integers (or text holding them)"
+            want = {"arrival": "a timestamp, seconds or text", "hash_ids": "a list of integers"}.get(
+                role, "integers (or text holding them)"
+            )
             raise ValueError(f"{path}: column '{name}' ({role}) has type {t}; expected {want}")
     if pf.metadata.num_rows > MAX_REQUESTS:
         raise _too_many(path, pf.metadata.num_rows)
@@ -249,12 +289,15 @@ def _kind(mode: int) -> str:
 
 def check_log(path: str | Path, columns: dict[str, str]) -> None:
     """What a request log must be, checked without reading its rows (the plan runs this before any
-    job, headroom.core.config; the reader again): a .csv or .parquet name; a regular file (not a
-    directory, FIFO, device or socket: links are followed), readable and not empty; a header (CSV)
-    or footer (Parquet) holding the mapped columns. ValueError naming the file and what it is."""
-    path = Path(path)
+    job, headroom.core.config; the reader again): a .csv, .parquet or .jsonl name; a regular file (not
+    a directory, FIFO, device or socket: links are followed), readable and not empty; a header (CSV),
+    footer (Parquet) or first object (JSONL) holding the mapped columns; `hash_ids` mapped only for
+    Parquet and JSONL (a CSV cell holds no list). ValueError naming the file and what it is."""
+    path, columns = Path(path), mapped(columns)
     if path.suffix.lower() not in LOG_SUFFIXES:
-        raise ValueError(f"{path}: trace.source must be a .csv or .parquet request log (or 'synthetic')")
+        raise ValueError(
+            f"{path}: trace.source must be a .csv, .parquet or .jsonl request log (or 'synthetic')"
+        )
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -263,7 +306,8 @@ def check_log(path: str | Path, columns: dict[str, str]) -> None:
         raise ValueError(f"{path}: trace.source cannot be looked at ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(
-            f"{path}: trace.source is {_kind(st.st_mode)}, not a regular file; name a CSV or Parquet request log"
+            f"{path}: trace.source is {_kind(st.st_mode)}, not a regular file; name a CSV, Parquet or JSONL "
+            "request log"
         )
     if st.st_size == 0:
         raise ValueError(f"{path}: the request log is empty (0 bytes); expected a header row and requests")
@@ -274,19 +318,111 @@ def check_log(path: str | Path, columns: dict[str, str]) -> None:
         raise ValueError(
             f"{path}: the request log cannot be read ({exc.strerror}); check its permissions"
         ) from None
-    if path.suffix.lower() == ".csv":
+    suffix = path.suffix.lower()
+    if suffix == ".csv" and "hash_ids" in columns:
+        raise ValueError(
+            f"{path}: trace.columns.hash_ids maps '{columns['hash_ids']}', but a CSV cell holds no list of "
+            "block hashes; use a JSONL or Parquet log, or set trace.columns.hash_ids to null (no prefix cache)"
+        )
+    if suffix == ".csv":
         _missing_columns(path, _csv_header(path), columns)
+    elif suffix == ".jsonl":
+        _missing_columns(path, _jsonl_keys(path), columns, "row 1 (line 1), the first object")
     else:
         _parquet_file(path, columns)
 
 
-def _batches(path: Path, columns: dict[str, str]) -> Iterator[pa.RecordBatch]:
-    """The mapped columns of a checked log, a block at a time."""
+def _batches(path: Path, columns: dict[str, str]) -> Iterator[dict[str, pd.Series]]:
+    """The mapped columns of a checked log, a block at a time: {column name: values}."""
     check_log(path, columns)
     names = list(dict.fromkeys(columns.values()))
-    if path.suffix.lower() == ".csv":
-        return _csv_batches(path, names)
-    return _parquet_batches(path, _parquet_file(path, columns), names)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _jsonl_blocks(path, names, {columns["hash_ids"]} if "hash_ids" in columns else set())
+    batches = (
+        _csv_batches(path, names)
+        if suffix == ".csv"
+        else _parquet_batches(path, _parquet_file(path, columns), names)
+    )
+    return ({n: _values(b.column(n)) for n in names} for b in batches if b.num_rows)
+
+
+# -- JSONL: one JSON object per line, read a block of lines at a time ---------------------------------
+
+
+def _jsonl_object(path: Path, raw: bytes, line: int) -> dict[str, Any]:
+    where = f"{path}: row {line} (line {line})"
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{where}, byte {exc.start}: not UTF-8 text; save the request log as UTF-8"
+        ) from None
+    except json.JSONDecodeError as exc:
+        what = "an empty line" if not raw.strip() else f"not JSON ({exc.msg}, column {exc.colno})"
+        raise ValueError(f"{where}: {what}; a JSONL request log holds one JSON object per line") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: a JSON {type(obj).__name__}, not an object; one object per request")
+    return obj
+
+
+def _jsonl_keys(path: Path) -> list[str]:
+    with open(path, "rb") as fh:
+        first = fh.readline(CSV_BLOCK_BYTES + 1)
+    if len(first) > CSV_BLOCK_BYTES:
+        raise _long_line(path, 1)
+    return list(_jsonl_object(path, first, 1))
+
+
+def _long_line(path: Path, line: int) -> ValueError:
+    return ValueError(
+        f"{path}: row {line} (line {line}) is longer than {CSV_BLOCK_BYTES:,} bytes; not a JSONL request log"
+    )
+
+
+def _jsonl_rows(
+    path: Path, lines: list[bytes], first: int, names: list[str], lists: set[str]
+) -> dict[str, pd.Series]:
+    """The named keys of a block of lines (line numbers from `first`), each object checked for them:
+    a number or a string under each key, a list under those in `lists`."""
+    values: dict[str, list] = {n: [] for n in names}
+    for i, raw in enumerate(lines):
+        obj = _jsonl_object(path, raw, first + i)
+        for name in names:
+            where = f"{path}: row {first + i} (line {first + i})"
+            if name not in obj:
+                raise ValueError(
+                    f"{where}: missing key '{name}'; present: {sorted(obj)}. Map the log's keys with trace.columns."
+                )
+            value = obj[name]
+            if name not in lists and (isinstance(value, bool) or not isinstance(value, int | float | str)):
+                raise ValueError(
+                    f"{where}, key '{name}': {json.dumps(value)[:80]} is not a number or a string"
+                )
+            values[name].append(value)
+    return {n: pd.Series(v, dtype=object) for n, v in values.items()}
+
+
+def _jsonl_blocks(path: Path, names: list[str], lists: set[str]) -> Iterator[dict[str, pd.Series]]:
+    """The named keys, a block of whole lines (CSV_BLOCK_BYTES) at a time."""
+    line, rest = 1, b""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(CSV_BLOCK_BYTES)
+            data = rest + block
+            cut = data.rfind(b"\n") if block else len(data)
+            if cut < 0:
+                if len(data) > CSV_BLOCK_BYTES:
+                    raise _long_line(path, line)
+                rest = data
+                continue
+            lines = data[:cut].split(b"\n") if cut else []
+            rest = data[cut + 1 :]
+            if lines:
+                yield _jsonl_rows(path, lines, line, names, lists)
+                line += len(lines)
+            if not block:
+                return
 
 
 def _shown(value: Any) -> str:
@@ -300,25 +436,34 @@ def _values(col: pa.Array) -> pd.Series:
     )
 
 
+def _numeric_arrival(values: pd.Series, where: Any, column: str, unit: str) -> np.ndarray:
+    """Arrivals that are plain numbers of `unit` (seconds or milliseconds) as int64 ns."""
+    number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(number))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{where(i)}, column '{column}': unparsable arrival {_shown(values.iloc[i])} (the column holds {unit})"
+        )
+    return np.round(number * ARRIVAL_UNITS[unit]).astype(np.int64)
+
+
 def _parse_arrival(
     values: pd.Series, where: Any, column: str, fmt: str | None, seconds: bool | None
 ) -> tuple[np.ndarray, bool]:
-    """Arrival times as int64 ns, and whether the column holds seconds (decided on the first block
-    by what most of its values are, then kept): timestamps (ISO 8601 or `fmt`) or seconds."""
+    """Arrival times as int64 ns, and whether the column holds numbers (`fmt` 'seconds' or
+    'milliseconds'; with `fmt` null decided on the first block by what most of its values are, then
+    kept: numbers of seconds or ISO 8601 timestamps); any other `fmt` is a strptime format."""
     if pd.api.types.is_datetime64_any_dtype(values):
         parsed = pd.to_datetime(values, utc=True)
+    elif fmt in ARRIVAL_UNITS:
+        return _numeric_arrival(values, where, column, fmt), True
     else:
         as_number = pd.to_numeric(values, errors="coerce") if fmt is None and seconds is not False else None
         if seconds is None:
             seconds = as_number is not None and as_number.notna().mean() > 0.5
         if seconds:
-            bad = np.flatnonzero(as_number.isna().to_numpy() | ~np.isfinite(as_number.to_numpy(dtype=float)))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(
-                    f"{where(i)}, column '{column}': unparsable arrival {_shown(values.iloc[i])} (the column holds seconds)"
-                )
-            return np.round(as_number.to_numpy(dtype=np.float64) * NS_PER_S).astype(np.int64), True
+            return _numeric_arrival(values, where, column, "seconds"), True
         parsed = pd.to_datetime(values, format=fmt or "ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if bad.size:
@@ -355,37 +500,74 @@ def _parse_tokens(values: pd.Series, where: Any, column: str) -> np.ndarray:
     return number.astype(np.int64)
 
 
+def _parse_blocks(
+    values: pd.Series, context: np.ndarray, where: Any, column: str, block_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's prefix-block hashes (a list of integers, ceil(context / block_tokens) of them) as
+    one int64 array and the count per row."""
+    parts, counts = [], np.empty(len(values), np.int64)
+    for i, value in enumerate(values):
+        ids = np.asarray(value) if isinstance(value, list | tuple | np.ndarray) else None
+        if ids is None or ids.ndim != 1 or (ids.size and not pd.api.types.is_integer_dtype(ids.dtype)):
+            raise ValueError(
+                f"{where(i)}, column '{column}': {_shown(value)[:80]} is not a list of integer block hashes"
+            )
+        need = -(-int(context[i]) // block_tokens)
+        if ids.size != need:
+            raise ValueError(
+                f"{where(i)}, column '{column}': {ids.size} block hashes, but {context[i]} prompt tokens at "
+                f"{block_tokens} tokens a block (trace.prefix_cache.block_tokens) make {need}"
+            )
+        parts.append(ids.astype(np.int64))
+        counts[i] = ids.size
+    return (np.concatenate(parts) if parts else np.empty(0, np.int64)), counts
+
+
 class _Parsed:
     """A log parsed block by block: each block checked (rows numbered across blocks, time order
     across block boundaries) and kept only as int64 arrays."""
 
-    def __init__(self, path: Path, columns: dict[str, str], fmt: str | None):
-        self.path, self.columns, self.fmt = path, columns, fmt
-        self.is_csv = path.suffix.lower() == ".csv"
-        self.rows = 0
+    def __init__(self, path: Path, columns: dict[str, str], fmt: str | None, block_tokens: int | None):
+        self.path, self.columns, self.fmt, self.block_tokens = path, columns, fmt, block_tokens
+        self.header_lines = {".csv": 1, ".jsonl": 0}.get(path.suffix.lower())
+        self.rows = self.blocks = 0
         self.seconds: bool | None = None
         self.last: tuple[Any, int] | None = None  # (raw arrival, ns) of the previous block's last row
-        self.parts: dict[str, list[np.ndarray]] = {"arrival": [], "context": [], "generated": []}
+        self.parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("arrival", "context", "generated", "ids", "n")
+        }
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
+    def add(self, block: dict[str, pd.Series]) -> None:
+        cols = self.columns
+        raw = block[cols["arrival"]]
+        if len(raw) == 0:
             return  # (an empty block decides nothing, seconds or timestamps included)
-        if self.rows + batch.num_rows > MAX_REQUESTS:
-            raise _too_many(self.path, self.rows + batch.num_rows)
+        if self.rows + len(raw) > MAX_REQUESTS:
+            raise _too_many(self.path, self.rows + len(raw))
         offset = self.rows
 
         def where(i: int) -> str:
-            return _where(self.path, offset + i + 1, self.is_csv)
+            return _where(self.path, offset + i + 1, self.header_lines)
 
-        cols = self.columns
-        raw = _values(batch.column(cols["arrival"]))
         arrival, self.seconds = _parse_arrival(raw, where, cols["arrival"], self.fmt, self.seconds)
         self._check_order(raw, arrival, where)
         self.parts["arrival"].append(arrival)
         for role in ("context", "generated"):
             name = cols[f"{role}_tokens"]
-            self.parts[role].append(_parse_tokens(_values(batch.column(name)), where, name))
-        self.rows += batch.num_rows
+            self.parts[role].append(_parse_tokens(block[name], where, name))
+        if "hash_ids" in cols:
+            ids, n = _parse_blocks(
+                block[cols["hash_ids"]], self.parts["context"][-1], where, cols["hash_ids"], self.block_tokens
+            )
+            self.blocks += ids.size
+            if self.blocks > MAX_BLOCKS:
+                raise ValueError(
+                    f"{where(len(raw) - 1)}: more than {MAX_BLOCKS:,} block hashes by this row, past the most a "
+                    "request log may carry (8 bytes each in memory); cut the log to the time the study needs"
+                )
+            self.parts["ids"].append(ids)
+            self.parts["n"].append(n)
+        self.rows += len(raw)
         self.last = (raw.iloc[-1], int(arrival[-1]))
 
     def _check_order(self, raw: pd.Series, arrival: np.ndarray, where: Any) -> None:
@@ -409,32 +591,57 @@ class _Parsed:
             np.concatenate(self.parts.pop(k)) for k in ("arrival", "context", "generated")
         )
         arrival -= arrival[0]
-        return Requests(arrival, context, generated, np.arange(1, self.rows + 1, dtype=np.int64))
+        blocks = block_start = None
+        if self.parts["n"]:
+            blocks = np.concatenate(self.parts.pop("ids"))
+            block_start = np.concatenate([[0], np.cumsum(np.concatenate(self.parts.pop("n")))]).astype(
+                np.int64
+            )
+        row = np.arange(1, self.rows + 1, dtype=np.int64)
+        return Requests(arrival, context, generated, row, blocks, block_start)
 
 
 def read_request_log(
-    path: str | Path, columns: dict[str, str], arrival_format: str | None = None
+    path: str | Path,
+    columns: dict[str, str | None],
+    arrival_format: str | None = None,
+    *,
+    block_tokens: int | None = None,
 ) -> Requests:
-    """Read and check a request log (CSV or Parquet), a block at a time (bounded memory: above).
+    """Read and check a request log (CSV, Parquet or JSONL), a block at a time (bounded memory: above).
 
-    columns maps the roles 'arrival', 'context_tokens', 'generated_tokens' to column names.
-    Raises ValueError naming the file, the 1-based data row and the column for: a missing column,
-    an unparsable or decreasing arrival, a token count that is not an integer from 1 to
-    MAX_TOKENS, no rows, more than MAX_REQUESTS rows; and what check_log refuses.
+    columns maps the roles 'arrival', 'context_tokens', 'generated_tokens' and optionally
+    'hash_ids' (None: not in the log) to column names (JSONL: keys); `block_tokens` is the prompt
+    tokens per hash. Raises ValueError naming the file, the 1-based data row and the column for: a
+    missing column, an unparsable or decreasing arrival, a token count that is not an integer from 1
+    to MAX_TOKENS, hash_ids that are not ceil(context / block_tokens) integers, no rows, more than
+    MAX_REQUESTS rows or MAX_BLOCKS hashes; a JSONL line that is not one JSON object; and what
+    check_log refuses.
     """
     path = Path(path)
-    parsed = _Parsed(path, columns, arrival_format)
-    for batch in _batches(path, columns):
-        parsed.add(batch)
+    columns = mapped(columns)
+    if "hash_ids" in columns and not block_tokens:
+        raise ValueError("read_request_log: hash_ids need block_tokens (trace.prefix_cache.block_tokens)")
+    parsed = _Parsed(path, columns, arrival_format, block_tokens)
+    for block in _batches(path, columns):
+        parsed.add(block)
     return parsed.requests()
 
 
-def _segments(eligible, context, generated, max_batch: int, end_tick: int | None) -> tuple[list, ...]:
+def mapped(columns: dict[str, str | None]) -> dict[str, str]:
+    """The roles a log has: trace.columns without those mapped to null (hash_ids: none in the log)."""
+    return {role: name for role, name in columns.items() if name is not None}
+
+
+def _segments(
+    eligible, context, generated, max_batch: int, end_tick: int | None, keep_bases: bool
+) -> tuple[list, ...]:
     """The engine, event to event: between two changes of the active set every tick has the same
     batch and every kv_len grows by one per tick, so it emits (start, stop, batch, max base, sum
-    of bases) per segment; a request's kv_len at tick t is its base + t."""
+    of bases) per segment and, with keep_bases, the bases; a request's kv_len at tick t is its
+    base + t."""
     n = len(eligible)
-    seg_start, seg_stop, seg_batch, seg_max, seg_sum = [], [], [], [], []
+    seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases = [], [], [], [], [], []
     active: dict[int, int] = {}  # request -> base
     finishing: list[tuple[int, int]] = []  # heap of (first tick it is no longer active, request)
     tick, nxt_req = 0, 0
@@ -461,12 +668,14 @@ def _segments(eligible, context, generated, max_batch: int, end_tick: int | None
         seg_batch.append(len(active))
         seg_max.append(max(bases))
         seg_sum.append(sum(bases))
+        if keep_bases:  # (8 bytes a sequence a segment: only for per-sequence kv_lens)
+            seg_bases.append(np.fromiter(bases, np.int64, len(active)))
         tick = stop
-    return seg_start, seg_stop, seg_batch, seg_max, seg_sum
+    return seg_start, seg_stop, seg_batch, seg_max, seg_sum, seg_bases
 
 
-def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.ndarray, ...]:
-    """Segments expanded to one decode invocation per tick: (tick, batch, kv max, kv mean)."""
+def decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.ndarray, ...]:
+    """Segments expanded to one decode invocation per tick: (tick, batch, kv max, kv mean, segment)."""
     start = np.asarray(seg_start, dtype=np.int64)
     length = np.asarray(seg_stop, dtype=np.int64) - start
     first = np.repeat(np.cumsum(length) - length, length)
@@ -474,7 +683,7 @@ def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.
     d_batch = np.repeat(np.asarray(seg_batch, dtype=np.int64), length)
     d_max = np.repeat(np.asarray(seg_max, dtype=np.int64), length) + ticks
     d_mean = (np.repeat(np.asarray(seg_sum, dtype=np.int64), length) + d_batch * ticks) / d_batch
-    return ticks, d_batch, d_max, d_mean
+    return ticks, d_batch, d_max, d_mean, np.repeat(np.arange(len(start), dtype=np.int64), length)
 
 
 #: The most invocations the model may emit from the log's start to the window's end (prefills and
@@ -483,7 +692,7 @@ def _decode_ticks(seg_start, seg_stop, seg_batch, seg_max, seg_sum) -> tuple[np.
 MAX_STREAM_INVOCATIONS = 10_000_000
 
 
-def _check_stream_size(prefills: int, decodes: int) -> None:
+def check_stream_size(prefills: int, decodes: int) -> None:
     """Refuse, before allocating it, a stream past MAX_STREAM_INVOCATIONS (a log of a few requests
     generating millions of tokens each, or a long log without a window)."""
     if prefills + decodes > MAX_STREAM_INVOCATIONS:
@@ -495,29 +704,51 @@ def _check_stream_size(prefills: int, decodes: int) -> None:
         )
 
 
-def simulate(requests: Requests, *, max_batch: int, decode_step_ns: int, end_ns: int | None = None) -> Stream:
-    """All invocations that start before end_ns (None: until every request is done), in order."""
+def simulate(
+    requests: Requests,
+    *,
+    max_batch: int,
+    decode_step_ns: int,
+    end_ns: int | None = None,
+    max_batched_tokens: int | None = None,
+    kv_lens: bool = False,
+) -> Stream:
+    """All invocations that start before end_ns (None: until every request is done), in order.
+    A prefill's q_len is its prompt less the prefix-cached tokens (requests.cached), its kv_len the
+    whole prompt. max_batched_tokens: the chunked-prefill engine of headroom.trace.steps instead.
+    kv_lens: keep each decode's per-sequence kv_len (Stream.bases, Stream.kv_lens)."""
     if max_batch < 1 or decode_step_ns < 1:
         raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
     arrival, context = requests.arrival_ns, requests.context
+    cached = np.zeros_like(context) if requests.cached is None else requests.cached
     n = len(arrival)
     if end_ns is not None:
         n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
     end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
     eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
-    segments = _segments(eligible[:n], context, requests.generated, max_batch, end_tick)
-    _check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
-    ticks, d_batch, d_max, d_mean = _decode_ticks(*segments)
-    p_time = arrival[:n]
-    p = n
-    d = len(ticks)
+    if max_batched_tokens is not None:
+        from headroom.trace import steps
+
+        engine = steps.Engine(
+            eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens
+        )
+        return steps.stream(engine.run(end_tick), decode_step_ns)
+    *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick, kv_lens)
+    check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
+    ticks, d_batch, d_max, d_mean, d_segment = decode_ticks(*segments)
+    p, d = n, len(ticks)
+    serving = requests.cached is not None or kv_lens
     stream = Stream(
-        time_ns=np.concatenate([p_time, ticks * decode_step_ns]),
+        time_ns=np.concatenate([arrival[:n], ticks * decode_step_ns]),
         phase=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]),
         batch=np.concatenate([np.ones(p, np.int64), d_batch]),
         request=np.concatenate([np.arange(p, dtype=np.int64), np.full(d, -1, np.int64)]),
         kv_max=np.concatenate([context[:p], d_max]),
         kv_mean=np.concatenate([context[:p].astype(np.float64), d_mean]),
+        q_len=np.concatenate([context[:p] - cached[:p], np.ones(d, np.int64)]) if serving else None,
+        step=np.concatenate([np.full(p, PREFILL, np.int8), np.full(d, DECODE, np.int8)]) if serving else None,
+        segment=np.concatenate([np.full(p, -1, np.int64), d_segment]) if serving else None,
+        bases=tuple(bases),
     )
     # lexsort: last key is primary. Prefills keep log order; decode ticks are unique.
     order = np.lexsort((stream.request, stream.phase, stream.time_ns))

@@ -191,6 +191,7 @@ RELATIONS = {
     "graph_sweep.tile": "an index into tiles",
     "trace.invocations": "must leave a train and a test invocation at policies.train_fraction",
     "trace.tokens.max_kv_len": "a multiple of trace.round_to",
+    "trace.batching.max_batched_tokens": "more than trace.batching.max_batch",
     "portfolio.adaptive.max_samples.eager": "at least portfolio.adaptive.min_samples.eager",
     "portfolio.adaptive.max_samples.graph": "at least portfolio.adaptive.min_samples.graph",
 }

@@ -40,6 +40,8 @@ def big_log(path: Path, n: int) -> Path:
     )
     if path.suffix == ".csv":
         pacsv.write_csv(table, path)
+    elif path.suffix == ".jsonl":
+        table.to_pandas().to_json(path, orient="records", lines=True)
     else:
         pq.write_table(table.set_column(0, "TIMESTAMP", pa.array(stamps)), path)
     return path
@@ -90,7 +92,7 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="
 
 
 @needs_proc
-@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".jsonl"])
 def test_reading_a_million_request_log_stays_within_its_memory_bound(tmp_path, suffix):
     _assert_bounded(tmp_path, 1_000_000, suffix)
 
@@ -106,9 +108,16 @@ def test_reading_a_five_million_request_log_stays_within_its_memory_bound(tmp_pa
 def test_small_blocks_read_the_same_requests_and_number_rows_across_blocks(tmp_path, monkeypatch):
     whole_csv = read_request_log(big_log(tmp_path / "log.csv", 1000), COLUMNS)
     whole_pq = read_request_log(big_log(tmp_path / "log.parquet", 1000), COLUMNS)
-    monkeypatch.setattr(hrequests, "CSV_BLOCK_BYTES", 256)  # ~6 rows a block
+    whole_jsonl = read_request_log(big_log(tmp_path / "log.jsonl", 1000), COLUMNS)
+    assert np.array_equal(whole_jsonl.arrival_ns, whole_csv.arrival_ns)
+    monkeypatch.setattr(hrequests, "CSV_BLOCK_BYTES", 256)  # ~6 rows a block (CSV), ~3 lines (JSONL)
     monkeypatch.setattr(hrequests, "PARQUET_BATCH_ROWS", 7)
-    for path, whole in ((tmp_path / "log.csv", whole_csv), (tmp_path / "log.parquet", whole_pq)):
+    logs = (
+        (tmp_path / "log.csv", whole_csv),
+        (tmp_path / "log.parquet", whole_pq),
+        (tmp_path / "log.jsonl", whole_jsonl),
+    )
+    for path, whole in logs:
         blocks = read_request_log(path, COLUMNS)
         for field in ("arrival_ns", "context", "generated", "row"):
             assert np.array_equal(getattr(blocks, field), getattr(whole, field)), (path, field)

@@ -55,7 +55,7 @@ def test_a_directory_fifo_or_device_is_refused_at_plan_time(tmp_path):
 
 
 def test_a_file_that_is_no_request_log_is_refused_at_plan_time(tmp_path):
-    _refused("/etc/passwd", r"must be a \.csv or \.parquet request log")
+    _refused("/etc/passwd", r"must be a \.csv, \.parquet or \.jsonl request log")
     passwd = tmp_path / "passwd.csv"
     passwd.symlink_to("/etc/passwd")
     _refused(passwd, r"row 0 \(header\), missing column")

@@ -125,7 +125,7 @@ def test_a_missing_or_foreign_file_fails_naming_it(tmp_path):
     with pytest.raises(ValueError, match="no such file"):
         read_request_log(tmp_path / "absent.csv", COLUMNS)
     (tmp_path / "log.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"log\.json.*\.csv or \.parquet"):
+    with pytest.raises(ValueError, match=r"log\.json.*\.csv, \.parquet or \.jsonl"):
         read_request_log(tmp_path / "log.json", COLUMNS)
 
 
