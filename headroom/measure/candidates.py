@@ -28,8 +28,8 @@ SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
 NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
 NATIVE_TILE = -1  # native candidates have no tile of ours
 #: the variable-length decode family (kernels.decode_varlen, kernels.VARLEN_GENERATION): one
-#: candidate per tile, q rotated in the kernel over a rotated cache (placement q_fused), run only
-#: on decode rows with kv_lens (headroom.measure.runner.applies)
+#: candidate per tile, q rotated in the kernel over a rotated cache (placement q_fused), on decode
+#: rows with kv_lens; on every other row generation 2's q_fused plan of the tile (headroom.measure.runner)
 VARLEN_GENERATION = 3
 VARLEN_PLACEMENT = "q_fused"
 

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 import kernels
-from headroom.measure import inputs, portfolio, runner
+from headroom.measure import inputs, portfolio
 from headroom.measure.runner import tables as candidate_tables
 
 
@@ -66,12 +66,8 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     )
     out = []
     for row in shapes.itertuples(index=False):
-        if runner.is_varlen(cand) and row.phase != "decode":
-            continue  # the varlen family compiles for decodes only
         (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
         lens = inputs.kv_lens_tensor(row, device)
-        if runner.is_varlen(cand) and lens is None:  # the same kernels compile whatever the lengths
-            lens = torch.full((int(row.batch),), int(row.kv_len), dtype=torch.int32, device=tdev)
         fn = portfolio.candidate_fn(cand, cos, sin, inputs.rotate_k(row), lens)
         before = _dir_bytes(cache)
         t0 = time.perf_counter()

@@ -61,7 +61,7 @@ from headroom.analysis import registry
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.core.progress import Progress
-from headroom.measure import inputs, portfolio, runner, timing
+from headroom.measure import inputs, portfolio, timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
@@ -236,9 +236,6 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
         cos, sin = tables.get(inv)
         n_sets = timing.buffer_sets(inputs.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = inputs.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
-        if not (runner.applies(a, inv) and runner.applies(b, inv)):
-            progress.step()  # a varlen candidate on a row without kv_lens: no such switch
-            continue
         rotate_k, kv_lens = inputs.rotate_k(inv), inputs.kv_lens_tensor(inv, device)
         fa = portfolio.candidate_fn(a, cos, sin, rotate_k, kv_lens)
         fb = portfolio.candidate_fn(b, cos, sin, rotate_k, kv_lens)
@@ -295,7 +292,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
     import torch
 
     from headroom.measure.candidates import placement
-    from headroom.measure.runner import applies, build_plan, is_native
+    from headroom.measure.runner import build_plan, is_native
     from headroom.measure.runner import tables as candidate_tables
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -316,7 +313,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
             rows.append(_row("plan", value=math.nan, status="skipped", reason=reason, **common))
             continue
         built = []
-        for inv, (q, k, v) in (e for e in examples if applies(cand, e[0])):
+        for inv, (q, k, v) in examples:
             lens = inputs.kv_lens_tensor(inv, device)
             build = functools.partial(build_plan, cand, cos, sin, inputs.rotate_k(inv), q, k, v, kv_lens=lens)
             build()  # compiles the kernels this shape needs: the figure is the warm build

@@ -40,7 +40,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import inputs, noise, runner, timing
+from headroom.measure import inputs, noise, timing
 
 _FLOOR_WARMUP_CALLS = 3
 
@@ -343,7 +343,7 @@ class _Bench:
         seeds = [cfg["seed"], self.run, int(inv.invocation)]
         data_seed = int(np.random.SeedSequence(seeds).generate_state(1)[0])
         sets = inputs.input_sets(inv, n_sets, self.device, seed=data_seed)
-        cands = [c for c in self.cands if runner.applies(c, inv)]  # the varlen family: kv_lens rows
+        cands = self.cands
         order = candidate_order(len(cands), seed=cfg["seed"], run=self.run, index=index)
         rotate_k, kv_lens = inputs.rotate_k(inv), inputs.kv_lens_tensor(inv, self.device)
         rows, samples = [], []

@@ -3,7 +3,10 @@ lifecycle costs and the graph sweep execute exactly the same code for the same c
 
 Decode rows with kv_lens (ragged serving batches; input sets in the padded layout of
 headroom.measure.inputs.input_sets, the lengths passed here as `kv_lens`):
-    generation 3 (the varlen decode) runs only on those rows (applies()) and reads the lengths;
+    generation 3 (the varlen decode) reads the lengths there; on every other row (prefills, chunks,
+        decodes without kv_lens) a generation-3 candidate runs generation 2's q_fused plan of its
+        tile, as a server with a varlen decode kernel runs its other steps, so the family is a
+        complete candidate: timed on every invocation, it stays in the analysis' matrix;
     native candidates read them too: the SDPA backends through a (B, 1, 1, Skv) boolean length
         mask (a backend with no kernel for a mask raises "No available kernel", which the
         correctness gate records as `unsupported`), FlexAttention through a length mask_mod;
@@ -14,7 +17,7 @@ headroom.measure.inputs.input_sets, the lengths passed here as `kv_lens`):
         without varlen kernels pays (and what the traces' `kv_summary: max` modelled). Their
         answer is the padded problem's, and the correctness gate checks it against that
         (takes_lengths() says which reference a candidate answers).
-Every older candidate still runs on every row, so the portfolio's matrix stays complete for them.
+Every candidate runs on every row, so the portfolio's matrix stays complete.
 """
 
 from __future__ import annotations
@@ -32,14 +35,6 @@ def is_native(cand: Any) -> bool:
 def is_varlen(cand: Any) -> bool:
     """A candidate of the variable-length decode family (generation 3)."""
     return not is_native(cand) and placement(cand)[1] == VARLEN_GENERATION
-
-
-def applies(cand: Any, row: Any) -> bool:
-    """Whether the candidate runs on this trace row: the varlen family only on decode rows that
-    carry kv_lens; every other candidate on every row."""
-    from headroom.measure.inputs import kv_lens
-
-    return not is_varlen(cand) or (row.phase == "decode" and kv_lens(row) is not None)
 
 
 def takes_lengths(cand: Any) -> bool:
@@ -218,13 +213,15 @@ def runner(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
 
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
     rope, generation = placement(cand)
-    if generation == VARLEN_GENERATION:
-        if kv_lens is None or rotate_k:
+    if generation == VARLEN_GENERATION and kv_lens is not None:
+        if rotate_k:
             raise ValueError(
-                f"{cand.candidate}: the varlen decode (generation {VARLEN_GENERATION}) runs only on "
-                "decode rows with kv_lens over a rotated cache (runner.applies)"
+                f"{cand.candidate}: the varlen decode (generation {VARLEN_GENERATION}) reads a cache "
+                "already rotated (rotate_k=False): kv_lens come with decode rows only"
             )
         return _varlen_fn(tile, cos, sin, kv_lens)
+    if generation == VARLEN_GENERATION:  # a row without lengths: generation 2's plan of the tile
+        return _planned_fn(tile, rope, cos, sin, rotate_k)
     if generation == 1:
         fused = rope == "fused"
 
@@ -274,7 +271,8 @@ def _planned_fn(tile, rope: str, cos, sin, rotate_k: bool) -> Callable:
 def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None, kv_lens=None):
     """The plan a generation-2 or -3 candidate runs for these tensors (None for generation 1 and
     native candidates, which have no plan): what the lifecycle times as the plan's build cost.
-    A generation-3 (varlen) candidate needs the row's kv_lens."""
+    A generation-3 (varlen) candidate builds the varlen plan for a row with kv_lens, generation 2's
+    plan of its tile and placement otherwise."""
     if is_native(cand):
         return None
     rope, generation = placement(cand)
@@ -283,9 +281,7 @@ def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None, kv_lens=N
     from kernels import Tile, plan, plan_decode_varlen
 
     tile = Tile(int(cand.block_m), int(cand.block_n), int(cand.num_warps), int(cand.num_stages))
-    if generation == VARLEN_GENERATION:
-        if kv_lens is None:
-            raise ValueError(f"{cand.candidate}: a varlen decode plan needs the row's kv_lens")
+    if generation == VARLEN_GENERATION and kv_lens is not None:
         return plan_decode_varlen(q, k, v, cos, sin, kv_lens, tile=tile, out=out)
     return plan(q, k, v, cos, sin, tile=tile, rope=rope, rotate_k=rotate_k, out=out)
 
