@@ -22,8 +22,8 @@ PLAIN_REFERENCE_MAX_ELEMENTS float64 values or the row carries kv_lens; the plai
 otherwise (the two agree to float64 rounding).
 A decode row with kv_lens is checked in the padded layout (inputs.input_sets): candidates that
 read the lengths (varlen, native; runner.takes_lengths) against the ragged reference, the
-others against the padded problem they solve; the varlen family is checked on those rows only
-(runner.applies). Rows sharing a shape_key are checked with the first row's kv_lens.
+others against the padded problem they solve; on rows without kv_lens the varlen family runs (and
+is checked as) generation 2's q_fused plan of its tile. Rows sharing a shape_key are checked with the first row's kv_lens.
 
 `admitted()` is how later stages drop failing and unsupported candidates.
 

@@ -1,6 +1,6 @@
 """Serving rows in the measuring stages: prefill chunks over a cache (q_len < kv_len) and ragged
-decodes (kv_lens) through check_trace, the rotate_k rule, the varlen candidates, runner.applies
-and the correctness gate (the interpreter, tiny shapes)."""
+decodes (kv_lens) through check_trace, the rotate_k rule, the varlen candidates (complete: timed on
+every row) and the correctness gate (the interpreter, tiny shapes)."""
 
 from __future__ import annotations
 
