@@ -6,15 +6,17 @@ family ``profile``) — the decision's rows already hold the global kernel refit
 and each native backend (``kernel_vs_*``). The recommendation reads them; it does not recompute them.
 What it adds, per scope:
 
-* what to ship (``ship``): ``policy`` when the scope's family says ``continue`` — the policy the runs
-  selected most (decision's ``selected_policy`` / ``selected_fusion``), refit on every run's whole
-  trace as the engine fits (``registry`` / ``headroom.policies.fit``: the runs' mean latency plus plan
-  charges, regret-aware's test on the runs' pooled noise), its expected gain the decision's cross-run
-  ``policy_gain`` with CI; ``phase-pair`` when the verdict is not ``continue`` but the gap is a pure
-  phase split (``phase_split_gain``'s CI above 0, and the gap left within the phases,
-  ``made_of_fusion_within_phase`` + ``made_of_tile_within_phase``, below the gap threshold): phase-keyed
-  refit on all runs, expected gain ``phase_split_gain``; otherwise ``kernel``, the global kernel (one
-  candidate for every shape, expected gain 0 by definition);
+* what to ship (``ship``): ``policy`` when the scope's family says ``continue`` on the policy figure
+  (``policy_gain`` exceeds its threshold): the policy the runs selected most (decision's
+  ``selected_policy`` / ``selected_fusion``), refit on every run's whole trace as the engine fits
+  (``registry`` / ``headroom.policies.fit``: the runs' mean latency plus plan charges, regret-aware's
+  test on the runs' pooled noise), its expected gain the decision's cross-run ``policy_gain`` with CI;
+  else ``phase-pair`` when the gap is a pure phase split (``phase_split_gain``'s CI above 0, and the
+  gap left within the phases, ``made_of_fusion_within_phase`` + ``made_of_tile_within_phase``, below
+  the gap threshold): phase-keyed refit on all runs, expected gain ``phase_split_gain``; otherwise
+  ``kernel``, the global kernel (one candidate for every shape, expected gain 0 by definition; under
+  a ``continue`` on the gap alone no deployable policy captures the headroom yet: building one is
+  what ``continue`` asks for);
 * the kernel's trace-weighted latency (µs per invocation: mean over runs and the scope's invocations);
 * what each figure is worth per decoder layer (``layer_model``): the same saving as % of the time of a
   decoder layer running the shipped kernel, the layer being attention plus its GEMMs.
@@ -109,10 +111,8 @@ def pure_phase_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
 
 def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tuple[str, object, dict]:
     """(ship, fitted policy, expected-gain figure row) of one scope (see the module docstring)."""
-    verdict = str(rows["mode_verdict"].iloc[0])
-    gap = _figure(rows, "gap_to_oracle")
-    if verdict == "continue":
-        pg = _figure(rows, "policy_gain")
+    gap, pg = _figure(rows, "gap_to_oracle"), _figure(rows, "policy_gain")
+    if str(rows["mode_verdict"].iloc[0]) == "continue" and pg.get("state") == "exceeds":
         name, arm = pg.get("selected_policy"), pg.get("selected_fusion")
         if not isinstance(name, str) or not isinstance(arm, str):
             raise ValueError(
