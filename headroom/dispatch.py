@@ -1,9 +1,12 @@
 """Load a study's dispatch table (results/<study>/dispatch.json) and choose a candidate per shape.
 
     from headroom import dispatch
-    table = dispatch.load("results/default/dispatch.json", identity=dispatch.identity_of_device())
+    here = {"gpu_name": "NVIDIA H200", "sm_count": 132, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
+            "dtype": "bfloat16", "kernel_source_blake3": dispatch.kernel_source_blake3(dispatch.current_kernel_code()),
+            "torch": torch_version}                                         # what this server is
+    table = dispatch.load("results/default/dispatch.json", identity=here)
     cand = table.choose(phase="decode", batch=5, q_len=1, kv_len=2064)   # the profile routes by step
-    cand.id, cand.block_m, cand.rope                                       # what to plan and run
+    cand.id, cand.block_m, cand.rope           # what to plan and run (kernels.deploy.run(cand, ...))
 
 ``load`` verifies the file against its BLAKE3 sidecar when there is one, reads every scope's policy
 into ``headroom.policies``' objects (the one lookup implementation: the same code the decision fitted
@@ -153,6 +156,9 @@ def load(path: str | Path, *, mode: str | None = None, identity: dict | None = N
         scopes = {s: (e, policies.from_dict(e["policy"])) for s, e in table["scopes"].items()}
     except (KeyError, TypeError, ValueError) as exc:
         raise DispatchError(f"{path}: a scope or candidate is malformed: {exc!r}") from None
+    unknown = sorted({c for _, p in scopes.values() for c in p.candidates} - set(cands))
+    if unknown:
+        raise DispatchError(f"{path}: policies name candidates {unknown} the table does not describe")
     if mode is not None and mode not in scopes:
         raise DispatchError(f"{path}: no scope {mode!r}; it holds {sorted(scopes)}")
     if mode is None and not table.get("profile"):

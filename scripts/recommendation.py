@@ -6,7 +6,7 @@ from headroom.core.stage import run_stage
 def main(stage):
     from headroom import dispatch
     from headroom.analysis import recommendation
-    from headroom.core import artifacts
+    from headroom.core import artifacts, defaults
 
     runs = stage.input_paths("portfolio")
     meta = {
@@ -17,10 +17,11 @@ def main(stage):
     }
     reads = ("decision", "trace", "lifecycle", "candidates", "calibration", "environment")
     decision, trace, lifecycle, candidates, calibration, environment = (stage.read(n) for n in reads)
+    layer = {**defaults.section("recommendation"), **(stage.params["recommendation"] or {})}
     table, content = recommendation.build(
         decision, trace, stage.read_all("portfolio"), lifecycle, candidates, calibration, environment,
         meta=meta, policies=stage.params["policies"], deployment=stage.params["decision"].get("deployment"),
-        intermediate_ratio=float(stage.params["recommendation"]["intermediate_ratio"]),
+        intermediate_ratio=float(layer["intermediate_ratio"]),
     )  # fmt: skip
     content["provenance"] = stage.provenance()
     data = json.dumps(content, indent=1, sort_keys=True, allow_nan=False).encode() + b"\n"
