@@ -291,6 +291,26 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[dict], dict]:
+    """(the scope's table rows, its dispatch.json entry); ctx: (opts, costs, train_fraction, seed,
+    intermediate_ratio, (matmul FLOP/s, HBM bytes/s))."""
+    opts, costs, train_fraction, seed, ratio, (flops, bw) = ctx
+    r = decision[decision["mode"].astype(str) == scope]
+    L = engine.layout(md, opts, costs, train_fraction, seed)
+    kernel = kernel_of(r, md, L)
+    ship = what_to_ship(r, md, L, opts, seed, kernel[0])
+    worth = layer_model(md, list(md.names).index(kernel[0]), gemm_us(md.features, ratio, flops, bw))
+    rows = scope_rows(scope, r, md, ship, kernel, worth)
+    entry = {
+        "verdict": rows[-1]["verdict"],
+        "ship": ship[0],
+        "kernel": kernel[0],
+        "policy": ship[1].to_dict(),
+        "expected_gain_pct": [_num(ship[2].get(c)) for c in ("estimate", "ci_low", "ci_high")],
+    }
+    return rows, entry
+
+
 def build(decision, trace, portfolio, lifecycle, candidates, calibration, environment, *, meta, policies,
           deployment=None, intermediate_ratio: float) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """(recommendation table without dispatch_blake3, dispatch.json's content). meta: study,
@@ -305,24 +325,12 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     scopes = scopes_of({m.mode: m for m in modes}, decision, deployment)
     if not scopes:
         raise ValueError("decision: no mode or profile part of the timings has rows; rerun the decision")
-    flops, bw = rates(calibration)
-    rows, entries, shipped = [], {}, []
+    ctx = (opts, costs, train_fraction, seed, intermediate_ratio, rates(calibration))
+    rows, entries = [], {}
     for scope, md in scopes.items():
-        r = decision[decision["mode"].astype(str) == scope]
-        L = engine.layout(md, opts, costs, train_fraction, seed)
-        kernel = kernel_of(r, md, L)
-        ship = what_to_ship(r, md, L, opts, seed, kernel[0])
-        gemm = gemm_us(md.features, intermediate_ratio, flops, bw)
-        rows += scope_rows(scope, r, md, ship, kernel, layer_model(md, list(md.names).index(kernel[0]), gemm))
-        gain = ship[2]
-        entries[scope] = {
-            "verdict": rows[-1]["verdict"],
-            "ship": ship[0],
-            "kernel": kernel[0],
-            "policy": ship[1].to_dict(),
-            "expected_gain_pct": [_num(gain.get(c)) for c in ("estimate", "ci_low", "ci_high")],
-        }
-        shipped += [kernel[0], *ship[1].candidates]
+        scope_table, entries[scope] = recommend_scope(scope, decision, md, ctx)
+        rows += scope_table
+    shipped = [c for e in entries.values() for c in (e["kernel"], *e["policy"]["candidates"])]
     facts = candidate_facts(candidates, shipped)
     ident = identity(trace, environment, meta["kernel_source_blake3"])
     table = pd.DataFrame(rows)
