@@ -51,9 +51,12 @@ def rows_of(features) -> list[dict]:
 
 
 def _plain_key(key):
-    """A table key as JSON keeps it (None, str or int)."""
+    """A table key as JSON keeps it (None, str or int); the fit's factorized None (global's one key)
+    comes back as NaN, and is None again."""
     if key is None or isinstance(key, str):
         return key
+    if isinstance(key, float) and math.isnan(key):
+        return None
     if isinstance(key, numbers.Integral):
         return int(key)
     raise TypeError(f"policy key {key!r} ({type(key).__name__}) has no JSON form")
