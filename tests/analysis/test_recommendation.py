@@ -188,3 +188,14 @@ def test_recommend_errors_name_what_is_wrong(study, tmp_path, capsys):
     (study / "recommendation.parquet").write_bytes(b"PAR1 corrupt")
     assert cli.main(["--results", str(study.parent), "recommend"]) == cli.EXIT_ERROR
     assert "rerun the pipeline" in capsys.readouterr().err
+
+
+def test_verify_covers_the_dispatch_table(study, tmp_path):
+    from headroom.core import catalog, verify
+
+    study = shutil.copytree(study, tmp_path / "v" / "results" / "hand")
+    assert study / "dispatch.json" in catalog.hashed_files(study.parent)
+    assert not [p for p in verify.verify_results(study.parent)[0] if "dispatch.json" in p]
+    (study / "dispatch.json").write_text("{}")
+    problems, _ = verify.verify_results(study.parent)
+    assert any("dispatch.json: BLAKE3 mismatch" in p for p in problems), problems
