@@ -4,7 +4,7 @@ Sidecars are unkeyed: a derived artifact rewritten with forged numbers, forged p
 fresh sidecar verifies. What cannot be forged this way is the computation, so this re-runs it: the
 study's measured artifacts (environment, trace, candidates, correctness, portfolio runs, lifecycle,
 graph sweep, calibration) are copied into a temporary folder, each derived stage (policies,
-roofline, decision, then the report) is run there through its own script (scripts/<rule>.py, as
+roofline, decision, recommendation, then the report) is run there through its own script (scripts/<rule>.py, as
 Snakemake runs it) with the params its artifact recorded, and every table is compared with the
 study's, naming the first differing cell. Floats compare equal within a relative 1e-9 (the
 stages are deterministic; the slack absorbs another BLAS's summation order).
@@ -37,8 +37,11 @@ from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
 from headroom.core.identity import MEASURED_KINDS
 
-#: The derived stages, in the order they run (each reads only measured artifacts).
-STAGES = ("policies", "roofline", "decision")
+#: The derived stages, in the order they run (each reads measured artifacts and those of the stages
+#: before it).
+STAGES = ("policies", "roofline", "decision", "recommendation")
+#: Outputs a stage writes beside its Parquet artifacts (rules/analysis.smk): name -> file in the folder.
+OTHER_OUTPUTS = {"recommendation": {"dispatch": "dispatch.json"}}
 #: The report's input names that are not the kind they hold (rules/analysis.smk, rule report).
 REPORT_NAMES = {"samples": "portfolio_samples"}
 FLOAT_RTOL = 1e-9
@@ -158,6 +161,9 @@ def _outputs_of(rule: str, folder: Path) -> dict[str, str]:
             rel = f"results/{folder.name}/{path.relative_to(folder).as_posix()}"
             out[artifacts.kind_of_name(path)] = rel
             out[f"{artifacts.kind_of_name(path)}_blake3"] = rel + artifacts.SIDECAR_SUFFIX
+    for name, file in OTHER_OUTPUTS.get(rule, {}).items():
+        out[name] = f"results/{folder.name}/{file}"
+        out[f"{name}_blake3"] = out[name] + artifacts.SIDECAR_SUFFIX
     return out
 
 
