@@ -122,6 +122,7 @@ rule recommendation:
 rule report:
     input:
         decision=f"{S}/decision.parquet",
+        recommendation=f"{S}/recommendation.parquet",
         environment=f"{S}/environment.parquet",
         trace=f"{S}/trace.parquet",
         candidates=f"{S}/candidates.parquet",
