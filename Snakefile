@@ -63,3 +63,4 @@ rule all:
             page=["index.html", "report.md"],
             ext=["", ".blake3"],
         ),
+        expand(f"{R}/{{study}}/dispatch.json{{ext}}", study=list(STUDIES), ext=["", ".blake3"]),

@@ -85,9 +85,44 @@ rule decision:
         "../scripts/decision.py"
 
 
+# What the verdict ships: the kernel (or policy) per mode and profile part, what it is worth per
+# decoder layer, and the dispatch table a server loads (headroom.dispatch).
+rule recommendation:
+    input:
+        decision=f"{S}/decision.parquet",
+        trace=f"{S}/trace.parquet",
+        portfolio=PORTFOLIO_RUNS,
+        lifecycle=f"{S}/lifecycle.parquet",
+        candidates=f"{S}/candidates.parquet",
+        calibration=f"{S}/calibration.parquet",
+        environment=f"{S}/environment.parquet",
+        code=src("scripts/recommendation.py"),
+    output:
+        **artifact(recommendation=f"{S}/recommendation.parquet"),
+        dispatch=f"{S}/dispatch.json",
+        dispatch_blake3=f"{S}/dispatch.json.blake3",
+    log:
+        f"{S}/logs/recommendation.log",
+    benchmark:
+        f"{S}/benchmarks/recommendation.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        decision=cfg("decision"),
+        policies=cfg("policies"),
+        recommendation=cfg("recommendation"),
+    script:
+        "../scripts/recommendation.py"
+
+
 rule report:
     input:
         decision=f"{S}/decision.parquet",
+        recommendation=f"{S}/recommendation.parquet",
         environment=f"{S}/environment.parquet",
         trace=f"{S}/trace.parquet",
         candidates=f"{S}/candidates.parquet",

@@ -37,7 +37,9 @@ Reasons: two plain sentences (the verdict, and what would change it or why it ho
 decision.parquet: one row per (mode, figure) with estimate, ci_low, ci_high, threshold, state
 ('exceeds', 'holds', 'inconclusive', 'no-interval', 'reported'), p-values, family, and on every row the
 mode's verdict, the headline ``verdict`` and ``reason`` and ``rule_version``. Kernel recommendation
-rows carry ``kernel`` and ``runs_agree``. Rows with ``decided`` false are reported, not decided on.
+rows carry ``kernel`` and ``runs_agree``; ``policy_gain`` rows the policy x arm the runs selected most
+(``selected_policy``, ``selected_fusion``: what the recommendation refits on a ``continue``). Rows
+with ``decided`` false are reported, not decided on.
 """
 
 from __future__ import annotations

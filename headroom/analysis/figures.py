@@ -48,6 +48,8 @@ DECIDED = engine.DECIDED
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
 KERNEL_ROWS = "kernel_vs_"
 PROFILE = "profile"  # the family of the deployment profile's parts
+# A trace without step types: a decode invocation stands for a decode-only step, a prefill for a mixed one.
+STEP_OF_PHASE = {"decode": "decode-only", "prefill": "mixed"}
 
 
 def deployment_profile(deployment=None) -> dict:
@@ -64,7 +66,7 @@ def step_of(features: pd.DataFrame) -> np.ndarray:
     prefill -> mixed (until the trace records step types)."""
     if "step" in features.columns:
         return features["step"].astype(str).to_numpy()
-    return np.where(features["phase"].astype(str).to_numpy() == "decode", "decode-only", "mixed")
+    return np.array([STEP_OF_PHASE[p] for p in features["phase"].astype(str)], dtype=object).astype(str)
 
 
 def part(md: ModeData, step: str) -> ModeData | None:
@@ -136,6 +138,9 @@ def mode_figures(md: ModeData, costs, opts: Options, train_fraction: float, seed
         rows[-1]["hold_high"] = float(f[engine.HOLD_BY.get(fig, fig) + "_hi"][0]) if decided else np.nan
         if fig.startswith(KERNEL_ROWS):
             rows[-1].update(kernel=name, runs_agree=agree)
+        if fig == "policy_gain" and order:  # what the runs selected most (ties: the first in order)
+            top = max(range(len(order)), key=lambda i: ((f["selected"][0] == i).sum(), -i))
+            rows[-1].update(selected_policy=order[top][0], selected_fusion=order[top][1])
     same = float(f["gap_to_oracle_same_run"][0])
     rows.append(_row(md, "gap_to_oracle_same_run", None, False, "mean of the runs' same-run gaps (v1)", same))
     cross = float(f["gap_to_oracle"][0])

@@ -48,6 +48,7 @@ from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CATALOG_NAME = "catalog.duckdb"
+DISPATCH_NAME = "dispatch.json"  # a study's dispatch table (headroom.dispatch loads it)
 FLAT_LAYOUT_STUDY = "default"  # the study of a flat results/ folder (no study subfolders)
 # A temporary catalog modified this recently belongs to a build in progress, not a killed one.
 REBUILD_FRESH_S = 120.0
@@ -93,6 +94,8 @@ def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
         if not page.is_dir() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
             if not page.name.endswith(artifacts.SIDECAR_SUFFIX):
                 found.add(page)
+    # each study's dispatch table (the recommendation stage's JSON beside its parquet artifact)
+    found.update(p for p in root.glob(f"*/{DISPATCH_NAME}") if not _hidden(p, root))
     if os.path.lexists(root / CATALOG_NAME):
         found.add(root / CATALOG_NAME)
     return sorted(found)

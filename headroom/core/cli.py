@@ -1,8 +1,10 @@
-"""`headroom query | verify | lineage | gate | trace describe | plan` -- the studies from the command line.
+"""`headroom query | verify | lineage | gate | recommend | trace describe | plan` -- the studies from the command line.
 
 Exit codes: 0 ok; 1 verification failed or an error; 2 bad usage (an unknown study, no SQL);
 `gate`: 0 stop, 3 continue, 4 no-decision, 5 not run (no decision artifact: the pipeline has not
-run, or --results names the wrong folder), 6 several studies and no --study; 130 interrupted
+run, or --results names the wrong folder), 6 several studies and no --study; `recommend`: 0, or 5
+not run (no recommendation artifact), 1 refused (corrupt, another study's, an older schema), 2, 6 as
+above; 130 interrupted
 (Ctrl-C); 141 the reader of the output went away (`| head`), quietly.
 
 The results folder: `--results` (before or after the verb), else `$HEADROOM_RESULTS`, else the
@@ -36,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts, defaults, identity
+from headroom.core import artifacts, contracts, defaults, identity
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -682,6 +684,33 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return GATE_EXIT[row["verdict"]]
 
 
+# -- recommend ------------------------------------------------------------------------------------
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """What to ship (headroom/core/recommend.py); exit 0, 5 not run, 1 a refused artifact."""
+    from headroom.core import recommend
+
+    results = Path(args.results)
+    study, folder = study_folder(results, args.study_name or args.study)
+    path = folder / "recommendation.parquet"
+    if not path.exists():
+        raise CliError(
+            f"not run: {path} does not exist (run the pipeline, or check --results/--study)", EXIT_NOT_RUN
+        )
+    try:
+        table = identity.read(path, _project_root(results))
+        contracts.check("recommendation", artifacts.to_table(table))
+    except (artifacts.ArtifactError, ValueError) as exc:
+        raise CliError(f"{exc}; {_regenerate_hint()}") from None
+    if table.empty:
+        raise CliError(f"{path} holds no rows; {_regenerate_hint()}")
+    if args.json:
+        print(json.dumps(jsonable({"study": study, "rows": table.to_dict("records")}), allow_nan=False))
+        return 0
+    reason = decision_row(folder / "decision.parquet", _project_root(results)).get("reason", "")
+    print("\n".join(recommend.lines(table, reason)))
+    return 0
+
+
 # -- verbs of higher floors ----------------------------------------------------------------------
 #: Modules above core that add their own verb (``add_parser(sub)``): `plan`, the predicted GPU time
 #: per study (issue 19).
@@ -874,6 +903,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--json", action="store_true", help="print the decision row as JSON only")
     g.set_defaults(func=cmd_gate)
+    r = sub.add_parser(
+        "recommend",
+        parents=[common],
+        help="what to ship: verdict, kernel or policy, how sure (3 lines); exit 5 not run",
+    )
+    r.add_argument("study_name", nargs="?", default=None, metavar="STUDY", help="the study (or --study)")
+    r.add_argument("--json", action="store_true", help="the recommendation artifact's rows as JSON only")
+    r.set_defaults(func=cmd_recommend)
     _add_trace(sub, common)
     sm = sub.add_parser(
         "snakemake",

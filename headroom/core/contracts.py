@@ -138,6 +138,16 @@ _T = {
     "fusion": STR, "test_us": FLOAT, "gain_vs_global_pct": FLOAT, "gap_to_oracle_pct": FLOAT,
     "net_gain_pct": FLOAT, "ci_low": FLOAT, "ci_high": FLOAT, "predicted_us": FLOAT, "measured_us": FLOAT,
     "verdict": STR,
+    # recommendation (what to ship; headroom/analysis/recommendation.py)
+    "schema_version": INT, "study": STR, "scope": STR, "family": STR, "headline_verdict": STR, "ship": STR,
+    "kernel": STR, "runs_agree": INT, "runs": INT, "alternative": STR, "speedup": FLOAT,
+    "speedup_ci_low": FLOAT, "speedup_ci_high": FLOAT, "expected_gain_pct": FLOAT,
+    "expected_gain_ci_low": FLOAT, "expected_gain_ci_high": FLOAT, "gap_pct": FLOAT, "gap_ci_low": FLOAT,
+    "gap_ci_high": FLOAT, "attention_layer_pct": FLOAT, "attention_layer_prefill_pct": FLOAT,
+    "attention_layer_decode_pct": FLOAT, "speedup_layer_pct": FLOAT, "speedup_layer_ci_low": FLOAT,
+    "speedup_layer_ci_high": FLOAT, "expected_gain_layer_pct": FLOAT, "gap_layer_pct": FLOAT,
+    "decision_blake3": STR, "dispatch_blake3": STR, "kernel_source_blake3": STR, "driver": STR,
+    "torch": STR, "triton": STR,
 }  # fmt: skip
 
 _TRACE = "invocation phase batch q_len kv_len heads_q heads_kv head_dim dtype shape_key"
@@ -208,6 +218,20 @@ ROOFLINE = _contract(
     required="candidate shape_key mode predicted_us",
 )
 DECISION = _contract("decision", "verdict reason", required="verdict reason")
+#: One row per (scope, alternative): the kernel or policy to ship per mode and deployment-profile part,
+#: its speedups over each alternative, what they are worth per decoder layer, and what it is valid for.
+_RECOMMENDATION_KEY = "schema_version study scope verdict ship policy kernel decision_blake3 dispatch_blake3"
+RECOMMENDATION = _contract(
+    "recommendation",
+    "schema_version study scope family verdict headline_verdict ship policy kernel tile block_m block_n "
+    "num_warps num_stages rope generation backend fused runs_agree runs latency_us alternative speedup "
+    "speedup_ci_low speedup_ci_high expected_gain_pct expected_gain_ci_low expected_gain_ci_high gap_pct "
+    "gap_ci_low gap_ci_high attention_layer_pct attention_layer_prefill_pct attention_layer_decode_pct "
+    "speedup_layer_pct speedup_layer_ci_low speedup_layer_ci_high expected_gain_layer_pct gap_layer_pct "
+    "decision_blake3 dispatch_blake3 gpu_name sm_count heads_q heads_kv head_dim dtype kernel_source_blake3 "
+    "driver torch triton",
+    required=_RECOMMENDATION_KEY,
+)
 
 #: What a reader of a trace or a candidates table may rely on; the timing statistics of a row.
 TRACE_COLUMNS = TRACE.required_names
@@ -218,7 +242,7 @@ CONTRACTS: dict[str, Contract] = {
     c.kind: c
     for c in (
         TRACE, CANDIDATES, CORRECTNESS, PORTFOLIO, PORTFOLIO_SAMPLES, LIFECYCLE, GRAPH_SWEEP, CALIBRATION,
-        ENVIRONMENT, POLICY_EVAL, FACTORIAL, ROOFLINE, DECISION,
+        ENVIRONMENT, POLICY_EVAL, FACTORIAL, ROOFLINE, DECISION, RECOMMENDATION,
     )
 }  # fmt: skip
 

@@ -4,7 +4,7 @@ Sidecars are unkeyed: a derived artifact rewritten with forged numbers, forged p
 fresh sidecar verifies. What cannot be forged this way is the computation, so this re-runs it: the
 study's measured artifacts (environment, trace, candidates, correctness, portfolio runs, lifecycle,
 graph sweep, calibration) are copied into a temporary folder, each derived stage (policies,
-roofline, decision, then the report) is run there through its own script (scripts/<rule>.py, as
+roofline, decision, recommendation, then the report) is run there through its own script (scripts/<rule>.py, as
 Snakemake runs it) with the params its artifact recorded, and every table is compared with the
 study's, naming the first differing cell. Floats compare equal within a relative 1e-9 (the
 stages are deterministic; the slack absorbs another BLAS's summation order).
@@ -17,7 +17,9 @@ What it cannot cover, and why:
 - the report's figures (compared by the report's data model, report.md, not the PNG bytes), its
   stage wall-times section (Snakemake's timings of the run, not derived) and its list of artifact
   hashes (the derived artifacts are compared as tables instead);
-- a study folder without its measured artifacts (nothing to recompute from).
+- a study folder without its measured artifacts (nothing to recompute from);
+- columns holding another file's BLAKE3 (``*_blake3``): the bytes they hash carry provenance, which
+  a recomputation changes; the lineage check covers them.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
 from headroom.core.identity import MEASURED_KINDS
 
-#: The derived stages, in the order they run (each reads only measured artifacts).
-STAGES = ("policies", "roofline", "decision")
+#: The derived stages, in the order they run (each reads measured artifacts and those of the stages
+#: before it).
+STAGES = ("policies", "roofline", "decision", "recommendation")
+#: Outputs a stage writes beside its Parquet artifacts (rules/analysis.smk): name -> file in the folder.
+OTHER_OUTPUTS = {"recommendation": {"dispatch": "dispatch.json"}}
 #: The report's input names that are not the kind they hold (rules/analysis.smk, rule report).
 REPORT_NAMES = {"samples": "portfolio_samples"}
 FLOAT_RTOL = 1e-9
@@ -158,6 +163,9 @@ def _outputs_of(rule: str, folder: Path) -> dict[str, str]:
             rel = f"results/{folder.name}/{path.relative_to(folder).as_posix()}"
             out[artifacts.kind_of_name(path)] = rel
             out[f"{artifacts.kind_of_name(path)}_blake3"] = rel + artifacts.SIDECAR_SUFFIX
+    for name, file in OTHER_OUTPUTS.get(rule, {}).items():
+        out[name] = f"results/{folder.name}/{file}"
+        out[f"{name}_blake3"] = out[name] + artifacts.SIDECAR_SUFFIX
     return out
 
 
@@ -184,6 +192,13 @@ def first_difference(study: pd.DataFrame, recomputed: pd.DataFrame) -> str | Non
     return None
 
 
+def _without_hashes(table: pd.DataFrame) -> pd.DataFrame:
+    """The table without its ``*_blake3`` columns: hashes of other files' bytes (the recommendation's
+    decision and dispatch table), which carry their provenance and so differ in a recomputation as
+    the provenance does; their lineage is what `verify` checks."""
+    return table.drop(columns=[c for c in table.columns if str(c).endswith("_blake3")])
+
+
 def _compare(folder: Path, dest: Path) -> list[str]:
     out = []
     for path in hcatalog.discover(folder):
@@ -193,7 +208,7 @@ def _compare(folder: Path, dest: Path) -> list[str]:
         if not again.exists():
             out.append(f"{path}: not recomputed (see the problems above)")
             continue
-        diff = first_difference(artifacts.read(path), artifacts.read(again))
+        diff = first_difference(*(_without_hashes(artifacts.read(p)) for p in (path, again)))
         if diff:
             out.append(f"{path}: differs from its recomputation: {diff}")
     return out

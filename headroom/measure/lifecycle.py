@@ -9,7 +9,7 @@
   call added files to the cache, that shape triggered a new specialization, and its compile time is
   first-call minus second-call seconds. ``compile_workers`` children run side by side.
 - cache: bytes the candidate's compiled kernels (and their launchers) occupy in that cache dir.
-- dispatch: ns per ``lookup(shape)`` of each policy of the registry (``headroom.analysis.registry``),
+- dispatch: ns per ``lookup(shape)`` of each policy of the registry (``headroom.policies``),
   fitted as the ``policies`` stage fits the policy it scores (on the trace's train part, with
   config ``policies``' train_fraction, clusters and seed), asked for the test part's shapes, net of
   calling a function that does nothing (clipped at 0). So the dispatch cost charged to a policy is
@@ -57,15 +57,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import registry
+from headroom import policies
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.core.progress import Progress
 from headroom.measure import inputs, portfolio, timing
+from headroom.policies.fit import Train
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
-DISPATCH_POLICIES = tuple(registry.REGISTRY)  # every policy the analysis scores, oracle aside
+DISPATCH_POLICIES = tuple(policies.REGISTRY)  # every policy the analysis scores, oracle aside
 COLUMNS = list(contracts.LIFECYCLE.names)
 
 
@@ -127,10 +128,10 @@ def fitted_policies(
     n_train = max(1, math.floor(len(ordered) * float(train_fraction)))
     rng = np.random.default_rng(seed)
     us = rng.lognormal(0.0, 0.1, size=(n_train, len(candidates)))
-    train = registry.Train(ordered.iloc[:n_train], us, tuple(candidates), clusters=clusters, seed=seed)
+    train = Train(ordered.iloc[:n_train], us, tuple(candidates), clusters=clusters, seed=seed)
     fitted = {}
     for name in DISPATCH_POLICIES:
-        policy = registry.make(name)
+        policy = policies.make(name)
         if name == "random":
             policy.seed = seed
         fitted[name] = policy.fit(train)

@@ -8,6 +8,7 @@ import pytest
 
 from headroom.core import artifacts, contracts
 from tests.pipeline import headroom, planned_rules, snakemake
+from tests.recommendation_sets import assert_study_ships
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +81,14 @@ def test_interpreter_run_is_no_decision_and_says_so(pipeline_run):
     assert proc.stdout.startswith("no-decision")
     first = (pipeline_run / "results/default/report/report.md").read_text().lstrip().splitlines()[0]
     assert "not GPU measurements" in first
+
+
+def test_the_cpu_study_ships_a_dispatch_table_that_repeats_the_engines_choices(pipeline_run):
+    rec = assert_study_ships(pipeline_run / "results/default")
+    assert set(rec["verdict"]) == {"no-decision"} and set(rec["ship"]) <= {"kernel", "phase-pair"}
+    proc = headroom(pipeline_run, "recommend")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("Verdict: ") and "not GPU measurements" in proc.stdout.splitlines()[0]
 
 
 def test_lineage_walks_back_to_the_trace(pipeline_run):

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.pipeline import ROOT, copy_project, headroom, snakemake
+from tests.recommendation_sets import assert_study_ships
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +49,15 @@ def test_reference_study_replays_to_its_verdict(replayed, study):
     md = (replayed / f"results/replay-h200-{study}/report/report.md").read_text()
     assert f"**Verdict: {verdict}.**" in "\n".join(md.splitlines()[:5])
     assert "not GPU measurements" not in md.splitlines()[0]
+
+
+@pytest.mark.parametrize("study", sorted(EXPECTED))
+def test_reference_replay_ships_a_recommendation_and_dispatch_table_that_load(replayed, study):
+    rec = assert_study_ships(replayed / f"results/replay-h200-{study}")
+    assert set(rec["gpu_name"]) == {"NVIDIA H200"} and set(rec["sm_count"]) == {132}
+    assert set(rec["headline_verdict"]) == {EXPECTED[study][0]}
+    proc = headroom(replayed, "recommend", f"replay-h200-{study}")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stdout + proc.stderr
 
 
 def test_replay_shorthand_is_its_own_study(tmp_path):

@@ -22,10 +22,17 @@ def _edit_config(project, fn):
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def test_decision_threshold_reruns_only_decision_report_and_catalog(pipeline_clone):
+def test_decision_threshold_reruns_only_decision_recommendation_report_and_catalog(pipeline_clone):
     _edit_config(pipeline_clone, lambda c: c["decision"].update(max_gap_to_oracle_pct=2.5))
     # the catalog, and the cross-study page made from it
-    assert set(planned_rules(pipeline_clone)) == {"decision", "report", "catalog", "studies", "all"}
+    assert set(planned_rules(pipeline_clone)) == {
+        "decision",
+        "recommendation",
+        "report",
+        "catalog",
+        "studies",
+        "all",
+    }
 
 
 def test_tile_change_reruns_candidates_and_downstream_but_not_trace(pipeline_clone):

@@ -1,0 +1,372 @@
+"""What the verdict ships: recommendation.parquet and dispatch.json, from the decision engine's rows.
+
+Per scope — each mode (``graph``, ``eager``) and each deployment-profile part (``<mode>@<step>``,
+family ``profile``) — the decision's rows already hold the global kernel refit on all runs
+(``kernel``, ``runs_agree``) and its trace-weighted speedups with CIs over the best unfused candidate
+and each native backend (``kernel_vs_*``). The recommendation reads them; it does not recompute them.
+What it adds, per scope:
+
+* what to ship (``ship``): ``policy`` when the scope's family says ``continue`` on the policy figure
+  (``policy_gain`` exceeds its threshold): the policy the runs selected most (decision's
+  ``selected_policy`` / ``selected_fusion``), refit on every run's whole trace as the engine fits
+  (``registry`` / ``headroom.policies.fit``: the runs' mean latency plus plan charges, regret-aware's
+  test on the runs' pooled noise), its expected gain the decision's cross-run ``policy_gain`` with CI;
+  else ``phase-pair`` when the gap is a pure phase split (``phase_split_gain``'s CI above 0, and the
+  gap left within the phases, ``made_of_fusion_within_phase`` + ``made_of_tile_within_phase``, below
+  the gap threshold): phase-keyed refit on all runs, expected gain ``phase_split_gain``; otherwise
+  ``kernel``, the global kernel (one candidate for every shape, expected gain 0 by definition; under
+  a ``continue`` on the gap alone no deployable policy captures the headroom yet: building one is
+  what ``continue`` asks for);
+* the kernel's trace-weighted latency (µs per invocation: mean over runs and the scope's invocations);
+* what each figure is worth per decoder layer (``layer_model``): the same saving as % of the time of a
+  decoder layer running the shipped kernel, the layer being attention plus its GEMMs.
+
+dispatch.json holds every scope's fitted policy as data (``headroom.policies``' ``to_dict``; the
+global kernel is the ``global`` policy with one candidate), the candidates it uses, the profile (step
+type -> scope) and the identity it is valid for; ``headroom.dispatch`` loads it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from headroom.analysis import engine, figures, registry
+from headroom.analysis.policies import checked_modes
+from headroom.analysis.roofline import dtype_bytes
+from headroom.dispatch import HARD, SOFT
+
+SCHEMA_VERSION = 1
+CANDIDATE_FIELDS = ("tile", "block_m", "block_n", "num_warps", "num_stages", "rope", "generation", "backend")
+
+
+def scopes_of(modes: dict, decision: pd.DataFrame, deployment: dict) -> dict:
+    """{scope: ModeData} of every mode and profile part the decision holds rows for."""
+    out = {}
+    held = set(decision["mode"].astype(str))
+    for mode, md in modes.items():
+        if mode in held:
+            out[mode] = md
+    for step, mode in deployment.items():
+        scope = f"{mode}@{step}"
+        if scope in held and mode in modes and (sub := figures.part(modes[mode], step)) is not None:
+            out[scope] = sub
+    return out
+
+
+def _figure(rows: pd.DataFrame, name: str) -> dict:
+    """{'estimate', 'ci_low', 'ci_high', ...} of the scope's row ``name`` ({} when it has none)."""
+    hit = rows[rows["figure"] == name]
+    return hit.iloc[0].to_dict() if len(hit) else {}
+
+
+def refit(md, L: engine.Layout, opts, name: str, arm: str, seed: int):
+    """Policy ``name`` in ``arm`` fitted on every run's whole trace: the runs' mean latency (and its
+    squared SE, for regret-aware's test) plus each candidate's plan charge, as the engine fits."""
+    cols = L.cols[arm]
+    runs = md.us.shape[0]
+    train = registry.Train(
+        md.features,
+        md.us.mean(axis=0)[:, cols],
+        tuple(md.names[c] for c in cols),
+        md.sem2.mean(axis=0)[:, cols] / runs,
+        z=L.z,
+        deviation_cost_us=L.deviation_us,
+        clusters=opts.clusters,
+        seed=seed,
+        charge_us=L.plan[:, cols],
+    )
+    return compact(registry.make(name).fit(train))
+
+
+def compact(policy):
+    """The policy with only the candidates it uses (same choices, indices renumbered)."""
+    used = sorted({policy.fallback, *policy.table.values()})
+    index = {old: new for new, old in enumerate(used)}
+    policy.candidates = tuple(policy.candidates[i] for i in used)
+    policy.table = {k: index[v] for k, v in policy.table.items()}
+    policy.fallback = index[policy.fallback]
+    return policy
+
+
+def global_policy(kernel: str):
+    policy = registry.make("global")
+    policy.candidates, policy.table, policy.fallback = (kernel,), {None: 0}, 0
+    return policy
+
+
+def pure_phase_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
+    """Phase-keyed beats the global kernel net of costs (CI above 0) and the gap left within the
+    phases is below the gap threshold: the headroom is a phase split, two kernels take it."""
+    split = _figure(rows, "phase_split_gain")
+    within = [
+        _figure(rows, f).get("estimate", np.nan)
+        for f in ("made_of_fusion_within_phase", "made_of_tile_within_phase")
+    ]
+    low = split.get("ci_low", np.nan)
+    return bool(np.isfinite(low) and low > 0 and np.isfinite(within).all() and sum(within) < gap_threshold)
+
+
+def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tuple[str, object, dict]:
+    """(ship, fitted policy, expected-gain figure row) of one scope (see the module docstring)."""
+    gap, pg = _figure(rows, "gap_to_oracle"), _figure(rows, "policy_gain")
+    if str(rows["mode_verdict"].iloc[0]) == "continue" and pg.get("state") == "exceeds":
+        name, arm = pg.get("selected_policy"), pg.get("selected_fusion")
+        if not isinstance(name, str) or not isinstance(arm, str):
+            raise ValueError(
+                f"decision ({rows['mode'].iloc[0]}): a `continue` without selected_policy/_fusion"
+            )
+        return "policy", refit(md, L, opts, name, arm, seed), pg
+    if gap and pure_phase_split(rows, float(gap.get("threshold", np.inf))):
+        return (
+            "phase-pair",
+            refit(md, L, opts, "phase-keyed", "free", seed),
+            _figure(rows, "phase_split_gain"),
+        )
+    return "kernel", global_policy(kernel), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
+
+
+def kernel_of(rows: pd.DataFrame, md, L) -> tuple[str, int]:
+    """(the global kernel, runs agreeing) from the decision's kernel rows; without any (no unfused arm
+    and no native candidate) the engine's own refit (``figures.kernel``), the same function."""
+    k = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS) & rows["kernel"].notna()]
+    if len(k):
+        return str(k["kernel"].iloc[0]), int(k["runs_agree"].iloc[0])
+    return figures.kernel(md, L)
+
+
+# ----------------------------------------------------------------------------------------------
+# What it is worth per decoder layer
+# ----------------------------------------------------------------------------------------------
+
+
+def rates(calibration: pd.DataFrame | None) -> tuple[float, float]:
+    """(matmul FLOP/s, HBM bytes/s) of calibrate's ok rows; NaN where not measured (the CPU)."""
+    out = []
+    for name in ("matmul_flops_per_s", "hbm_bytes_per_s"):
+        ok = pd.DataFrame() if calibration is None else calibration[calibration["name"] == name]
+        if "status" in ok.columns:
+            ok = ok[ok["status"].astype(str) == "ok"]
+        value = float(ok["value"].iloc[0]) if len(ok) and pd.notna(ok["value"].iloc[0]) else math.nan
+        out.append(value if value > 0 else math.nan)
+    return out[0], out[1]
+
+
+def gemm_us(features: pd.DataFrame, intermediate_ratio: float, flops_per_s: float, bytes_per_s: float):
+    """(n,) µs of a decoder layer's GEMMs per invocation: q/k/v/o projections and a gated MLP (three
+    matrices of width ``intermediate_ratio`` x the model width heads_q x head_dim) over the
+    invocation's batch x q_len tokens, at the matmul rate or the HBM read of the weights, whichever
+    is slower (decode GEMMs are weight-bound)."""
+    f = features
+    width = f["heads_q"].to_numpy(float) * f["head_dim"].to_numpy(float)
+    kv = f["heads_kv"].to_numpy(float) * f["head_dim"].to_numpy(float)
+    params = width * (width + 2 * kv) + width * width + 3 * width * intermediate_ratio * width
+    tokens = f["batch"].to_numpy(float) * f["q_len"].to_numpy(float)
+    item = np.array([dtype_bytes(d) for d in f["dtype"].astype(str)], dtype=float)
+    return np.maximum(2.0 * tokens * params / flops_per_s, params * item / bytes_per_s) * 1e6
+
+
+def layer_model(md, col: int, gemm: np.ndarray) -> dict:
+    """The shipped kernel's attention time against a decoder layer's: {'attention': summed µs,
+    'layer': attention + GEMMs, and each phase's attention share of its layers (%)}."""
+    attn = md.us[..., col].mean(axis=0)  # (n,) µs per invocation, mean over runs
+    phase = md.features["phase"].astype(str).to_numpy()
+    out = {"attention": float(attn.sum()), "layer": float(attn.sum() + gemm.sum())}
+    for ph in ("prefill", "decode"):
+        m = phase == ph
+        share = 100.0 * attn[m].sum() / (attn[m].sum() + gemm[m].sum()) if m.any() else math.nan
+        out[ph] = float(share)
+    return out
+
+
+def per_layer(worth: dict, pct: float, of_oracle: bool = False) -> float:
+    """A saving of ``pct`` % of attention time (of the oracle's, for the gap) as % of a layer's time."""
+    share = worth["attention"] / worth["layer"] if worth["layer"] > 0 else math.nan
+    if of_oracle:
+        return pct / (1.0 + pct / 100.0) * share
+    return pct * share
+
+
+# ----------------------------------------------------------------------------------------------
+# The artifact
+# ----------------------------------------------------------------------------------------------
+
+
+def _num(x) -> float:
+    return float(x) if x is not None and pd.notna(x) else math.nan
+
+
+def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, worth: dict) -> list[dict]:
+    """One row per alternative (best unfused, each native) of one scope."""
+    kind, policy, gain = ship
+    name, agree = kernel
+    gap = _figure(rows, "gap_to_oracle")
+    col = list(md.names).index(name)
+    base = {
+        "scope": scope,
+        "family": str(rows["family"].iloc[0]),
+        "verdict": str(rows["mode_verdict"].iloc[0]),
+        "headline_verdict": str(rows["verdict"].iloc[0]),
+        "ship": kind,
+        "policy": policy.name,
+        "kernel": name,
+        "runs_agree": agree,
+        "runs": int(md.us.shape[0]),
+        "latency_us": float(md.us[..., col].mean()),
+        "expected_gain_pct": _num(gain.get("estimate")),
+        "expected_gain_ci_low": _num(gain.get("ci_low")),
+        "expected_gain_ci_high": _num(gain.get("ci_high")),
+        "gap_pct": _num(gap.get("estimate")),
+        "gap_ci_low": _num(gap.get("ci_low")),
+        "gap_ci_high": _num(gap.get("ci_high")),
+        "attention_layer_pct": 100.0 * per_layer(worth, 1.0),
+        "attention_layer_prefill_pct": worth["prefill"],
+        "attention_layer_decode_pct": worth["decode"],
+        "expected_gain_layer_pct": per_layer(worth, _num(gain.get("estimate"))),
+        "gap_layer_pct": per_layer(worth, _num(gap.get("estimate")), of_oracle=True),
+    }
+    alts = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS)]
+    out = []
+    for _, r in alts.iterrows():
+        s = [_num(r[c]) for c in ("estimate", "ci_low", "ci_high")]
+        alt = str(r["figure"])[len(figures.KERNEL_ROWS) :]
+        out.append(
+            {
+                **base,
+                "alternative": alt,
+                "speedup": s[0],
+                "speedup_ci_low": s[1],
+                "speedup_ci_high": s[2],
+                "speedup_layer_pct": per_layer(worth, 100.0 * (s[0] - 1.0)),
+                "speedup_layer_ci_low": per_layer(worth, 100.0 * (s[1] - 1.0)),
+                "speedup_layer_ci_high": per_layer(worth, 100.0 * (s[2] - 1.0)),
+            }
+        )
+    return out or [{**base, "alternative": ""}]
+
+
+def candidate_facts(candidates: pd.DataFrame, ids) -> dict:
+    """{candidate id: its tile, RoPE placement, generation, backend, fused} (generation 1 and
+    backend 'triton' where an older candidates table lacks the column)."""
+    table = candidates.set_index("candidate")
+    out = {}
+    for cid in sorted(set(ids)):
+        if cid not in table.index:
+            raise ValueError(f"candidates: no row for {cid!r}, which the recommendation ships")
+        r = table.loc[cid]
+        facts = {"fused": bool(r["fused"])}
+        for c in CANDIDATE_FIELDS:
+            v = r.get(c, {"generation": 1, "backend": "triton", "rope": None}.get(c))
+            facts[c] = v.item() if hasattr(v, "item") else (None if v is None or pd.isna(v) else v)
+        out[cid] = facts
+    return out
+
+
+def identity(trace: pd.DataFrame, environment: pd.DataFrame, kernel_source_blake3: str) -> dict:
+    """{'hard': what the table is valid for only, 'soft': versions a server may differ in}."""
+    env = environment.iloc[0] if environment is not None and len(environment) else pd.Series(dtype=object)
+    part = {c: sorted(set(trace[c].tolist())) for c in ("heads_q", "heads_kv", "head_dim", "dtype")}
+    mixed = {c: v for c, v in part.items() if len(v) != 1}
+    if mixed:
+        raise ValueError(f"trace: one partition per study expected, got {mixed}")
+    hard = {c: (int(v[0]) if c != "dtype" else str(v[0])) for c, v in part.items()}
+    hard.update(
+        gpu_name=str(env.get("gpu_name", "unknown")),
+        sm_count=int(env.get("sm_count", 0) or 0),
+        kernel_source_blake3=str(kernel_source_blake3),
+    )
+    return {"hard": {k: hard[k] for k in HARD}, "soft": {k: str(env.get(k, "unknown")) for k in SOFT}}
+
+
+def _plain(value):
+    """JSON-able with NaN as null (dispatch.json is strict JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[dict], dict]:
+    """(the scope's table rows, its dispatch.json entry); ctx: (opts, costs, train_fraction, seed,
+    intermediate_ratio, (matmul FLOP/s, HBM bytes/s))."""
+    opts, costs, train_fraction, seed, ratio, (flops, bw) = ctx
+    r = decision[decision["mode"].astype(str) == scope]
+    L = engine.layout(md, opts, costs, train_fraction, seed)
+    kernel = kernel_of(r, md, L)
+    ship = what_to_ship(r, md, L, opts, seed, kernel[0])
+    worth = layer_model(md, list(md.names).index(kernel[0]), gemm_us(md.features, ratio, flops, bw))
+    rows = scope_rows(scope, r, md, ship, kernel, worth)
+    entry = {
+        "verdict": rows[-1]["verdict"],
+        "ship": ship[0],
+        "kernel": kernel[0],
+        "policy": ship[1].to_dict(),
+        "expected_gain_pct": [_num(ship[2].get(c)) for c in ("estimate", "ci_low", "ci_high")],
+    }
+    return rows, entry
+
+
+def build(decision, trace, portfolio, lifecycle, candidates, calibration, environment, *, meta, policies,
+          deployment=None, intermediate_ratio: float) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+    """(recommendation table without dispatch_blake3, dispatch.json's content). meta: study,
+    decision_blake3, kernel_source_blake3; policies: config ``policies`` (as the decision read it)."""
+    from headroom.core import defaults
+
+    options = dict(policies)
+    train_fraction = options.pop("train_fraction")
+    seed = options.pop("seed", defaults.value("policies", "seed"))
+    opts, costs, modes = checked_modes(trace, portfolio, lifecycle, train_fraction, options)
+    deployment = figures.deployment_profile(deployment)
+    scopes = scopes_of({m.mode: m for m in modes}, decision, deployment)
+    if not scopes:
+        raise ValueError("decision: no mode or profile part of the timings has rows; rerun the decision")
+    ctx = (opts, costs, train_fraction, seed, intermediate_ratio, rates(calibration))
+    rows, entries = [], {}
+    for scope, md in scopes.items():
+        scope_table, entries[scope] = recommend_scope(scope, decision, md, ctx)
+        rows += scope_table
+    shipped = [c for e in entries.values() for c in (e["kernel"], *e["policy"]["candidates"])]
+    facts = candidate_facts(candidates, shipped)
+    ident = identity(trace, environment, meta["kernel_source_blake3"])
+    table = pd.DataFrame(rows)
+    for c in (
+        "tile",
+        "block_m",
+        "block_n",
+        "num_warps",
+        "num_stages",
+        "rope",
+        "generation",
+        "backend",
+        "fused",
+    ):
+        table[c] = [facts[k].get(c) for k in table["kernel"]]
+    for c, v in {**ident["hard"], **ident["soft"]}.items():
+        table[c] = v
+    table["schema_version"], table["study"] = SCHEMA_VERSION, meta["study"]
+    table["decision_blake3"], table["dispatch_blake3"] = meta["decision_blake3"], ""
+    dispatch = {
+        "schema_version": SCHEMA_VERSION,
+        "study": meta["study"],
+        "decision_blake3": meta["decision_blake3"],
+        "rule_version": str(decision["rule_version"].iloc[0]) if "rule_version" in decision else "",
+        "verdict": str(decision["verdict"].iloc[0]),
+        "identity": ident,
+        "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
+        "step_of_phase": dict(figures.STEP_OF_PHASE),
+        "scopes": entries,
+        "candidates": facts,
+    }
+    return ordered(table), _plain(dispatch)
+
+
+def ordered(table: pd.DataFrame) -> pd.DataFrame:
+    from headroom.core import contracts
+
+    names = contracts.RECOMMENDATION.names
+    return table[[c for c in names if c in table.columns] + [c for c in table.columns if c not in names]]

@@ -1,0 +1,66 @@
+"""`headroom recommend`: the recommendation artifact in three lines — verdict, what to ship, how sure.
+
+Read from results/<study>/recommendation.parquet (headroom/analysis/recommendation.py writes it) and
+the decision's reason; every number is written by headroom/core/format.py. Scopes shown: the
+deployment profile's parts when the study has them, else each mode.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from headroom.core import format as hfmt
+
+
+def shown_scopes(table: pd.DataFrame) -> list[str]:
+    """The profile's parts in table order, else the modes."""
+    order = list(dict.fromkeys(table["scope"].astype(str)))
+    parts = [s for s in order if "@" in s]
+    return parts or order
+
+
+def _label(scope: str) -> str:
+    mode, _, step = scope.partition("@")
+    return f"{step} steps ({mode})" if step else f"{mode} mode"
+
+
+def _ship(r) -> str:
+    agree = f"{int(r['runs_agree'])}/{int(r['runs'])} runs agree"
+    if r["ship"] == "policy":
+        return f"the {r['policy']} dispatch policy (dispatch.json; global kernel {r['kernel']}, {agree})"
+    if r["ship"] == "phase-pair":
+        return f"one kernel per phase (dispatch.json; global kernel {r['kernel']}, {agree})"
+    return f"{r['kernel']} ({agree}, {hfmt.us(r['latency_us'])} per call)"
+
+
+def _speedup(r) -> str:
+    ci = f"[{hfmt.speedup(r['speedup_ci_low'])}, {hfmt.speedup(r['speedup_ci_high'])}]"
+    alt = "the best unfused" if r["alternative"] == "best_unfused" else r["alternative"]
+    return f"{hfmt.speedup(r['speedup'])} {ci} over {alt} ({hfmt.pct(r['speedup_layer_pct'])} of a layer)"
+
+
+def _sure(rows: pd.DataFrame) -> str:
+    """The speedups over the best unfused and over the strongest native, and the expected gain."""
+    r0 = rows.iloc[0]
+    alts = rows[rows["alternative"].astype(str) != ""]
+    picks = alts[alts["alternative"] == "best_unfused"]
+    natives = alts[alts["alternative"] != "best_unfused"]
+    if len(natives):
+        picks = pd.concat([picks, natives.loc[[natives["speedup"].idxmin()]]])
+    said = [_speedup(r) for _, r in picks.iterrows()]
+    if r0["ship"] != "kernel":
+        gain = f"{hfmt.pct(r0['expected_gain_pct'])} {hfmt.pct_ci(r0['expected_gain_ci_low'], r0['expected_gain_ci_high'])}"
+        said.append(f"expected gain {gain} ({hfmt.pct(r0['expected_gain_layer_pct'])} of a layer)")
+    return "; ".join(said) or "no alternative timed"
+
+
+def lines(table: pd.DataFrame, reason: str) -> list[str]:
+    """The three lines."""
+    verdict = str(table["headline_verdict"].iloc[0])
+    first = reason.split(". ")[0].rstrip(".") if isinstance(reason, str) and reason else ""
+    scopes = shown_scopes(table)
+    by = {s: table[table["scope"].astype(str) == s] for s in scopes}
+    ship = "; ".join(f"{_label(s)}: {_ship(by[s].iloc[0])}" for s in scopes)
+    sure = "; ".join(f"{_label(s)}: {_sure(by[s])}" for s in scopes)
+    said = f"{first}." if first else verdict  # the reason's first sentence names the verdict
+    return [f"Verdict: {said}", f"Ship: {ship}", f"How sure: {sure}"]

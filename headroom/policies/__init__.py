@@ -1,0 +1,47 @@
+"""Dispatch policies as a floor under ``measure`` and ``analysis``: the one lookup implementation.
+
+``lookup`` holds the fitted policies as data (exact keys, buckets, padded batches or centroids, the
+candidates, the fallback for unseen shapes), their per-shape ``lookup`` and per-table ``choose``, and
+their plain-dict form (``to_dict`` / ``from_dict``); it imports numpy only. ``fit`` fits them (pandas,
+scikit-learn's k-means), imported only when a policy is fitted. The decision engine
+(``headroom.analysis``) fits through ``fit``, the lifecycle stage times ``lookup`` of fitted policies,
+and ``headroom.dispatch`` loads the exported table into the same objects.
+"""
+
+from headroom.policies.lookup import (
+    CAPTURE_SIZES,
+    CLUSTER_FEATURES,
+    REGISTRY,
+    BatchKeyed,
+    Bucketed,
+    Clustered,
+    ExactKey,
+    KeyedPolicy,
+    PhaseKeyed,
+    Random,
+    RegretAware,
+    bucket_label,
+    from_dict,
+    make,
+    padded_batch,
+    rows_of,
+)
+
+__all__ = [
+    "CAPTURE_SIZES",
+    "CLUSTER_FEATURES",
+    "REGISTRY",
+    "BatchKeyed",
+    "Bucketed",
+    "Clustered",
+    "ExactKey",
+    "KeyedPolicy",
+    "PhaseKeyed",
+    "Random",
+    "RegretAware",
+    "bucket_label",
+    "from_dict",
+    "make",
+    "padded_batch",
+    "rows_of",
+]

@@ -1,0 +1,117 @@
+"""Recommendations built from the hand-made analysis sets (tests/analysis_sets.py), with known answers.
+
+``recommend(latency, seq, modes)`` runs the decision and the recommendation on a surface and writes
+dispatch.json where a test asks; ``write_study`` writes the artifacts `headroom recommend` reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from headroom.analysis import decision, figures, recommendation
+from headroom.core import artifacts
+from tests import analysis_sets as S
+
+FAST = {"bootstrap_resamples": 300, "random_draws": 20}
+META = {"study": "hand", "decision_blake3": "d" * 64, "kernel_source_blake3": "k" * 64}
+
+
+def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, deployment=None):
+    """(trace, decision, recommendation table, dispatch content); with ``out``, dispatch.json there."""
+    tr = S.trace(seq)
+    tm = S.timings(tr, latency, modes=modes)
+    figs = figures.study_figures(tr, tm, deployment=deployment, **FAST)
+    d = decision.decide(figs, None, S.environment(), deployment=deployment)
+    table, content = recommendation.build(
+        d,
+        tr,
+        tm,
+        None,
+        S.candidates(),
+        S.calibration(),
+        S.environment(),
+        meta=META,
+        policies={"train_fraction": 0.5, **FAST},
+        deployment=deployment,
+        intermediate_ratio=3.5,
+    )
+    if out is not None:
+        out.write_text(json.dumps(content, allow_nan=False))
+    return tr, d, table, content
+
+
+def write_study(folder: Path, d, table, content) -> Path:
+    """decision.parquet, recommendation.parquet and dispatch.json (+ sidecars) of one study folder."""
+    prov = {"rule": "x", "params": {}, "inputs": {}, "wildcards": {"study": folder.name}}
+    artifacts.write(d, folder / "decision.parquet", kind="decision", provenance=prov)
+    digest = artifacts.write_file(folder / "dispatch.json", json.dumps(content).encode())
+    table = table.assign(dispatch_blake3=digest)
+    artifacts.write(table, folder / "recommendation.parquet", kind="recommendation", provenance=prov)
+    return folder
+
+
+def _engine_scopes(folder: Path, policies: dict, deployment=None):
+    """(opts, costs, {scope: ModeData}) of a study folder, as the recommendation stage reads it."""
+    import glob
+
+    import pandas as pd
+
+    from headroom.analysis.policies import checked_modes
+
+    runs = sorted(p for p in glob.glob(str(folder / "portfolio" / "run-*.parquet")) if "samples" not in p)
+    portfolio = pd.concat([artifacts.read(p) for p in runs], ignore_index=True)
+    options = dict(policies)
+    train_fraction = options.pop("train_fraction")
+    options.pop("seed", None)
+    read = lambda n: artifacts.read(folder / f"{n}.parquet")  # noqa: E731
+    opts, costs, modes = checked_modes(read("trace"), portfolio, read("lifecycle"), train_fraction, options)
+    deployment = figures.deployment_profile(deployment)
+    return opts, costs, recommendation.scopes_of({m.mode: m for m in modes}, read("decision"), deployment)
+
+
+def assert_study_ships(folder: Path) -> pd.DataFrame:  # noqa: F821
+    """A study's recommendation and dispatch table load, name the decision and table they came from,
+    and the table's choice on every trace row of each scope is the engine's (the decision's kernel,
+    or the policy refit as the stage fits it); an unseen shape falls back. Returns the table."""
+    from headroom import dispatch
+    from headroom.analysis import engine
+
+    rec = artifacts.read(folder / "recommendation.parquet")
+    d = artifacts.read(folder / "decision.parquet")
+    path = folder / "dispatch.json"
+    prov = artifacts.read_provenance(folder / "recommendation.parquet")
+    assert set(rec["dispatch_blake3"]) == {artifacts.verify(path)} == {prov["extra"]["dispatch"]["blake3"]}
+    assert set(rec["decision_blake3"]) == {artifacts.recorded_hash(folder / "decision.parquet")}
+    policies = prov["params"]["policies"]
+    opts, costs, scopes = _engine_scopes(folder, policies, prov["params"]["decision"].get("deployment"))
+    assert set(rec["scope"]) == set(scopes)
+    for scope, md in scopes.items():
+        r = rec[rec["scope"] == scope].iloc[0]
+        rows = d[(d["mode"] == scope) & d["figure"].astype(str).str.startswith("kernel_vs_")]
+        assert rows.empty or set(rows["kernel"]) == {r["kernel"]}, scope
+        table = dispatch.load(path, mode=scope)
+        expect = lambda s, k=r["kernel"]: k  # noqa: E731
+        if r["ship"] != "kernel":
+            L = engine.layout(md, opts, costs, policies["train_fraction"], policies.get("seed", 0))
+            arm = "free" if r["ship"] == "phase-pair" else _selected_fusion(d, scope)
+            expect = recommendation.refit(md, L, opts, r["policy"], arm, policies.get("seed", 0)).lookup
+        for shape in md.features.to_dict("records"):
+            assert table.choose(**shape).id == expect(shape), (scope, shape)
+        fallback = table.policy(scope)
+        if fallback.name in ("global", "exact-key", "bucketed", "batch-keyed", "regret-aware"):
+            unseen = {
+                **md.features.iloc[0].to_dict(),
+                "shape_key": "unseen",
+                "batch": 4099,
+                "kv_len": 1 << 20,
+            }
+            assert table.choose(**unseen).id == fallback.candidates[fallback.fallback], scope
+    if any("@" in s for s in scopes):
+        dispatch.load(path)  # the deployment profile
+    return rec
+
+
+def _selected_fusion(d, scope: str) -> str:
+    row = d[(d["mode"] == scope) & (d["figure"] == "policy_gain")].iloc[0]
+    return str(row["selected_fusion"])
