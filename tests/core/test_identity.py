@@ -196,7 +196,7 @@ def test_replay_refuses_a_generation1_environment_in_a_generation2_reference(tmp
 def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
     import tarfile
 
-    from scripts import import_reference
+    from tools import import_reference
 
     src = _recorded_copy(tmp_path, "default-gen2")
     tarball = tmp_path / "study.tar.gz"
