@@ -19,11 +19,15 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from headroom.analysis import decision as hdecision
 from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
+from headroom.report import ship
 from headroom.report.sections import (
+    answer,
     correctness,
     environment,
     fusion,
+    headroom_made_of,
     lifecycle,
+    natives,
     noise,
     policies,
     roofline,
@@ -47,7 +51,9 @@ INPUTS = (
     "policy_eval",
     "factorial",
     "roofline",
+    "recommendation",
 )
+STYLE = TEMPLATES / "style.css"  # the study report's and the cross-study page's one style sheet
 NOT_GPU = "These timings are not GPU measurements (device: {device}), so the decision is no-decision."
 
 
@@ -78,6 +84,7 @@ def build(
     sections = _sections(inputs, benchmarks, why)
     context.update(
         title=title,
+        css=STYLE.read_text(encoding="utf-8"),
         sections=sections,
         artifacts=[{"path": str(p), "blake3": str(h)} for p, h in sorted(read)],
     )
@@ -101,15 +108,21 @@ def _headline(d: pd.DataFrame | None, env: pd.DataFrame | None, why: str) -> dic
 
 
 def _sections(inputs: Mapping, benchmarks, why) -> list[Section]:
-    """Every section in reading order: the corrected answer first, then what it stands on."""
+    """Every section in reading order: the answer first (verdict, what to ship, power), then what it
+    is made of, how our kernels compare, and what it all stands on."""
     get = inputs.get
+    ships = ship.what_to_ship(get("recommendation"), get("decision"), get("policy_eval"))
     return [
+        answer.section(get("decision"), ships, why("decision")),
+        headroom_made_of.section(get("decision"), why("decision")),
+        natives.section(get("portfolio"), ships, why("portfolio")),
+        natives.latency_section(get("portfolio"), get("trace"), why("portfolio")),
+        roofline.section(get("roofline"), why("roofline"), get("calibration")),
         verdict.section(get("decision"), why("decision")),
         surface.section(get("portfolio"), why("portfolio")),
         policies.section(get("policy_eval"), why("policy_eval")),
         policies.factorial_section(get("factorial"), why("factorial")),
         fusion.section(get("graph_sweep"), why("graph_sweep")),
-        roofline.section(get("roofline"), why("roofline")),
         lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle")),
         noise.section(get("portfolio"), get("samples"), why("portfolio")),
         correctness.section(get("correctness"), why("correctness")),
