@@ -206,13 +206,13 @@ _SUFFIX_UNITS = (("_us", MICRO), ("_pct", "%"), ("_s", "s"), ("_mb", "MB"), ("_n
 
 def header(name: str) -> str:
     """A column's header for people: ``median_us`` -> ``median (µs)``, ``working_set_bytes`` ->
-    ``working set``, ``gain_vs_global_pct`` -> ``gain vs global (%)``; other names unchanged."""
+    ``working set``, ``gain_vs_global_pct`` -> ``gain vs global (%)``, ``shape_key`` -> ``shape key``."""
     for suffix, unit in _SUFFIX_UNITS:
         if name.endswith(suffix) and len(name) > len(suffix):
             return f"{name[: -len(suffix)].replace('_', ' ')} ({unit})"
     if name.endswith("_bytes") and len(name) > len("_bytes"):
         return name[: -len("_bytes")].replace("_", " ")
-    return name
+    return name.replace("_", " ")
 
 
 def column_format(name: str, values) -> Callable[[object], str]:

@@ -18,8 +18,8 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from headroom.analysis import decision as hdecision
-from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
 from headroom.report import ship
+from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
 from headroom.report.sections import (
     answer,
     correctness,
@@ -115,7 +115,7 @@ def _sections(inputs: Mapping, benchmarks, why) -> list[Section]:
     return [
         answer.section(get("decision"), ships, why("decision")),
         headroom_made_of.section(get("decision"), why("decision")),
-        natives.section(get("portfolio"), ships, why("portfolio")),
+        natives.section(get("portfolio"), get("trace"), ships, why("portfolio")),
         natives.latency_section(get("portfolio"), get("trace"), why("portfolio")),
         roofline.section(get("roofline"), why("roofline"), get("calibration")),
         verdict.section(get("decision"), why("decision")),

@@ -124,8 +124,8 @@ def _break_even_rows(pe: pd.DataFrame) -> list[dict]:
                 "run": r.run,
                 "mode": r.mode,
                 "policy": r.policy,
-                "gain_us_per_invocation": gain_us,
-                "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
+                "gain_per_invocation_us": gain_us,
+                "extra_running_per_invocation_us": r.running_cost_us - g["running_cost_us"],
                 "extra_compile_s": r.compile_s - g["compile_s"],
                 "break_even_invocations": math.inf if margin_us <= 0 else max(once_us, 0.0) / margin_us,
             }

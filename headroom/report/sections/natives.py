@@ -11,9 +11,9 @@ Triton candidate with the lowest trace-weighted latency (said so in the table).
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter, NullFormatter
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from headroom.report.model import LABEL_PT, Section, figure, signed_range, skipped, table
 from headroom.report.ship import Ship, family
@@ -23,9 +23,19 @@ TITLE = "Our kernels against each native backend, per phase and mode"
 LATENCY_TITLE = "Latency against kv_len and batch, per phase (one line per candidate family)"
 
 
-def _with_family(p: pd.DataFrame) -> pd.DataFrame:
+def prepared(portfolio: pd.DataFrame, trace: pd.DataFrame | None) -> pd.DataFrame:
+    """The portfolio with mode (eager when absent), family, and phase, batch and kv_len from the trace
+    (by invocation) where the portfolio lacks them."""
+    p = portfolio if "mode" in portfolio.columns else portfolio.assign(mode="eager")
     backend = p["backend"] if "backend" in p.columns else pd.Series([None] * len(p), index=p.index)
-    return p.assign(family=[family(c, b) for c, b in zip(p["candidate"], backend, strict=True)])
+    p = p.assign(family=[family(c, b) for c, b in zip(p["candidate"], backend, strict=True)])
+    if trace is not None and "invocation" in trace.columns:
+        extra = [c for c in ("phase", "batch", "kv_len") if c in trace.columns and c not in p.columns]
+        if extra:
+            p = p.merge(
+                trace[["invocation", *extra]].drop_duplicates("invocation"), on="invocation", how="left"
+            )
+    return p
 
 
 def weighted(p: pd.DataFrame) -> pd.DataFrame:
@@ -46,10 +56,14 @@ def ours_of(w: pd.DataFrame, mode: str, ships: list[Ship]) -> tuple[str, str]:
     return str(best), "fastest Triton candidate over the trace (no shipped kernel stated for this mode)"
 
 
-def section(portfolio: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
+def section(
+    portfolio: pd.DataFrame | None, trace: pd.DataFrame | None, ships: list[Ship], why: str
+) -> Section:
     if portfolio is None or portfolio.empty:
         return skipped("natives", TITLE, why if portfolio is None else "the portfolio has no rows")
-    p = _with_family(portfolio if "mode" in portfolio.columns else portfolio.assign(mode="eager"))
+    p = prepared(portfolio, trace)
+    if "phase" not in p.columns:
+        return skipped("natives", TITLE, "neither the portfolio nor the trace gives each invocation's phase")
     w = weighted(p)
     natives = sorted(c for c in w["candidate"].unique() if not family(c).startswith("triton"))
     if not natives:
@@ -120,13 +134,10 @@ def _ratio_figure(df: pd.DataFrame):
 def latency_section(portfolio: pd.DataFrame | None, trace: pd.DataFrame | None, why: str) -> Section:
     if portfolio is None or trace is None or portfolio.empty:
         return skipped("latency", LATENCY_TITLE, why if portfolio is None else "the trace was not read")
-    missing = {"batch", "kv_len", "invocation"} - set(trace.columns)
+    missing = {"phase", "batch", "kv_len", "invocation"} - set(trace.columns)
     if missing:
         return skipped("latency", LATENCY_TITLE, f"the trace lacks {sorted(missing)}")
-    p = _with_family(portfolio if "mode" in portfolio.columns else portfolio.assign(mode="eager"))
-    p = p.drop(columns=[c for c in ("batch", "kv_len") if c in p.columns]).merge(
-        trace[["invocation", "batch", "kv_len"]], on="invocation", how="left"
-    )
+    p = prepared(portfolio.drop(columns=[c for c in ("batch", "kv_len") if c in portfolio.columns]), trace)
     w = weighted(p)
     s = Section("latency", LATENCY_TITLE)
     s.text.append(
