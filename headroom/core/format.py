@@ -221,3 +221,13 @@ def column_format(name: str, values) -> Callable[[object], str]:
     if name.endswith("_bytes"):
         return lambda v: nbytes(v) if _is_number(v) or _missing(v) else str(v)
     return number_format(values)
+
+
+def delta_ci(delta, lo, hi, unit: str = "%") -> str:
+    """A difference of two figures with its CI, always signed: ``+1.23 pp [+0.10, +2.36]`` for
+    percentages (percentage points), ``-0.050× [-0.081, -0.019]`` for speedups; ``n/a`` when missing."""
+    if _missing(delta) or _missing(lo) or _missing(hi):
+        return "n/a"
+    digits, shown = (2, " pp") if unit == "%" else (3, TIMES) if unit in ("x", TIMES) else (1, f" {MICRO}")
+    a, b, c = (_signed(float(v), digits) for v in (delta, lo, hi))
+    return f"{a}{shown} [{b}, {c}]"
