@@ -231,3 +231,10 @@ def delta_ci(delta, lo, hi, unit: str = "%") -> str:
     digits, shown = (2, " pp") if unit == "%" else (3, TIMES) if unit in ("x", TIMES) else (1, f" {MICRO}")
     a, b, c = (_signed(float(v), digits) for v in (delta, lo, hi))
     return f"{a}{shown} [{b}, {c}]"
+
+
+def delta(value, unit: str = "%") -> str:
+    """A difference alone, always signed: ``+0.12 pp`` (of percentages), ``-0.050×`` (of speedups)."""
+    if _missing(value):
+        return "n/a"
+    return f"{_signed(float(value), 2)} pp" if unit == "%" else f"{_signed(float(value), 3)}{TIMES}"

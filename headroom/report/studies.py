@@ -35,6 +35,14 @@ STYLE = Path(__file__).parent / "templates" / "style.css"
 # Columns of a decision row that are not figures.
 _NOT_FIGURES = {"study", "verdict", "reason"}
 FIGURE_COLUMNS = ("mode", "figure", "unit", "estimate", "ci_low", "ci_high", "threshold", "state")
+# the figures whose deltas between studies the page plots: the decided ones and the kernel's
+DELTA_FIGURES = (
+    "gap_to_oracle",
+    "policy_gain",
+    "phase_split_gain",
+    "fusion_speedup",
+    "kernel_vs_best_unfused",
+)
 
 
 def _table(con, name: str) -> pd.DataFrame:
@@ -137,16 +145,20 @@ def _mode_sentence(mode: str, by_study: dict[str, str], weighted: pd.DataFrame) 
             f"{mode} mode: the studies pick different kernels ({listed}), but one serves all within "
             f"their run-to-run range: ship {k} ({where})."
         )
-    why = "; ".join(
-        f"{k} on {s}: {signed_range(r, '×', 3) if len(r) else 'not timed there'} of {by_study[s]}'s latency"
-        for k in kernels
-        for s, r in costs[k].items()
-        if by_study[s] != k
-    )
     return (
         f"{mode} mode: the studies disagree beyond their run-to-run range, so ship per trace: {listed} "
-        f"({why})."
+        f"({'; '.join(_worst(k, costs[k], by_study) for k in kernels)})."
     )
+
+
+def _worst(kernel: str, costs: dict[str, pd.Series], by_study: dict[str, str]) -> str:
+    """Where a kernel costs most against another study's own pick (or where it was never timed)."""
+    others = {s: r for s, r in costs.items() if by_study[s] != kernel}
+    untimed = sorted(s for s, r in others.items() if not len(r))
+    if untimed:
+        return f"{kernel} was not timed on {', '.join(untimed)}"
+    s, r = max(others.items(), key=lambda kv: float(kv[1].median()))
+    return f"{kernel} on {s}: {signed_range(r, '×', 3)} of {by_study[s]}'s latency"
 
 
 # -- per-figure deltas -------------------------------------------------------------------------
@@ -164,7 +176,7 @@ def deltas(figures: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for study in others:
         for r in shaped[study].itertuples():
-            if (r.mode, r.figure) not in base.index or pd.isna(r.ci_low):
+            if r.figure not in DELTA_FIGURES or (r.mode, r.figure) not in base.index or pd.isna(r.ci_low):
                 continue
             b = base.loc[(r.mode, r.figure)]
             if pd.isna(b["ci_low"]):
@@ -205,7 +217,7 @@ def delta_figure(dl: pd.DataFrame):
     ax.invert_yaxis()
     ax.set_xlabel("delta (percentage points), 95% CI", fontsize=LABEL_PT)
     ax.tick_params(labelsize=LABEL_PT)
-    ax.legend(fontsize=LABEL_PT)
+    ax.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return figure("studies_deltas", "Per-figure deltas between studies, with CIs", fig)
 
 
@@ -266,7 +278,9 @@ def build(
         md += ["(The plot of these deltas is embedded in studies.html.)", ""]
     _add(md, page, "Verdicts and environments", df=c["summary"])
     for study, f in c["figures"].items():
-        _add(md, page, f"{study}: headline figures", df=_written(f) if len(f) else None)
+        _add(
+            md, page, f"{study}: headline figures", df=_written(f) if len(f) else None, empty="(no decision)"
+        )
     page.append("</body></html>\n")
     out = Path(out_dir)
     paths = {"html": out / "studies.html", "md": out / "studies.md"}
@@ -285,16 +299,18 @@ def _head(title: str) -> tuple[list[str], list[str]]:
     return [f"# {title}", ""], page
 
 
-def _add(md: list, page: list, heading: str, text=(), df: pd.DataFrame | None = None) -> None:
+def _add(
+    md: list, page: list, heading: str, text=(), df: pd.DataFrame | None = None, empty: str = ""
+) -> None:
     md += [f"## {heading}", ""]
     page.append(f"<h2>{html.escape(heading)}</h2>")
     for line in text:
         md += [line, ""]
         page.append(f"<p>{html.escape(line)}</p>")
-    if df is None:
-        md += ["(no decision)", ""]
-        page.append("<p>(no decision)</p>")
-    elif len(df.columns):
+    if df is None and empty:
+        md += [empty, ""]
+        page.append(f"<p>{html.escape(empty)}</p>")
+    elif df is not None and len(df.columns):
         md += [_md_table(df), ""]
         page.append(_html_table(df))
 
@@ -303,7 +319,8 @@ def _delta_text(dl: pd.DataFrame) -> list[str]:
     if dl.empty:
         return ["No two studies have per-figure decisions with CIs: no deltas."]
     return [
-        f"Each study's figure minus {dl['versus'].iloc[0]}'s, same mode and figure; the CI of a delta is "
+        f"Each study's figure minus {dl['versus'].iloc[0]}'s, same mode and figure (the decided figures, the "
+        "phase split, the fusion speedup and the shipped kernel's speedup); the CI of a delta is "
         "computed here as the root sum of squares of the two CI half-widths (independent studies)."
     ]
 

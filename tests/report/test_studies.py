@@ -128,6 +128,7 @@ def test_studies_that_disagree_beyond_their_range_get_per_trace_recommendations(
         "a-synthetic → t0-fused; b-real → t1-fused (t0-fused on b-real: 1.100–1.150× of t1-fused's "
         "latency; t1-fused on a-synthetic: 1.100× of t0-fused's latency)." in md
     )
+    assert "(no decision)" not in md
     # the page links each study's report, plots the deltas with CIs, and shares the report's style
     assert "- [b-real](../b-real/report/index.html)" in md
     assert "| b-real − a-synthetic | graph | gap_to_oracle | +1.50 pp [+0.09, +2.91] |" in md
