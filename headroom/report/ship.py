@@ -29,6 +29,7 @@ class Versus:
     speedup: float  # the alternative's trace-weighted latency / the shipped kernel's
     ci_low: float
     ci_high: float
+    layer_pct: float = float("nan")  # the same saving as % of a decoder layer's time (recommendation)
 
 
 @dataclass
@@ -86,7 +87,13 @@ def _from_recommendation(rec: pd.DataFrame) -> list[Ship]:
                 float(first.get("expected_gain_ci_high", float("nan"))),
             )
         versus = [
-            Versus(_alt(r.alternative), float(r.speedup), float(r.speedup_ci_low), float(r.speedup_ci_high))
+            Versus(
+                _alt(r.alternative),
+                float(r.speedup),
+                float(r.speedup_ci_low),
+                float(r.speedup_ci_high),
+                float(getattr(r, "speedup_layer_pct", float("nan"))),
+            )
             for r in g.itertuples()
             if pd.notna(getattr(r, "alternative", None)) and str(r.alternative)
         ]

@@ -374,13 +374,15 @@ def test_what_to_ship_prefers_the_recommendation_and_falls_back_for_older_studie
             "speedup": [1.1, 1.153],
             "speedup_ci_low": [1.05, 1.1],
             "speedup_ci_high": [1.15, 1.2],
+            "speedup_layer_pct": [0.5, 1.25],
         }
     )
     [x] = ship.what_to_ship(rec, inputs["decision"], inputs["policy_eval"])
     assert x.source == "recommendation" and x.kernel == "t9-fused"
     line = answer.ship_line(x)
     assert line.startswith("Ship t9-fused in graph (2 of 3 runs agree), 646.2 µs per invocation")
-    assert "1.153× [1.100, 1.200] over native-sdpa-cudnn" in line and "over best unfused" in line
+    assert "1.153× [1.100, 1.200] over native-sdpa-cudnn (1.25% of a decoder layer's time)" in line
+    assert "over best unfused (0.50% of a decoder layer's time)" in line
     old = inputs["decision"].drop(columns=["kernel"])
     ships = ship.what_to_ship(None, old, inputs["policy_eval"])
     assert {x.source for x in ships} == {"policy_eval"} and {x.scope for x in ships} == {"eager", "graph"}

@@ -59,7 +59,9 @@ def verdict_sentences(d: pd.DataFrame | None, why: str) -> str:
 def ship_line(x: Ship) -> str:
     agree = f" ({x.runs_agree} of {x.runs} runs agree)" if x.runs_agree is not None and x.runs else ""
     vs = "; ".join(
-        f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} over {v.alternative}" for v in x.versus
+        f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} over {v.alternative}"
+        + (f" ({pct(v.layer_pct, signed=False)} of a decoder layer's time)" if pd.notna(v.layer_pct) else "")
+        for v in x.versus
     )
     if x.ship == "policy":
         gain = f", expected gain {estimate_ci(*x.expected_gain, '%')}" if x.expected_gain else ""
