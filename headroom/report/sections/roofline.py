@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.report.model import LABEL_PT, Section, all_skipped, figure, skipped, table
+from headroom.report.model import LABEL_PT, Section, all_skipped, figure, rate, skipped, table
 from headroom.report.ship import family
 
 PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"}
@@ -108,7 +108,7 @@ def achieved(both: pd.DataFrame, cal: pd.DataFrame | None):
         }
     )
     note = (
-        f"calibrated peaks: HBM {hbm / 1e12:.2f} TB/s, matmul {mm / 1e12:.0f} TFLOP/s"
+        f"calibrated peaks: HBM {rate(hbm, 'B/s')}, matmul {rate(mm, 'FLOP/s')}"
         if pd.notna(hbm) and pd.notna(mm)
         else "no calibrated peak in this study (calibration not read or skipped): % of peak is n/a"
     )

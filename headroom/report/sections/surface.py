@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from headroom.report.model import MAX_HEATMAP_CELLS, Section, heatmaps, number_format, skipped, table
+from headroom.report.model import MAX_HEATMAP_CELLS, Section, heatmaps, number_format, pct, skipped, table
 from headroom.report.ship import family
 
 
@@ -80,7 +80,7 @@ def _cells(grp: pd.DataFrame, surface: pd.DataFrame) -> pd.DataFrame:
         for cand in surface.columns:
             cell = write(surface.loc[key, cand])
             if noise is not None and pd.notna(noise.loc[key, cand]):
-                cell += f" ±{noise.loc[key, cand]:.1f}%"
+                cell += f" ±{pct(noise.loc[key, cand], 1, signed=False)}"
             if reps is not None and pd.notna(reps.loc[key, cand]):
                 cell += f" n={int(reps.loc[key, cand])}"
             out.loc[key, cand] = cell

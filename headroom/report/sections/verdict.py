@@ -58,7 +58,7 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
             if pd.notna(r.threshold)
             else "",
             "state": r.state,
-            "p (one-sided)": f"{r.p_value:.3g}" if pd.notna(r.p_value) else "",
+            "p (one-sided)": fmt(r.p_value) if pd.notna(r.p_value) else "",
             "note": r.detail
             if str(r.figure).startswith(("policy_gain_switch_", "policy_gain_mde", "policy_gain_no"))
             else "",
