@@ -20,10 +20,11 @@ def made_of_figure(made: pd.DataFrame) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(modes)), layout="constrained")
     for i, mode in enumerate(modes):
         left = 0.0
-        for key, label in MADE_OF.items():
+        for k, (key, label) in enumerate(MADE_OF.items()):  # one colour per component, every row
             v = made[(made["mode"] == mode) & (made["figure"] == key)]["estimate"]
             v = float(v.iloc[0]) if len(v) else 0.0
-            ax.barh(i, v, left=left if v >= 0 else 0.0, label=label if i == 0 else None)
+            colour = f"C{k}"
+            ax.barh(i, v, left=left if v >= 0 else 0.0, color=colour, label=label if i == 0 else None)
             left += max(v, 0.0)
     ax.set_yticks(range(len(modes)), modes)
     ax.set_xlabel("% of the oracle's test latency")
