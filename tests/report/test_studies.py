@@ -9,7 +9,8 @@ import pytest
 
 from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
-from headroom.report import studies
+from headroom.report import model, studies
+from headroom.report import ship as hship
 from tests.core.test_catalog import _write, build, make_study
 
 
@@ -137,3 +138,25 @@ def test_studies_that_disagree_beyond_their_range_get_per_trace_recommendations(
     assert "data:image/png;base64," in page
     assert (Path(studies.__file__).parent / "templates" / "style.css").read_text() in page
     assert md.index("## What to ship across the studies") < md.index("## Verdicts and environments")
+
+
+def test_studies_that_agree_ship_the_one_kernel_and_the_plot_keeps_readable_labels():
+    ships = {s: [hship.Ship("graph", "t0-fused"), hship.Ship("graph@decode-only", "t9")] for s in ("a", "b")}
+    assert studies.ship_sentences(ships, pd.DataFrame()) == ["graph mode: every study ships t0-fused (a, b)."]
+    figs = {
+        s: pd.DataFrame(
+            {
+                "mode": "graph",
+                "figure": ["gap_to_oracle"],
+                "unit": "%",
+                "estimate": [e],
+                "ci_low": [e - 1],
+                "ci_high": [e + 1],
+            }
+        )
+        for s, e in (("a", 0.5), ("b", 2.0))
+    }
+    dl = studies.deltas(figs)
+    assert dl[["study", "versus", "delta"]].values.tolist() == [["b", "a", 1.5]]
+    fig = studies.delta_figure(dl)
+    assert fig.min_text_px >= model.MIN_LABEL_PX
