@@ -67,7 +67,8 @@ class Section:
     title: str
     status: str = "ok"  # 'ok' | 'skipped'
     reason: str = ""
-    lead: str = ""  # the sentence a section opens with, set apart (the answer's verdict)
+    lead: str = ""  # the sentence a section opens with, set apart in bold (the answer's verdict)
+    lead_detail: str = ""  # the sentence after it, in the same paragraph
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)

@@ -102,7 +102,7 @@ def test_gpu_report_leads_with_the_verdict_and_embeds_every_figure(gpu_report):
     assert verdict.verdict == "stop"
     assert md.splitlines()[0] == "# test study"
     assert md.splitlines()[2] == f"## {answer.TITLE}"
-    assert md.splitlines()[4].startswith("**Verdict: stop for ")
+    assert md.splitlines()[4].startswith("**Verdict: stop.** For the deployment profile (per mode: ")
     assert verdict.reason in md  # the decision's own reason stays, in the decision section
     assert "Kernel recommendation, graph mode: ship t" in md and "fused" in md
     assert md.count("**Verdict:") == 1 and html.count('id="verdict"') == 1  # the banner, said once
@@ -257,8 +257,8 @@ def test_the_answer_is_the_first_section_and_says_verdict_ship_and_power(gpu_rep
     assert ids[0] == "answer" and len(ids) > 10  # the answer before every other section
     first = body[body.index('<section id="answer"') : body.index("</section>")]
     assert first.count('id="verdict"') == 1  # the verdict sits inside the first section
-    lead = re.search(r'<p class="verdict[^"]*" id="verdict">([^<]+)</p>', first).group(1)
-    sentences = [t for t in re.split(r"\.\s+", lead.strip().rstrip(".")) if t]
+    lead = re.search(r'<p class="verdict[^"]*" id="verdict"><strong>([^<]+)</strong>([^<]+)</p>', first)
+    sentences = [t for t in re.split(r"\.\s+", (lead.group(1) + lead.group(2)).strip().rstrip(".")) if t]
     assert len(sentences) == 2 and sentences[0].startswith("Verdict: stop")
     ship = (
         inputs["decision"].query("figure == 'kernel_vs_best_unfused' and mode == 'graph'")["kernel"].iloc[0]

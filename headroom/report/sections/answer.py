@@ -18,7 +18,7 @@ CARRIES = {"continue": "exceeds", "stop": "holds", "no-decision": "inconclusive"
 
 def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
     s = Section("answer", TITLE)
-    s.lead = verdict_sentences(d, why)
+    s.lead, s.lead_detail = verdict_sentences(d, why)
     s.text += [ship_line(x) for x in ships] or [
         "What to ship: not stated: no recommendation artifact, no kernel rows in the decision and no "
         "policy_eval global candidate were read."
@@ -29,22 +29,22 @@ def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
     return s
 
 
-def verdict_sentences(d: pd.DataFrame | None, why: str) -> str:
-    """'Verdict: continue (per mode: eager no-decision, graph continue). It rests on ...'"""
+def verdict_sentences(d: pd.DataFrame | None, why: str) -> tuple[str, str]:
+    """('Verdict: continue.', 'For the deployment profile (per mode: ...), it rests on ...')."""
     if d is None or d.empty:
-        return f"Verdict: no-decision. No decision was read ({why})."
+        return "Verdict: no-decision.", f"No decision was read ({why})."
     verdict = str(d["verdict"].iloc[0])
     if "figure" not in d.columns or "mode_verdict" not in d.columns:
         first = str(d["reason"].iloc[0]).split(". ")[0].rstrip(".")
-        return f"Verdict: {verdict}. {first}."
+        return f"Verdict: {verdict}.", f"{first}."
     modes = d[~d["mode"].astype(str).str.contains("@")].drop_duplicates("mode")
     per_mode = ", ".join(f"{m} {v}" for m, v in zip(modes["mode"], modes["mode_verdict"], strict=True))
     decided = d[d["decided"].astype(bool)]
     if "family" in d.columns and (decided["family"] == "profile").any():
         decided = decided[decided["family"] == "profile"]
-        scope = "the deployment profile"
+        scope = "For the deployment profile"
     else:
-        scope = "the modes"
+        scope = "Over the modes"
     carry = decided[decided["state"] == CARRIES.get(verdict, "")]
     rows = (carry if len(carry) else decided).head(2)
     parts = [
@@ -53,7 +53,7 @@ def verdict_sentences(d: pd.DataFrame | None, why: str) -> str:
         for r in rows.itertuples()
     ]
     rests = "; ".join(parts) if parts else "no decided figure"
-    return f"Verdict: {verdict} for {scope} (per mode: {per_mode}). It rests on {rests}."
+    return f"Verdict: {verdict}.", f"{scope} (per mode: {per_mode}), it rests on {rests}."
 
 
 def ship_line(x: Ship) -> str:
