@@ -1,12 +1,15 @@
-"""The report: the verdict and its reason first, then every table and figure a reviewer needs.
+"""The report: the answer first (the verdict in two sentences, what to ship, what the study could
+detect), then what the headroom is made of, our kernels against the native backends, and every
+table and figure a reviewer needs.
 
 ``build(inputs, read, out_dir, title=...)`` writes ``index.html`` (self-contained: figures embedded
 as base64 PNG), ``report.md`` (figures linked from ``figures/``) and ``figures/*.png``. Every number
 is read from an artifact (or computed from artifact numbers in front of the reader: ranges, ratios,
 break-even horizons). An input that is missing, or whose rows are all ``status = 'skipped'``, renders
 as "skipped: <reason>" in its section, never as a crash or a made-up number. Each section is one
-module of ``headroom.report.sections``; ``headroom.report.model`` holds what they are made of and the
-number formats.
+module of ``headroom.report.sections``; ``headroom.report.model`` holds what they are made of, and
+every number is written by ``headroom.core.format``. What to ship comes from ``headroom.report.ship``
+(recommendation.parquet, else the decision's kernel rows, else policy_eval's global candidate).
 """
 
 from __future__ import annotations

@@ -23,20 +23,7 @@ def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) 
     if both.empty:
         s.text.append("No candidate has both a prediction and a measurement in the same mode.")
     else:
-        fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
-        for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
-            ax.scatter(
-                g["predicted_us"], g["measured_us"], s=12, label=f"{mode}, {'fused' if fused else 'unfused'}"
-            )
-        lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
-        hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
-        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("predicted (µs)")
-        ax.set_ylabel("measured (µs)")
-        ax.legend(fontsize=LABEL_PT)
-        s.figures.append(figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", fig))
+        s.figures.append(_scatter(both))
         s.tables.append(achieved(both, cal))
         summary = both.groupby(["mode", "phase", "residency", "fused"], as_index=False).agg(
             rows=("measured_us", "size"),
@@ -72,6 +59,23 @@ def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) 
             "Rows without a prediction: " + "; ".join(sorted(set(rf.loc[rf["status"] != "ok", "reason"])))
         )
     return s
+
+
+def _scatter(both: pd.DataFrame):
+    """Measured against predicted latency, log-log, a colour per (mode, fusion)."""
+    fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
+    for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
+        label = f"{mode}, {'fused' if fused else 'unfused'}"
+        ax.scatter(g["predicted_us"], g["measured_us"], s=12, label=label)
+    lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
+    hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted (µs)")
+    ax.set_ylabel("measured (µs)")
+    ax.legend(fontsize=LABEL_PT)
+    return figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", fig)
 
 
 def _peak(cal: pd.DataFrame | None, name: str) -> float:
