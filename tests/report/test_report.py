@@ -394,3 +394,19 @@ def test_power_statement_of_a_decision_without_power_rows_says_why(gpu_report):
     d = inputs["decision"]
     text = answer.power_statement(d[~d["figure"].str.startswith("policy_gain_")])
     assert "no power simulation in this decision" in text and "pp" in text
+
+
+def test_an_older_study_degrades_with_its_reason_and_never_crashes(tmp_path):
+    """A decision of before v2 (one row: verdict and reason), a portfolio without backend or noise
+    columns, no calibration: every section renders or says why not."""
+    inputs = _inputs("cuda")
+    inputs["decision"] = pd.DataFrame({"verdict": ["stop"], "reason": ["Flat. Nothing to gain."]})
+    inputs["portfolio"] = inputs["portfolio"].drop(columns=["backend", "rel_std_pct"], errors="ignore")
+    inputs["calibration"] = None
+    report.build(inputs, [], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "**Verdict: stop.** Flat." in md
+    assert "skipped: decision.parquet predates decision v2 (no per-figure rows)" in md
+    assert "What to ship is read from policy_eval.global_candidate" in md
+    assert "What this study could detect: not stated: the decision has no per-figure rows." in md
+    assert "no calibrated peak in this study" in md
