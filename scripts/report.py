@@ -23,7 +23,11 @@ def main(stage):
     from headroom.core import defaults
     from headroom.report import build as report
 
-    inputs = {name: stage.read_all(name) if name in PER_RUN else stage.read(name) for name in report.INPUTS}
+    declared = [name for name in report.INPUTS if hasattr(stage.smk.input, name)]
+    inputs = {name: stage.read_all(name) if name in PER_RUN else stage.read(name) for name in declared}
+    missing = {  # e.g. recommendation, until the report rule declares it: the report says so
+        name: f"{name} is not an input of the report rule" for name in report.INPUTS if name not in declared
+    }
     read = sorted(stage.input_hashes()["inputs"].items())
     out_dir = Path(stage.output_path("html")).parent
     paths = report.build(
@@ -32,6 +36,7 @@ def main(stage):
         out_dir,
         title=stage.params["report"].get("title", defaults.value("report", "title")),
         benchmarks=_benchmarks(stage.params["benchmarks"]),
+        missing=missing,
     )
     for path in paths.values():  # `headroom verify` covers the report too
         artifacts.record_hash(path)

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from headroom.analysis.policies import DEPLOYABLE  # noqa: E402
 from headroom.core import artifacts  # noqa: E402
+from headroom.core import format as fmt  # noqa: E402  (the one number formatter)
 
 STUDIES = {"default": "H200 default trace", "azure-conv": "H200 real trace (Azure conv)"}
 # Kernel generations side by side (issue: kernels generation 2). The generation-1 studies above stay
@@ -70,28 +71,12 @@ L40S = {
 
 def rng(values, unit="%", digits=3) -> str:
     """min–max of the finite values; signed ('-0.332 to +6.391%') when the range holds a negative."""
-    v = pd.Series(values, dtype=float).dropna()
-    if v.empty:
-        return "n/a"
-    lo, hi = v.min(), v.max()
-    if lo < 0:
-        f = f"{{:+.{digits}f}}"
-        return (
-            f"{f.format(lo)} to {f.format(hi)}{unit}" if f.format(lo) != f.format(hi) else f.format(lo) + unit
-        )
-    f = f"{{:.{digits}f}}"
-    return f"{f.format(lo)}–{f.format(hi)}{unit}" if f.format(lo) != f.format(hi) else f"{f.format(lo)}{unit}"
+    return fmt.signed_range(values, unit, digits)
 
 
 def ci(est: float, lo: float, hi: float, unit: str = "%") -> str:
     """'+7.33% [+2.99, +11.67]' for percentages, '0.882× [0.763, 1.002]' for speedups."""
-    if not math.isfinite(est):
-        return "n/a"
-    if unit == "%":
-        interval = f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo) and math.isfinite(hi) else " (no CI)"
-        return f"{est:+.2f}%{interval}"
-    interval = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else " (no CI)"
-    return f"{est:.3f}×{interval}"
+    return fmt.estimate_ci(est, lo, hi, "%" if unit == "%" else "x")
 
 
 def moved(v1: pd.Series, v2: float, unit: str = "%") -> str:
@@ -100,8 +85,7 @@ def moved(v1: pd.Series, v2: float, unit: str = "%") -> str:
     if v1.empty or not math.isfinite(v2):
         return "n/a"
     where = "below" if v2 < v1.min() else "above" if v2 > v1.max() else "inside"
-    diff = f"{v2 - v1.mean():+.2f} pp" if unit == "%" else f"{v2 - v1.mean():+.3f}×"
-    return f"{diff} ({where} the v1 range)"
+    return f"{fmt.delta(v2 - v1.mean(), unit)} ({where} the v1 range)"
 
 
 class Study:
@@ -385,8 +369,7 @@ def _moved(studies: dict[str, Study], names: list[str], fig: str, mode: str, uni
     first, last = studies[names[0]].figure(mode, fig), studies[same_trace].figure(mode, fig)
     if first is None or last is None:
         return "n/a"
-    diff = float(last["estimate"]) - float(first["estimate"])
-    text = f"{diff:+.2f} pp" if unit == "%" else f"{diff:+.3f}×"
+    text = fmt.delta(float(last["estimate"]) - float(first["estimate"]), unit)
     disjoint = float(last["ci_low"]) > float(first["ci_high"]) or float(last["ci_high"]) < float(
         first["ci_low"]
     )
@@ -459,7 +442,7 @@ def _figure_table(studies: dict[str, Study]) -> list[str]:
         lambda s: rng(s.measured_launch_share(), "%", 1),
     )
     row("correctness checks passed", L40S["checks"], lambda s: s.checks())
-    row("timed calls (eager / all modes)", L40S["calls"], lambda s: "{:,} / {:,}".format(*s.calls()))
+    row("timed calls (eager / all modes)", L40S["calls"], lambda s: " / ".join(map(fmt.fmt, s.calls())))
     return lines
 
 
@@ -625,8 +608,8 @@ def _volume_text(d: Study) -> str:
         f"**Correctness and volume.** {d.checks()}. The L40S ran 60 of 60 per run on ten Triton "
         "candidates; here the native torch SDPA backends join the gate, and a backend that has no kernel "
         "for GQA shapes (`efficient` with `enable_gqa=True`) fails every check and is excluded, as the gate "
-        "intends. Timed calls: {:,} eager (L40S 403,200 for ten candidates; {} admitted here), "
-        "{:,} with graph replay.".format(d.calls()[0], d.admitted(), d.calls()[1])
+        f"intends. Timed calls: {fmt.fmt(d.calls()[0])} eager (L40S 403,200 for ten candidates; "
+        f"{d.admitted()} admitted here), {fmt.fmt(d.calls()[1])} with graph replay."
     )
 
 
@@ -641,12 +624,13 @@ def _wall_times(studies: dict[str, Study]) -> list[str]:
     ]
     walls = {n: studies[n].wall_times(REFERENCE / n) for n in names}
     stages = sorted({k for n in names for k in walls[n][0]})
+    write = fmt.number_format([t for n in names for t in walls[n][0].values()])  # one format, in s
     for st in stages:
-        lines.append(
-            f"| {st} | " + " | ".join(f"{walls[n][0].get(st, float('nan')):.1f} s" for n in names) + " |"
-        )
+        lines.append(f"| {st} | " + " | ".join(_s(write, walls[n][0].get(st)) for n in names) + " |")
     lines.append(
-        "| **GPU stages together** | " + " | ".join(f"**{walls[n][1]:.0f} s**" for n in names) + " |"
+        "| **GPU stages together** | "
+        + " | ".join(f"**{fmt.fmt(round(walls[n][1]))} s**" for n in names)
+        + " |"
     )
     lines += [
         "",
@@ -656,6 +640,10 @@ def _wall_times(studies: dict[str, Study]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _s(write, seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{write(seconds)} s"
 
 
 def _arm_gap(study: Study, arm: str, mode: str) -> pd.Series:

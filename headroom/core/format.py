@@ -63,7 +63,8 @@ def number_format(values) -> Callable[[object], str]:
         v = float(value)
         if math.isinf(v):
             return "never" if v > 0 else "-inf"
-        return f"{v:,.{decimals}f}"
+        text = f"{v:,.{decimals}f}"
+        return text[1:] if text.startswith("-") and float(text[1:].replace(",", "")) == 0 else text
 
     return write
 
@@ -79,10 +80,10 @@ def signed_range(values, unit: str = "%", digits: int = 3) -> str:
     if not v:
         return "n/a"
     lo, hi = min(v), max(v)
-    if lo < 0:
-        a, b = f"{lo:+.{digits}f}", f"{hi:+.{digits}f}"
+    if _signed(lo, digits).startswith("-"):
+        a, b = _signed(lo, digits), _signed(hi, digits)
         return f"{a}{unit}" if a == b else f"{a} to {b}{unit}"
-    a, b = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+    a, b = _plain(lo, digits), _plain(hi, digits)
     return f"{a}{unit}" if a == b else f"{a}{EN_DASH}{b}{unit}"
 
 
@@ -90,7 +91,7 @@ def signed_interval(lo: float, hi: float, unit: str = "%", digits: int = 3) -> s
     """'[-0.459, +10.679]%'; 'n/a' when either end is missing."""
     if _missing(lo) or _missing(hi):
         return "n/a"
-    return f"[{float(lo):+.{digits}f}, {float(hi):+.{digits}f}]{unit}"
+    return f"[{_signed(float(lo), digits)}, {_signed(float(hi), digits)}]{unit}"
 
 
 def _signed(value: float, digits: int) -> str:
@@ -99,12 +100,18 @@ def _signed(value: float, digits: int) -> str:
     return f"{0.0:.{digits}f}" if float(text) == 0 else text
 
 
+def _plain(value: float, digits: int) -> str:
+    """``1.234``; a value that rounds to zero is ``0.000`` (never ``-0.000``)."""
+    text = f"{value:.{digits}f}"
+    return f"{0.0:.{digits}f}" if float(text) == 0 else text
+
+
 def pct(value, digits: int = 2, signed: bool = True) -> str:
     """A percentage: ``+1.12%`` (signed) or ``1.12%``; ``n/a`` when missing."""
     if _missing(value):
         return "n/a"
     v = float(value)
-    return f"{_signed(v, digits) if signed else f'{v:.{digits}f}'}%"
+    return f"{_signed(v, digits) if signed else _plain(v, digits)}%"
 
 
 def pct_ci(lo, hi, digits: int = 2) -> str:
@@ -140,3 +147,94 @@ def nbytes(value) -> str:
             return f"{int(v)} B" if unit == "B" else f"{v:,.2f} {unit}"
         v /= 1024
     raise AssertionError("unreachable")
+
+
+def estimate_ci(estimate, lo, hi, unit: str = "%") -> str:
+    """An estimate with its CI, the way a figure is read: ``+7.33% [+2.99, +11.67]`` for a
+    percentage, ``1.083× [0.763, 1.002]`` for a speedup (``unit`` 'x' or '×'), ``646.2 µs [640.1,
+    650.3]`` for a latency ('us' or 'µs'); ``(no CI)`` when an end is missing, ``n/a`` without an
+    estimate. Never ``-0.00``."""
+    if _missing(estimate) or not math.isfinite(float(estimate)):
+        return "n/a"
+    has_ci = not (_missing(lo) or _missing(hi)) and math.isfinite(float(lo)) and math.isfinite(float(hi))
+    if unit == "%":
+        interval = f" [{_signed(float(lo), 2)}, {_signed(float(hi), 2)}]" if has_ci else " (no CI)"
+        return f"{_signed(float(estimate), 2)}%{interval}"
+    if unit in ("x", TIMES):
+        interval = f" [{_plain(float(lo), 3)}, {_plain(float(hi), 3)}]" if has_ci else " (no CI)"
+        return f"{_plain(float(estimate), 3)}{TIMES}{interval}"
+    if unit in ("us", MICRO):
+        write = number_format([float(estimate)] + ([float(lo), float(hi)] if has_ci else []))
+        interval = f" [{write(float(lo))}, {write(float(hi))}]" if has_ci else " (no CI)"
+        return f"{write(float(estimate))} {MICRO}{interval}"
+    raise ValueError(f"estimate_ci: unknown unit {unit!r} (expected '%', 'x' or 'us')")
+
+
+def rate(value, unit: str) -> str:
+    """A throughput in decimal units: ``rate(3.2e12, 'B/s')`` is ``3.20 TB/s``,
+    ``rate(5.1e14, 'FLOP/s')`` is ``510.0 TFLOP/s`` (3 significant digits, k/M/G/T/P prefixes)."""
+    if _missing(value):
+        return "n/a"
+    v = float(value)
+    for prefix in ("", "k", "M", "G", "T", "P"):
+        if abs(v) < 1000 or prefix == "P":
+            return f"{v:.{_decimals3(v)}f} {prefix}{unit}"
+        v /= 1000
+    raise AssertionError("unreachable")
+
+
+def _decimals3(v: float) -> int:
+    return 0 if v == 0 else max(0, 2 - math.floor(math.log10(abs(v))))
+
+
+def seconds(value) -> str:
+    """A duration: ``12.3 s``, ``1.05 ms`` below a second, ``42.0 µs`` below a millisecond."""
+    if _missing(value):
+        return "n/a"
+    v = float(value)
+    if abs(v) >= 1 or v == 0:
+        return f"{v:,.{_decimals3(v) if abs(v) < 100 else 0}f} s"
+    if abs(v) >= 1e-3:
+        return f"{v * 1e3:.{_decimals3(v * 1e3)}f} ms"
+    return f"{v * 1e6:.{_decimals3(v * 1e6)}f} {MICRO}"
+
+
+# Column-name suffixes that say a column's unit: the header says it in words, and a size column's
+# cells are written in binary units (``60.00 MiB``), never as raw bytes.
+_SUFFIX_UNITS = (("_us", MICRO), ("_pct", "%"), ("_s", "s"), ("_mb", "MB"), ("_ns", "ns"))
+
+
+def header(name: str) -> str:
+    """A column's header for people: ``median_us`` -> ``median (µs)``, ``working_set_bytes`` ->
+    ``working set``, ``gain_vs_global_pct`` -> ``gain vs global (%)``, ``shape_key`` -> ``shape key``."""
+    for suffix, unit in _SUFFIX_UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"{name[: -len(suffix)].replace('_', ' ')} ({unit})"
+    if name.endswith("_bytes") and len(name) > len("_bytes"):
+        return name[: -len("_bytes")].replace("_", " ")
+    return name.replace("_", " ")
+
+
+def column_format(name: str, values) -> Callable[[object], str]:
+    """The writer of a named column: sizes (``*_bytes``) in binary units, every other column by
+    ``number_format``."""
+    if name.endswith("_bytes"):
+        return lambda v: nbytes(v) if _is_number(v) or _missing(v) else str(v)
+    return number_format(values)
+
+
+def delta_ci(delta, lo, hi, unit: str = "%") -> str:
+    """A difference of two figures with its CI, always signed: ``+1.23 pp [+0.10, +2.36]`` for
+    percentages (percentage points), ``-0.050× [-0.081, -0.019]`` for speedups; ``n/a`` when missing."""
+    if _missing(delta) or _missing(lo) or _missing(hi):
+        return "n/a"
+    digits, shown = (2, " pp") if unit == "%" else (3, TIMES) if unit in ("x", TIMES) else (1, f" {MICRO}")
+    a, b, c = (_signed(float(v), digits) for v in (delta, lo, hi))
+    return f"{a}{shown} [{b}, {c}]"
+
+
+def delta(value, unit: str = "%") -> str:
+    """A difference alone, always signed: ``+0.12 pp`` (of percentages), ``-0.050×`` (of speedups)."""
+    if _missing(value):
+        return "n/a"
+    return f"{_signed(float(value), 2)} pp" if unit == "%" else f"{_signed(float(value), 3)}{TIMES}"

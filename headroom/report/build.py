@@ -1,12 +1,15 @@
-"""The report: the verdict and its reason first, then every table and figure a reviewer needs.
+"""The report: the answer first (the verdict in two sentences, what to ship, what the study could
+detect), then what the headroom is made of, our kernels against the native backends, and every
+table and figure a reviewer needs.
 
 ``build(inputs, read, out_dir, title=...)`` writes ``index.html`` (self-contained: figures embedded
 as base64 PNG), ``report.md`` (figures linked from ``figures/``) and ``figures/*.png``. Every number
 is read from an artifact (or computed from artifact numbers in front of the reader: ranges, ratios,
 break-even horizons). An input that is missing, or whose rows are all ``status = 'skipped'``, renders
 as "skipped: <reason>" in its section, never as a crash or a made-up number. Each section is one
-module of ``headroom.report.sections``; ``headroom.report.model`` holds what they are made of and the
-number formats.
+module of ``headroom.report.sections``; ``headroom.report.model`` holds what they are made of, and
+every number is written by ``headroom.core.format``. What to ship comes from ``headroom.report.ship``
+(recommendation.parquet, else the decision's kernel rows, else policy_eval's global candidate).
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from headroom.analysis import decision as hdecision
+from headroom.report import ship
 from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
 from headroom.report.sections import (
+    answer,
     correctness,
     environment,
     fusion,
+    headroom_made_of,
     lifecycle,
+    natives,
     noise,
     policies,
     roofline,
@@ -47,7 +54,9 @@ INPUTS = (
     "policy_eval",
     "factorial",
     "roofline",
+    "recommendation",
 )
+STYLE = TEMPLATES / "style.css"  # the study report's and the cross-study page's one style sheet
 NOT_GPU = "These timings are not GPU measurements (device: {device}), so the decision is no-decision."
 
 
@@ -78,6 +87,7 @@ def build(
     sections = _sections(inputs, benchmarks, why)
     context.update(
         title=title,
+        css=STYLE.read_text(encoding="utf-8"),
         sections=sections,
         artifacts=[{"path": str(p), "blake3": str(h)} for p, h in sorted(read)],
     )
@@ -101,15 +111,21 @@ def _headline(d: pd.DataFrame | None, env: pd.DataFrame | None, why: str) -> dic
 
 
 def _sections(inputs: Mapping, benchmarks, why) -> list[Section]:
-    """Every section in reading order: the corrected answer first, then what it stands on."""
+    """Every section in reading order: the answer first (verdict, what to ship, power), then what it
+    is made of, how our kernels compare, and what it all stands on."""
     get = inputs.get
+    ships = ship.what_to_ship(get("recommendation"), get("decision"), get("policy_eval"))
     return [
+        answer.section(get("decision"), ships, why("decision")),
+        headroom_made_of.section(get("decision"), why("decision")),
+        natives.section(get("portfolio"), get("trace"), ships, why("portfolio")),
+        natives.latency_section(get("portfolio"), get("trace"), why("portfolio")),
+        roofline.section(get("roofline"), why("roofline"), get("calibration")),
         verdict.section(get("decision"), why("decision")),
         surface.section(get("portfolio"), why("portfolio")),
         policies.section(get("policy_eval"), why("policy_eval")),
         policies.factorial_section(get("factorial"), why("factorial")),
         fusion.section(get("graph_sweep"), why("graph_sweep")),
-        roofline.section(get("roofline"), why("roofline")),
         lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle")),
         noise.section(get("portfolio"), get("samples"), why("portfolio")),
         correctness.section(get("correctness"), why("correctness")),

@@ -1,5 +1,8 @@
 """What a report section is made of (text, tables, figures); its numbers are written by
-``headroom.report.format`` (``table`` gives each column one format)."""
+``headroom.core.format`` (``table`` gives each column one format and a header that says its unit).
+
+Figures record what a reader can check about them: ``cells`` (a heatmap's cells; at most
+``MAX_HEATMAP_CELLS``) and ``min_text_px`` (the smallest text drawn, in pixels at the PNG's dpi)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,29 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: figures are files
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from headroom.core.format import (  # noqa: E402,F401  (the section modules write through model)
     EN_DASH,
+    column_format,
+    estimate_ci,
     fmt,
+    header,
+    nbytes,
     number_format,
+    pct,
+    rate,
     signed_interval,
     signed_range,
+    speedup,
+    us,
 )
+
+DPI = 100  # every figure's PNG
+MAX_HEATMAP_CELLS = 150  # a heatmap a reader can read cell by cell
+MIN_LABEL_PX = 11.0  # the smallest text a figure may draw
+LABEL_PT = 9  # tick labels and cell labels: 12.5 px at DPI
 
 
 @dataclass
@@ -28,6 +45,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    collapsed: bool = False  # shown folded (HTML <details>): long data kept reachable, not in the way
 
 
 @dataclass
@@ -35,6 +53,8 @@ class Figure:
     name: str  # file stem under figures/
     title: str
     png: bytes
+    cells: int = 0  # heatmap cells (0: not a heatmap)
+    min_text_px: float = 0.0  # the smallest text drawn, in pixels
 
     @property
     def data_uri(self) -> str:
@@ -47,22 +67,64 @@ class Section:
     title: str
     status: str = "ok"  # 'ok' | 'skipped'
     reason: str = ""
+    lead: str = ""  # the sentence a section opens with, set apart in bold (the answer's verdict)
+    lead_detail: str = ""  # the sentence after it, in the same paragraph
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
 
 
-def table(title: str, df: pd.DataFrame, note: str = "") -> Table:
-    writers = [number_format(df[c].tolist()) for c in df.columns]
+def table(title: str, df: pd.DataFrame, note: str = "", collapsed: bool = False) -> Table:
+    writers = [column_format(str(c), df[c].tolist()) for c in df.columns]
     rows = [[w(v) for w, v in zip(writers, row, strict=True)] for row in df.itertuples(index=False)]
-    return Table(title, [str(c) for c in df.columns], rows, note)
+    return Table(title, [header(str(c)) for c in df.columns], rows, note, collapsed)
+
+
+def min_text_px(fig) -> float:
+    """The smallest non-empty text of a figure, in pixels at ``DPI``."""
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+    return min(sizes, default=0.0) * DPI / 72.0
 
 
 def png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})  # layout is constrained: one draw
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})  # layout is constrained: one draw
     plt.close(fig)
     return buf.getvalue()
+
+
+def figure(name: str, title: str, fig, cells: int = 0) -> Figure:
+    """A Figure from a matplotlib figure: its smallest text measured, then drawn to PNG."""
+    px = min_text_px(fig)
+    return Figure(name, title, png(fig), cells=cells, min_text_px=px)
+
+
+def heatmaps(name: str, title: str, values: pd.DataFrame, labels: pd.DataFrame, cbar: str) -> list[Figure]:
+    """Heatmaps of ``values`` (rows x columns), split by rows so that none holds more than
+    ``MAX_HEATMAP_CELLS`` cells; each cell labelled with ``labels``' text at ``LABEL_PT``."""
+    per = max(1, MAX_HEATMAP_CELLS // max(1, values.shape[1]))
+    chunks = [values.iloc[i : i + per] for i in range(0, len(values), per)]
+    vmin, vmax = float(np.nanmin(values.to_numpy())), float(np.nanmax(values.to_numpy()))
+    out = []
+    for k, part in enumerate(chunks):
+        fig, ax = plt.subplots(
+            layout="constrained",
+            figsize=(max(6.0, 1.3 * part.shape[1] + 4.0), max(2.5, 0.34 * part.shape[0] + 1.6)),
+        )
+        im = ax.imshow(part.to_numpy(dtype=float), aspect="auto", cmap="viridis_r", vmin=vmin, vmax=vmax)
+        ax.set_xticks(range(part.shape[1]), part.columns, rotation=30, ha="right", fontsize=LABEL_PT)
+        ax.set_yticks(range(part.shape[0]), part.index, fontsize=LABEL_PT)
+        mid = (vmin + vmax) / 2
+        for (i, j), v in np.ndenumerate(part.to_numpy(dtype=float)):
+            text = labels.loc[part.index[i], part.columns[j]]
+            colour = "white" if np.isfinite(v) and v > mid else "black"
+            ax.text(j, i, text, ha="center", va="center", fontsize=LABEL_PT, color=colour)
+        suffix = f" ({k + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+        ax.set_title(title + suffix, fontsize=LABEL_PT + 1)
+        fig.colorbar(im, ax=ax).set_label(cbar, fontsize=LABEL_PT)
+        stem = name if len(chunks) == 1 else f"{name}_{k + 1}"
+        out.append(figure(stem, title + suffix, fig, cells=int(part.size)))
+    return out
 
 
 def skipped(key: str, title: str, reason: str) -> Section:

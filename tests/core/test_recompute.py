@@ -53,5 +53,6 @@ def test_verify_recompute_names_a_forged_report_section(pipeline_clone):
     artifacts.record_hash(page)
     assert headroom(pipeline_clone, "verify").returncode == 0
     proc = headroom(pipeline_clone, "verify", "--recompute")
-    assert proc.returncode == 1 and "report.md: section 'headline' differs" in proc.stdout
+    # the verdict leads the report's first section (headroom/report/sections/answer.py)
+    assert proc.returncode == 1 and "report.md: section '## The answer: verdict, what to ship" in proc.stdout
     assert "Forged" in proc.stdout

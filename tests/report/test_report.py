@@ -15,8 +15,8 @@ import pytest
 
 from headroom.analysis import decision, figures, policies, roofline
 from headroom.report import build as report
-from headroom.report import model
-from headroom.report.sections import correctness
+from headroom.report import model, ship
+from headroom.report.sections import answer, correctness, lifecycle, surface
 from tests import analysis_sets as S
 
 SEQ = "ABCA" * 4
@@ -56,6 +56,12 @@ def _inputs(device: str) -> dict:
             value=np.nan, status="skipped", reason="calibration needs a GPU (device: interpret)"
         )
     env = S.environment(device)
+    # a native backend beside the Triton candidates (10% slower than t0-unfused): ours vs natives
+    native = tm[tm["candidate"] == "t0-unfused"].assign(
+        candidate="native-sdpa-cudnn", backend="sdpa-cudnn", median_us=lambda d: d["median_us"] * 1.1
+    )
+    life = S.lifecycle()
+    life.loc[life["kind"] == "cache", "value"] = 60.0 * 2**20  # 60 MiB a candidate
     return {
         "decision": decision.decide(
             figures.study_figures(tr, tm, S.lifecycle(), bootstrap_resamples=100, random_draws=10), gs, env
@@ -64,8 +70,8 @@ def _inputs(device: str) -> dict:
         "trace": tr,
         "candidates": cands,
         "correctness": corr,
-        "portfolio": tm,
-        "lifecycle": S.lifecycle(),
+        "portfolio": pd.concat([tm.assign(backend="triton"), native], ignore_index=True),
+        "lifecycle": life,
         "graph_sweep": gs,
         "calibration": cal,
         "policy_eval": pe,
@@ -95,7 +101,9 @@ def test_gpu_report_leads_with_the_verdict_and_embeds_every_figure(gpu_report):
     # recommendation), no headroom for a portfolio (decision v3 never turns fusion into continue)
     assert verdict.verdict == "stop"
     assert md.splitlines()[0] == "# test study"
-    assert md.splitlines()[2].startswith("**Verdict: stop.** " + verdict.reason[:40])
+    assert md.splitlines()[2] == f"## {answer.TITLE}"
+    assert md.splitlines()[4].startswith("**Verdict: stop.** For the deployment profile (per mode: ")
+    assert verdict.reason in md  # the decision's own reason stays, in the decision section
     assert "Kernel recommendation, graph mode: ship t" in md and "fused" in md
     assert md.count("**Verdict:") == 1 and html.count('id="verdict"') == 1  # the banner, said once
     assert "not GPU measurements" not in md
@@ -108,10 +116,10 @@ def test_gpu_report_leads_with_the_verdict_and_embeds_every_figure(gpu_report):
         "fusion_speedup_regimes",
         "roofline_predicted_vs_measured",
         "made_of",
+        "natives_vs_ours",
+        "latency_graph",
     } <= names
-    # the corrected answer leads: the decision section (and its picture) before every other section
-    assert html.index('id="decision"') < html.index('id="surface"') if 'id="surface"' in html else True
-    assert md.index("What the headroom is made of") < md.index("Latency surface")
+    assert md.index("What the headroom is made of") < md.index("Our kernels against each native")
     # self-contained: each figure's bytes are in the HTML, none is linked
     embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
     assert len(embedded) == len(figures)
@@ -127,15 +135,16 @@ def test_gpu_report_numbers_come_from_the_artifacts(gpu_report):
     md = (out / "report.md").read_text()
     d = inputs["decision"]
     for r in d[d["decided"]].itertuples():  # every decided figure, as the decision stage wrote it
-        assert decision.format_ci(r.estimate, r.ci_low, r.ci_high, r.unit) in md
+        assert model.estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit) in md
     fac = inputs["factorial"]
     assert model.number_format(fac.fusion_gain_pct.tolist())(fac.fusion_gain_pct.iloc[0]) in md
     assert "e+0" not in md and "e-0" not in md  # no scientific notation in any table
     assert "Excluded candidates (failed at least one case): t2-fused." in md
     assert "| policies | 1.25 | 88 |" in md  # stage wall time from the benchmark file
+    assert "| wall (s) | max rss (MB) |" in md  # units in the header, said as units
     for path, digest in READ:
         assert f"| {path} | `{digest}` |" in md
-    assert "break_even_invocations" in md and "never" in md  # flat surface: adaptive never pays back
+    assert "break even invocations" in md and "never" in md  # flat surface: adaptive never pays back
 
 
 def test_cpu_report_says_so_first_and_renders_skipped_inputs(tmp_path):
@@ -238,3 +247,166 @@ def test_one_number_format_per_column_and_readable_signed_ranges():
     assert model.signed_range([-7.525, -0.08]) == "-7.525 to -0.080%"
     assert model.signed_range([0.149, 0.67]) == "0.149\u20130.670%"
     assert model.signed_interval(-0.459, 10.679) == "[-0.459, +10.679]%"
+
+
+def test_the_answer_is_the_first_section_and_says_verdict_ship_and_power(gpu_report):
+    inputs, out, _ = gpu_report
+    html = (out / "index.html").read_text()
+    body = html[html.index("<body>") :]
+    ids = re.findall(r'<section id="([^"]+)"', body)
+    assert ids[0] == "answer" and len(ids) > 10  # the answer before every other section
+    first = body[body.index('<section id="answer"') : body.index("</section>")]
+    assert first.count('id="verdict"') == 1  # the verdict sits inside the first section
+    lead = re.search(r'<p class="verdict[^"]*" id="verdict"><strong>([^<]+)</strong>([^<]+)</p>', first)
+    sentences = [t for t in re.split(r"\.\s+", (lead.group(1) + lead.group(2)).strip().rstrip(".")) if t]
+    assert len(sentences) == 2 and sentences[0].startswith("Verdict: stop")
+    ship = (
+        inputs["decision"].query("figure == 'kernel_vs_best_unfused' and mode == 'graph'")["kernel"].iloc[0]
+    )
+    assert f"Ship {ship} in graph" in first
+    assert "What this study could detect" in first
+    assert "decision&#39;s kernel-recommendation rows" in first  # the source is named
+
+
+def test_ours_against_the_native_backend_per_phase_and_mode(gpu_report):
+    _, out, _ = gpu_report
+    md = (out / "report.md").read_text()
+    table = md[md.index("**Ours against each native backend**") :].split("\n\n")[1]
+    natives = [line for line in table.splitlines() if "| native-sdpa-cudnn |" in line]
+    assert len(natives) == 4  # {eager, graph} x {prefill, decode}
+    # the native is t0-unfused x 1.1; ours is the shipped kernel, never slower than t0-unfused here
+    assert all(float(line.split("|")[7]) >= 1.1 - 1e-9 for line in natives)
+
+
+def test_every_figure_keeps_labels_of_at_least_11_px(gpu_report):
+    inputs, _, _ = gpu_report
+    sections = report._sections(inputs, None, lambda name: name)
+    figs = [f for s in sections for f in s.figures]
+    assert len(figs) >= 8
+    small = {f.name: round(f.min_text_px, 1) for f in figs if f.min_text_px < model.MIN_LABEL_PX}
+    assert not small
+
+
+def _wide_portfolio(shapes: int, families: int) -> pd.DataFrame:
+    rows = []
+    for k in range(shapes):
+        for j in range(families):
+            for run in (1, 2):
+                rows.append(
+                    {
+                        "run": run,
+                        "mode": "graph",
+                        "invocation": k,
+                        "shape_key": f"decode|b{k + 1}|q1|kv{64 * (k + 1)}|h4/2|d32|float16",
+                        "phase": "decode",
+                        "candidate": f"native-b{j}",
+                        "backend": f"b{j}",
+                        "median_us": 10.5 + k + j,
+                        "std_us": 0.1,
+                        "rel_std_pct": 1.0,
+                        "reps": 40,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_heatmaps_hold_at_most_150_cells_and_keep_every_cell():
+    s = surface.section(_wide_portfolio(shapes=40, families=6), "")
+    maps = [f for f in s.figures if f.cells]
+    assert len(maps) >= 2  # 240 cells: split, not squeezed
+    assert all(f.cells <= model.MAX_HEATMAP_CELLS for f in maps)
+    assert sum(f.cells for f in maps) == 240
+    assert all(f.min_text_px >= model.MIN_LABEL_PX for f in maps)
+    # noise and sample count beside each median; the 40-row table is folded, not dropped
+    t = s.tables[0]
+    assert t.collapsed and len(t.rows) == 40
+    first = next(r for r in t.rows if r[0].startswith("decode|b1|"))
+    assert first[1] == "10.5 ±1.0% n=40"
+
+
+def test_no_negative_zero_and_units_as_units(gpu_report):
+    _, out, _ = gpu_report
+    md = (out / "report.md").read_text()
+    assert not re.search(r"-0\.0+(?![0-9]*[1-9])", md)
+    assert "60.00 MiB" in md and str(60 * 2**20) not in md  # the cache ledger in binary units
+    tables = "\n".join(line for line in md.splitlines() if line.startswith("|"))
+    assert "(µs)" in tables and not re.search(r"\(us\)|\bus\b|_us\b|_pct\b|_bytes\b", tables)
+
+
+def test_a_long_lifecycle_is_summarised_and_folded(tmp_path):
+    plan = pd.DataFrame(
+        {
+            "kind": "plan",
+            "candidate": [f"t{i % 5}" for i in range(301)],
+            "shape_key": [f"s{i}" for i in range(301)],
+            "value": [100.0 + i for i in range(301)],
+            "unit": "us",
+            "status": "ok",
+        }
+    )
+    s = lifecycle.section(plan, None, "")
+    summary = s.tables[0]
+    assert summary.title.startswith("Lifecycle ledger, summarised")
+    assert summary.rows == [
+        ["plan build per candidate and shape (generation 2)", "301", "250 µs", "100 µs", "400 µs", "t0"]
+    ]
+    assert s.tables[1].collapsed and len(s.tables[1].rows) == 301
+    report.build({"lifecycle": plan}, [], tmp_path)
+    html = (tmp_path / "index.html").read_text()
+    assert (
+        "<details><summary>plan build per candidate and shape (generation 2): every row (301) (301 rows)"
+        in html
+    )
+
+
+def test_what_to_ship_prefers_the_recommendation_and_falls_back_for_older_studies(gpu_report):
+    inputs, _, _ = gpu_report
+    rec = pd.DataFrame(
+        {
+            "scope": ["graph", "graph"],
+            "family": "graph",
+            "ship": "kernel",
+            "kernel": "t9-fused",
+            "runs_agree": 2,
+            "runs": 3,
+            "latency_us": 646.25,
+            "alternative": ["best_unfused", "native-sdpa-cudnn"],
+            "speedup": [1.1, 1.153],
+            "speedup_ci_low": [1.05, 1.1],
+            "speedup_ci_high": [1.15, 1.2],
+            "speedup_layer_pct": [0.5, 1.25],
+        }
+    )
+    [x] = ship.what_to_ship(rec, inputs["decision"], inputs["policy_eval"])
+    assert x.source == "recommendation" and x.kernel == "t9-fused"
+    line = answer.ship_line(x)
+    assert line.startswith("Ship t9-fused in graph (2 of 3 runs agree), 646.2 µs per invocation")
+    assert "1.153× [1.100, 1.200] over native-sdpa-cudnn (1.25% of a decoder layer's time)" in line
+    assert "over best unfused (0.50% of a decoder layer's time)" in line
+    old = inputs["decision"].drop(columns=["kernel"])
+    ships = ship.what_to_ship(None, old, inputs["policy_eval"])
+    assert {x.source for x in ships} == {"policy_eval"} and {x.scope for x in ships} == {"eager", "graph"}
+    assert all((x.kernel, x.runs_agree, x.runs) == ("t0-fused", 3, 3) for x in ships)
+
+
+def test_power_statement_of_a_decision_without_power_rows_says_why(gpu_report):
+    inputs, _, _ = gpu_report
+    d = inputs["decision"]
+    text = answer.power_statement(d[~d["figure"].str.startswith("policy_gain_")])
+    assert "no power simulation in this decision" in text and "pp" in text
+
+
+def test_an_older_study_degrades_with_its_reason_and_never_crashes(tmp_path):
+    """A decision of before v2 (one row: verdict and reason), a portfolio without backend or noise
+    columns, no calibration: every section renders or says why not."""
+    inputs = _inputs("cuda")
+    inputs["decision"] = pd.DataFrame({"verdict": ["stop"], "reason": ["Flat. Nothing to gain."]})
+    inputs["portfolio"] = inputs["portfolio"].drop(columns=["backend", "rel_std_pct"], errors="ignore")
+    inputs["calibration"] = None
+    report.build(inputs, [], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "**Verdict: stop.** Flat." in md
+    assert "skipped: decision.parquet predates decision v2 (no per-figure rows)" in md
+    assert "What to ship is read from policy_eval.global_candidate" in md
+    assert "What this study could detect: not stated: the decision has no per-figure rows." in md
+    assert "no calibrated peak in this study" in md

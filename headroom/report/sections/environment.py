@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from headroom.report.model import Section, fmt, skipped, table
+from headroom.report.model import Section, column_format, header, skipped, table
 
 
 def section(env: pd.DataFrame | None, why: str) -> Section:
@@ -15,7 +15,12 @@ def section(env: pd.DataFrame | None, why: str) -> Section:
     if env is None or env.empty:
         return skipped("environment", title, why if env is None else "the artifact has no rows")
     row = env.iloc[0]
-    kv = pd.DataFrame({"key": [str(k) for k in row.index], "value": [fmt(v) for v in row.to_numpy()]})
+    kv = pd.DataFrame(  # each value in its column's unit (sizes in binary units), keys as headers
+        {
+            "key": [header(str(k)) for k in row.index],
+            "value": [column_format(str(k), [v])(v) for k, v in row.items()],
+        }
+    )
     return Section("environment", title, tables=[table("Machine the measurements were made on", kv)])
 
 

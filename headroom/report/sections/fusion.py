@@ -5,9 +5,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
 from headroom.analysis import decision as hdecision
-from headroom.report.model import Figure, Section, all_skipped, png, skipped, table
+from headroom.report.model import LABEL_PT, Section, all_skipped, figure, nbytes, skipped, table
 
 
 def section(gs: pd.DataFrame | None, why: str) -> Section:
@@ -53,9 +54,10 @@ def section(gs: pd.DataFrame | None, why: str) -> Section:
     if "l2_bytes" in gs.columns and gs["l2_bytes"].notna().any():
         ax.axvline(float(gs["l2_bytes"].dropna().iloc[0]), color="grey", ls=":", label="L2 size")
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("working set (bytes)")
-    ax.set_ylabel("fusion speedup (x)")
-    ax.legend(fontsize=7)
-    s.figures.append(Figure("fusion_speedup_regimes", "Fusion speedup per regime", png(fig)))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nbytes(v)))  # MiB, not raw bytes
+    ax.set_xlabel("working set (log scale)")
+    ax.set_ylabel("fusion speedup (×)")
+    ax.legend(fontsize=LABEL_PT)
+    s.figures.append(figure("fusion_speedup_regimes", "Fusion speedup per regime", fig))
     return s

@@ -5,8 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.analysis import decision as hdecision
-from headroom.report.model import Figure, Table, png, table
+from headroom.report.model import LABEL_PT, Figure, Section, Table, estimate_ci, figure, table
 
 MADE_OF = {
     "made_of_phase_split": "phase split (one candidate per phase)",
@@ -16,21 +15,22 @@ MADE_OF = {
 }
 
 
-def figure(made: pd.DataFrame) -> Figure:
+def made_of_figure(made: pd.DataFrame) -> Figure:
     modes = list(dict.fromkeys(made["mode"]))
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(modes)), layout="constrained")
     for i, mode in enumerate(modes):
         left = 0.0
-        for key, label in MADE_OF.items():
+        for k, (key, label) in enumerate(MADE_OF.items()):  # one colour per component, every row
             v = made[(made["mode"] == mode) & (made["figure"] == key)]["estimate"]
             v = float(v.iloc[0]) if len(v) else 0.0
-            ax.barh(i, v, left=left if v >= 0 else 0.0, label=label if i == 0 else None)
+            colour = f"C{k}"
+            ax.barh(i, v, left=left if v >= 0 else 0.0, color=colour, label=label if i == 0 else None)
             left += max(v, 0.0)
     ax.set_yticks(range(len(modes)), modes)
     ax.set_xlabel("% of the oracle's test latency")
     ax.set_title("What the gap to the oracle is made of\n(cross-run; noise: the same-run winner's curse)")
-    ax.legend(fontsize=7, loc="lower right")
-    return Figure("made_of", "What the headroom is made of", png(fig))
+    ax.legend(fontsize=LABEL_PT, loc="lower right")
+    return figure("made_of", "What the headroom is made of", fig)
 
 
 def table_of(made: pd.DataFrame) -> Table:
@@ -38,8 +38,20 @@ def table_of(made: pd.DataFrame) -> Table:
         {
             "mode": r.mode,
             "component": MADE_OF[r.figure],
-            "% of oracle latency [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, "%"),
+            "% of oracle latency [CI]": estimate_ci(r.estimate, r.ci_low, r.ci_high, "%"),
         }
         for r in made.itertuples()
     ]
     return table("What the headroom is made of", pd.DataFrame(rows))
+
+
+def section(d: pd.DataFrame | None, why: str) -> Section:
+    """The "made of" figure and its table, right after the answer."""
+    title = "What the headroom is made of"
+    if d is None or "figure" not in d.columns:
+        reason = why if d is None else "decision.parquet predates decision v2 (no per-figure rows)"
+        return Section("made_of", title, status="skipped", reason=reason)
+    made = d[d["figure"].isin(MADE_OF)]
+    if made.empty:
+        return Section("made_of", title, status="skipped", reason="the decision has no made_of_* rows")
+    return Section("made_of", title, tables=[table_of(made)], figures=[made_of_figure(made)])

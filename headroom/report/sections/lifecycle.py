@@ -7,7 +7,8 @@ import math
 import pandas as pd
 
 from headroom.analysis.policies import DEPLOYABLE
-from headroom.report.model import Section, all_skipped, skipped, table
+from headroom.core.format import seconds
+from headroom.report.model import Section, all_skipped, fmt, nbytes, number_format, skipped, table
 
 LEDGER_KINDS = (
     ("compile", "cold compile per candidate"),
@@ -45,12 +46,15 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
 
 
 def _ledger_tables(s: Section, lc_ok: pd.DataFrame) -> None:
-    """One table per kind of lifecycle row, with the columns that say something for that kind."""
+    """One summary row per kind of lifecycle row (rows, median, min, max, unit, the largest), then
+    each kind's full rows in a folded table (the data stays in the page, out of the way)."""
+    summary, full = [], []
     for kind, label in LEDGER_KINDS:
         rows = lc_ok[lc_ok["kind"] == kind]
         if rows.empty:
             s.text.append(f"{label}: skipped: no ok rows")
             continue
+        summary.append(_summary_row(label, rows))
         shape = ("shape_key",) if kind == "plan" else ()  # compile rows list every shape compiled
         named = ("candidate", "candidate_b", "policy", "mode", "invocation", *shape, "value", "unit")
         cols = [c for c in named if c in rows.columns]
@@ -59,7 +63,49 @@ def _ledger_tables(s: Section, lc_ok: pd.DataFrame) -> None:
             for c in cols
             if rows[c].astype(str).str.len().gt(0).any() and not (rows[c].astype(str) == "-1").all()
         ]
-        s.tables.append(table(label, rows[cols]))
+        shown = rows[cols].copy()
+        if {"value", "unit"} <= set(cols):  # one unit-aware cell: '60.00 MiB', not raw bytes
+            write = _writer(str(rows["unit"].iloc[0]), rows["value"].tolist())
+            shown["value"] = [write(v) for v in rows["value"]]
+            shown = shown.drop(columns=["unit"])
+        full.append(table(f"{label}: every row ({len(rows)})", shown, collapsed=len(rows) > 20))
+    if summary:
+        s.tables.append(
+            table(
+                "Lifecycle ledger, summarised per kind",
+                pd.DataFrame(summary),
+                "every row of each kind follows (long ones folded) and in lifecycle.parquet",
+            )
+        )
+    s.tables += full
+
+
+def _summary_row(label: str, rows: pd.DataFrame) -> dict:
+    v = rows["value"].astype(float)
+    unit = str(rows["unit"].iloc[0]) if "unit" in rows.columns else ""
+    top = rows.loc[v.idxmax()]
+    who = next((str(top[c]) for c in ("candidate", "policy") if c in rows and str(top[c])), "")
+    write = _writer(unit, v.tolist())
+    return {
+        "kind": label,
+        "rows": len(rows),
+        "median": write(v.median()),
+        "min": write(v.min()),
+        "max": write(v.max()),
+        "largest": who,
+    }
+
+
+def _writer(unit: str, values=()):
+    """A unit-aware writer for the ledger's value column (bytes in binary units, seconds scaled,
+    µs and other units with one number format over ``values``)."""
+    if unit == "bytes":
+        return nbytes
+    if unit == "s":
+        return seconds
+    write = number_format(list(values)) if len(values) else fmt
+    shown = "µs" if unit == "us" else unit
+    return lambda x: f"{write(x)} {shown}".strip()
 
 
 def _break_even_rows(pe: pd.DataFrame) -> list[dict]:
@@ -78,8 +124,8 @@ def _break_even_rows(pe: pd.DataFrame) -> list[dict]:
                 "run": r.run,
                 "mode": r.mode,
                 "policy": r.policy,
-                "gain_us_per_invocation": gain_us,
-                "extra_running_us_per_invocation": r.running_cost_us - g["running_cost_us"],
+                "gain_per_invocation_us": gain_us,
+                "extra_running_per_invocation_us": r.running_cost_us - g["running_cost_us"],
                 "extra_compile_s": r.compile_s - g["compile_s"],
                 "break_even_invocations": math.inf if margin_us <= 0 else max(once_us, 0.0) / margin_us,
             }

@@ -8,10 +8,11 @@ import pandas as pd
 
 from headroom.analysis.policies import FUSION_ARMS, NATIVE_ARM, POLICIES
 from headroom.report.model import (
+    LABEL_PT,
     Figure,
     Section,
     all_skipped,
-    png,
+    figure,
     signed_interval,
     signed_range,
     skipped,
@@ -35,10 +36,10 @@ def section(pe: pd.DataFrame | None, why: str) -> Section:
                 "mode": mode,
                 "fusion": arm,
                 "policy": policy,
-                "gain_vs_global_pct": signed_range(g["gain_vs_global_pct"], "%"),
+                "gain vs global": signed_range(g["gain_vs_global_pct"], "%"),
                 "CI of gain": signed_interval(g["ci_low"].min(), g["ci_high"].max()),
-                "gap_to_oracle_pct": signed_range(g["gap_to_oracle_pct"], "%"),
-                "net_gain_pct": signed_range(g["net_gain_pct"], "%"),
+                "gap to oracle": signed_range(g["gap_to_oracle_pct"], "%"),
+                "net gain": signed_range(g["net_gain_pct"], "%"),
             }
         )
     s.tables.append(table("Policies, min-max over runs", pd.DataFrame(rows)))
@@ -64,7 +65,11 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
             _panel(ax, pe[(pe["mode"] == mode) & (pe["fusion"] == arm)], shown)
             ax.axhline(0, color="grey", lw=0.8)
             ax.set_xticks(
-                range(len(shown)), shown if i == len(modes) - 1 else [], rotation=40, ha="right", fontsize=8
+                range(len(shown)),
+                shown if i == len(modes) - 1 else [],
+                rotation=40,
+                ha="right",
+                fontsize=LABEL_PT,
             )
             ax.set_title(f"fusion {arm}, {mode}", fontsize=9)
         axes[i][0].set_ylabel("gain vs global (%)")
@@ -72,9 +77,9 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
     if high - low < 0.2:  # a flat surface: show +-0.1 percentage points, not float rounding
         mid = (high + low) / 2
         axes[0][0].set_ylim(mid - 0.1, mid + 0.1)
-    axes[0][-1].legend(fontsize=7)
-    return Figure(
-        "policy_gains", "Policy gains vs global with bootstrap CIs (random omitted: see table)", png(fig)
+    axes[0][-1].legend(fontsize=LABEL_PT)
+    return figure(
+        "policy_gains", "Policy gains vs global with bootstrap CIs (random omitted: see table)", fig
     )
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.report.model import Figure, Section, all_skipped, png, skipped, table
+from headroom.report.model import LABEL_PT, Section, all_skipped, figure, rate, skipped, table
+from headroom.report.ship import family
+
+PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"}
 
 
-def section(rf: pd.DataFrame | None, why: str) -> Section:
+def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) -> Section:
     title = "Roofline: predicted vs measured"
     if rf is None:
         return skipped("roofline", title, why)
@@ -20,20 +23,8 @@ def section(rf: pd.DataFrame | None, why: str) -> Section:
     if both.empty:
         s.text.append("No candidate has both a prediction and a measurement in the same mode.")
     else:
-        fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
-        for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
-            ax.scatter(
-                g["predicted_us"], g["measured_us"], s=12, label=f"{mode}, {'fused' if fused else 'unfused'}"
-            )
-        lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
-        hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
-        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("predicted (us)")
-        ax.set_ylabel("measured (us)")
-        ax.legend(fontsize=7)
-        s.figures.append(Figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", png(fig)))
+        s.figures.append(_scatter(both))
+        s.tables.append(achieved(both, cal))
         summary = both.groupby(["mode", "phase", "residency", "fused"], as_index=False).agg(
             rows=("measured_us", "size"),
             measured_over_predicted_median=("measured_over_predicted", "median"),
@@ -41,6 +32,10 @@ def section(rf: pd.DataFrame | None, why: str) -> Section:
             measured_over_predicted_max=("measured_over_predicted", "max"),
         )
         s.tables.append(table("measured / predicted", summary))
+        s.text.append(
+            "Achieved rates are computed here from the roofline's hbm_bytes, flops and measured_us, and the "
+            "calibration's hbm_bytes_per_s and matmul_flops_per_s (the calibrated peaks)."
+        )
     split = (
         ok[ok["fused"]]
         .groupby(["mode", "phase"], as_index=False)
@@ -64,3 +59,61 @@ def section(rf: pd.DataFrame | None, why: str) -> Section:
             "Rows without a prediction: " + "; ".join(sorted(set(rf.loc[rf["status"] != "ok", "reason"])))
         )
     return s
+
+
+def _scatter(both: pd.DataFrame):
+    """Measured against predicted latency, log-log, a colour per (mode, fusion)."""
+    fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
+    for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
+        label = f"{mode}, {'fused' if fused else 'unfused'}"
+        ax.scatter(g["predicted_us"], g["measured_us"], s=12, label=label)
+    lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
+    hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted (µs)")
+    ax.set_ylabel("measured (µs)")
+    ax.legend(fontsize=LABEL_PT)
+    return figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", fig)
+
+
+def _peak(cal: pd.DataFrame | None, name: str) -> float:
+    if cal is None or "name" not in cal.columns:
+        return float("nan")
+    ok = cal[(cal["name"] == name) & (cal.get("status", "ok") == "ok")]["value"]
+    return float(ok.iloc[0]) if len(ok) and pd.notna(ok.iloc[0]) else float("nan")
+
+
+def achieved(both: pd.DataFrame, cal: pd.DataFrame | None):
+    """Achieved TB/s and TFLOP/s per (mode, phase, family): medians and maxima over candidates and
+    shapes, and % of the calibrated peak (n/a where the study has no calibration)."""
+    hbm, mm = _peak(cal, "hbm_bytes_per_s"), _peak(cal, "matmul_flops_per_s")
+    r = both.assign(
+        family=[family(c) for c in both["candidate"]],
+        tb_s=both["hbm_bytes"] / both["measured_us"] / 1e6,
+        tflop_s=both["flops"] / both["measured_us"] / 1e6,
+    )
+    g = r.groupby(["mode", "phase", "family"], as_index=False).agg(
+        rows=("tb_s", "size"),
+        median_tb_per_s=("tb_s", "median"),
+        max_tb_per_s=("tb_s", "max"),
+        median_tflop_per_s=("tflop_s", "median"),
+        max_tflop_per_s=("tflop_s", "max"),
+    )
+    g["max_of_hbm_peak_pct"] = 100.0 * g["max_tb_per_s"] * 1e12 / hbm
+    g["max_of_matmul_peak_pct"] = 100.0 * g["max_tflop_per_s"] * 1e12 / mm
+    g = g.rename(
+        columns={
+            "median_tb_per_s": "median TB/s",
+            "max_tb_per_s": "max TB/s",
+            "median_tflop_per_s": "median TFLOP/s",
+            "max_tflop_per_s": "max TFLOP/s",
+        }
+    )
+    note = (
+        f"calibrated peaks: HBM {rate(hbm, 'B/s')}, matmul {rate(mm, 'FLOP/s')}"
+        if pd.notna(hbm) and pd.notna(mm)
+        else "no calibrated peak in this study (calibration not read or skipped): % of peak is n/a"
+    )
+    return table("Achieved bandwidth and compute rate, and % of the calibrated peak", g, note)

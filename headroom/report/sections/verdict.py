@@ -1,13 +1,11 @@
-"""The kernel recommendation, then the verdict (the deployment profile's, and per mode) and the
-figures it was decided on, with what the headroom is made of."""
+"""The decision in full: its reason as stated, the kernel recommendation rows, the verdict per mode
+and every figure it was decided on (the answer section leads with the short form)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from headroom.analysis import decision as hdecision
-from headroom.report.model import Section, skipped, table
-from headroom.report.sections import headroom_made_of
+from headroom.report.model import Section, estimate_ci, fmt, skipped, table
 
 FIGURE_LABELS = {
     "gap_to_oracle": "global kernel's gap to the oracle (fusion arm free)",
@@ -35,6 +33,7 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
     if "figure" not in d.columns:
         return skipped("decision", title, "decision.parquet predates decision v2 (no per-figure rows)")
     s = Section("decision", title)
+    s.text.append(f"The decision's reason, as it states it: {d['reason'].iloc[0]}")
     s.text += _kernel_lines(d)
     fams = d.drop_duplicates("family") if "family" in d.columns else d.drop_duplicates("mode")
     s.text += [f"{m.mode} mode: {m.mode_verdict} ({m.mode_reason})." for m in fams.itertuples()]
@@ -54,10 +53,12 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
         {
             "mode": r.mode,
             "figure": FIGURE_LABELS.get(r.figure, r.figure),
-            "estimate [CI]": hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, r.unit),
-            "threshold": f"{r.threshold:g}{r.unit}" if pd.notna(r.threshold) else "",
+            "estimate [CI]": estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit),
+            "threshold": f"{fmt(r.threshold)}{'×' if r.unit == 'x' else r.unit}"
+            if pd.notna(r.threshold)
+            else "",
             "state": r.state,
-            "p (one-sided)": f"{r.p_value:.3g}" if pd.notna(r.p_value) else "",
+            "p (one-sided)": fmt(r.p_value) if pd.notna(r.p_value) else "",
             "note": r.detail
             if str(r.figure).startswith(("policy_gain_switch_", "policy_gain_mde", "policy_gain_no"))
             else "",
@@ -65,10 +66,6 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
         for r in shown.itertuples()
     ]
     s.tables.append(table("Decided figures (and, marked reported, beside them)", pd.DataFrame(rows)))
-    made = d[d["figure"].isin(headroom_made_of.MADE_OF)]
-    if not made.empty:
-        s.figures.append(headroom_made_of.figure(made))
-        s.tables.append(headroom_made_of.table_of(made))
     return s
 
 
@@ -85,7 +82,7 @@ def _kernel_lines(d: pd.DataFrame) -> list[str]:
         first = g.iloc[0]
         vs = "; ".join(
             f"over {r.figure[len(KERNEL) :].replace('_', ' ')} "
-            f"{hdecision.format_ci(r.estimate, r.ci_low, r.ci_high, r.unit)}"
+            f"{estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit)}"
             for r in g.itertuples()
         )
         out.append(

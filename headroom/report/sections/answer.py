@@ -1,0 +1,103 @@
+"""The answer, first: the verdict in two sentences, what to ship, and what the study could have detected."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from headroom.report.model import Section, estimate_ci, fmt, pct
+from headroom.report.ship import SOURCES, Ship
+
+TITLE = "The answer: verdict, what to ship, what this study could detect"
+SHORT = {
+    "gap_to_oracle": "the global kernel's gap to the oracle",
+    "policy_gain": "the best deployable policy's net gain",
+}
+# the state of a decided figure that carries each verdict
+CARRIES = {"continue": "exceeds", "stop": "holds", "no-decision": "inconclusive"}
+
+
+def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
+    s = Section("answer", TITLE)
+    s.lead, s.lead_detail = verdict_sentences(d, why)
+    s.text += [ship_line(x) for x in ships] or [
+        "What to ship: not stated: no recommendation artifact, no kernel rows in the decision and no "
+        "policy_eval global candidate were read."
+    ]
+    if ships:
+        s.text.append(f"What to ship is read from {SOURCES[ships[0].source]}.")
+    s.text.append(power_statement(d))
+    return s
+
+
+def verdict_sentences(d: pd.DataFrame | None, why: str) -> tuple[str, str]:
+    """('Verdict: continue.', 'For the deployment profile (per mode: ...), it rests on ...')."""
+    if d is None or d.empty:
+        return "Verdict: no-decision.", f"No decision was read ({why})."
+    verdict = str(d["verdict"].iloc[0])
+    if "figure" not in d.columns or "mode_verdict" not in d.columns:
+        first = str(d["reason"].iloc[0]).split(". ")[0].rstrip(".")
+        return f"Verdict: {verdict}.", f"{first}."
+    modes = d[~d["mode"].astype(str).str.contains("@")].drop_duplicates("mode")
+    per_mode = ", ".join(f"{m} {v}" for m, v in zip(modes["mode"], modes["mode_verdict"], strict=True))
+    decided = d[d["decided"].astype(bool)]
+    if "family" in d.columns and (decided["family"] == "profile").any():
+        decided = decided[decided["family"] == "profile"]
+        scope = "For the deployment profile"
+    else:
+        scope = "Over the modes"
+    carry = decided[decided["state"] == CARRIES.get(verdict, "")]
+    rows = (carry if len(carry) else decided).head(2)
+    parts = [
+        f"{SHORT.get(r.figure, r.figure)} ({r.mode}) {estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit)}"
+        f" against a {fmt(r.threshold)}{r.unit} threshold ({r.state})"
+        for r in rows.itertuples()
+    ]
+    rests = "; ".join(parts) if parts else "no decided figure"
+    return f"Verdict: {verdict}.", f"{scope} (per mode: {per_mode}), it rests on {rests}."
+
+
+def ship_line(x: Ship) -> str:
+    agree = f" ({x.runs_agree} of {x.runs} runs agree)" if x.runs_agree is not None and x.runs else ""
+    vs = "; ".join(
+        f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} over {v.alternative}"
+        + (f" ({pct(v.layer_pct, signed=False)} of a decoder layer's time)" if pd.notna(v.layer_pct) else "")
+        for v in x.versus
+    )
+    if x.ship == "policy":
+        gain = f", expected gain {estimate_ci(*x.expected_gain, '%')}" if x.expected_gain else ""
+        head = f"Ship the {x.policy or 'dispatch'} policy in {x.scope} (dispatch.json; fallback {x.kernel}){gain}"
+    elif x.ship == "phase-pair":
+        head = f"Ship the phase pair {x.kernel} in {x.scope}{agree}"
+    else:
+        head = f"Ship {x.kernel} in {x.scope}{agree}"
+    latency = f", {fmt(x.latency_us)} µs per invocation (trace-weighted)" if pd.notna(x.latency_us) else ""
+    return f"{head}{latency}" + (f": trace-weighted speedup {vs}." if vs else ".")
+
+
+def power_statement(d: pd.DataFrame | None) -> str:
+    """The MDE per mode (decision's policy_gain_mde / policy_gain_no_mde rows), or, for a decision
+    recorded before the power simulation, the decided figures' CI half-widths (computed here)."""
+    if d is None or "figure" not in d.columns:
+        return "What this study could detect: not stated: the decision has no per-figure rows."
+    mde = d[d["figure"].isin(("policy_gain_mde", "policy_gain_no_mde"))]
+    if len(mde):
+        parts = [
+            f"{r.mode}: {pct(r.estimate, signed=False)} or more (80% power, simulated on this study's trace "
+            "and noise)"
+            if r.figure == "policy_gain_mde"
+            else f"{r.mode}: no gain up to {pct(r.estimate, signed=False)} reached 80% power"
+            for r in mde.itertuples()
+        ]
+        return (
+            "What this study could detect, as a net policy gain: "
+            + "; ".join(parts)
+            + ". A smaller gain could be there unseen."
+        )
+    decided = d[d["decided"].astype(bool)] if "decided" in d.columns else d.iloc[0:0]
+    half = ((decided["ci_high"] - decided["ci_low"]) / 2).groupby(decided["mode"]).max()
+    widths = "; ".join(f"{m} ±{fmt(v)} pp" for m, v in half.items()) or "none"
+    return (
+        "What this study could detect: no power simulation in this decision (recorded before it: no "
+        "policy_gain_mde rows); the widest CI half-width of a decided figure, computed here from "
+        f"ci_low and ci_high, is {widths}: effects smaller than that were not resolvable."
+    )
