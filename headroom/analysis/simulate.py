@@ -140,6 +140,13 @@ def longer_trace(md: ModeData, invocations: int, seed: int = 0) -> ModeData:
     return replace(md, features=feats, us=md.us[:, idx], sem2=md.sem2[:, idx])
 
 
+def strided_trace(md: ModeData, invocations: int) -> ModeData:
+    """``invocations`` evenly spaced invocations of the study's trace, in time order."""
+    idx = np.unique(np.linspace(0, md.us.shape[1] - 1, invocations).round().astype(int))
+    feats = md.features.iloc[idx].reset_index(drop=True).assign(invocation=np.arange(len(idx)))
+    return replace(md, features=feats, us=md.us[:, idx], sem2=md.sem2[:, idx])
+
+
 def reference_mode(study_dir, mode: str) -> ModeData:
     """One mode of a recorded study (trace + portfolio runs) as arrays."""
     from pathlib import Path
@@ -413,16 +420,23 @@ def detectable_effect(study_dir, mode: str = "graph", *, seeds: int = 200, seed:
 @dataclass(frozen=True)
 class Design:
     """The study design a validation simulates: portfolio runs and trace invocations; None keeps the
-    recorded study's. Another length resamples the recorded invocations with replacement
-    (``longer_trace``), so the same GPU time can be spent as more runs of a shorter trace."""
+    recorded study's. A shorter trace keeps evenly spaced invocations of the recorded one (what the
+    trace's stride sampler would keep, so the phase mix stays the study's); a longer one resamples
+    them with replacement (``longer_trace``). So the same GPU time can be priced as more runs of a
+    shorter trace."""
 
     runs: int | None = None
     invocations: int | None = None
 
     def apply(self, s: RecordedMode, seed: int = 0) -> tuple[RecordedMode, int]:
         """(the recorded mode with this design's trace, its number of runs)."""
-        n = self.invocations
-        md = s.md if n is None or n == s.md.us.shape[1] else longer_trace(s.md, n, seed)
+        n, recorded = self.invocations, s.md.us.shape[1]
+        if n is None or n == recorded:
+            md = s.md
+        elif n < recorded:
+            md = strided_trace(s.md, n)
+        else:
+            md = longer_trace(s.md, n, seed)
         return replace(s, md=md), int(self.runs or len(s.md.runs))
 
 
