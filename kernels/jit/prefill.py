@@ -1,6 +1,6 @@
-"""Triton code for the generation-2 prefill kernel (host side in plans.py).
+"""Triton code of the generation-2 prefill kernel (launcher: kernels/prefill.py).
 
-Generation 1 (prefill_kernel in _attention.py) stays as it was recorded; this kernel adds, as
+Generation 1's prefill (kernels/gen1/_attention.py) stays as it was recorded; this kernel adds, as
 constexpr switches measured one by one in BENCHMARKS.md:
 - ROTATE_Q without ROTATE_K ("q_fused" RoPE: keys were rotated once, as a KV-cache write does):
   q is rotated at load as one full-width (M, D) tile (_load_rotated_full), so the key loop is
@@ -12,15 +12,15 @@ constexpr switches measured one by one in BENCHMARKS.md:
 - TMA: K and V tiles come through host-built tensor descriptors (Hopper's bulk copy engine)
   instead of pointer loads;
 - WARP_SPECIALIZE: the key loops ask Triton for producer/consumer warp specialisation.
-Numerics are generation 1's: float32 scores, base-2 online softmax (_online_softmax_step), RoPE
+Numerics are generation 1's: float32 scores, base-2 online softmax (online_softmax_step), RoPE
 in float32 rounded once (load_halves).
 """
 
 import triton
 import triton.language as tl
 
-from ._attention import _online_softmax_step
-from ._rope import load_halves
+from .rope import load_halves
+from .softmax import online_softmax_step
 
 
 @triton.jit
@@ -56,7 +56,8 @@ def _key_loop(
     WARP_SPECIALIZE: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """Keys [lo, hi) in BLOCK_N steps; MASKED as in generation 1's _prefill_key_loop.
+    """Keys [lo, hi) in BLOCK_N steps. MASKED=False: every row of the tile sees every key (no causal
+    or bounds mask, so the loads are unpredicated); MASKED=True: the diagonal.
 
     ROTATE_K: q1, q2 are (M, D/2) halves and K^T comes as two rotated (D/2, N) halves (pointer
     loads: the rotation needs the halves in registers anyway). Otherwise q1 is the (M, D) tile
@@ -105,7 +106,7 @@ def _key_loop(
                 v = tl.load(v_ptrs, mask=in_bounds[:, None], other=0.0)
             else:
                 v = tl.load(v_ptrs)
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, False)
+        acc, l_i, m_i = online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, False)
     return acc, l_i, m_i
 
 

@@ -1,0 +1,1 @@
+"""Triton kernels only (@triton.jit functions); the launchers are one floor up."""
