@@ -8,7 +8,7 @@ import triton
 
 from . import mode, schedule, split
 from .jit.decode import decode_kernel, reduce_kernel
-from .launch import Launches, LaunchSpec, Slot, attention_args, attention_scale, named_strides
+from .launch import SLOTS, Launches, LaunchSpec, Slot, attention_args, attention_scale, named_strides
 from .schedule import Variant
 from .tile import Tile
 
@@ -20,26 +20,15 @@ def decode_block_m(tile: Tile, rows: int) -> int:
 
 
 def decode_launches(
-    tensors: dict,
-    tile: Tile,
-    variant: Variant,
-    *,
-    rotate_q: bool,
-    rotate_k: bool,
-    q: str = "q",
-    k: str = "k",
-    v: str = "v",
-    out: str = "out",
-    cos: str | None = "cos",
-    sin: str | None = "sin",
+    tensors: dict, tile: Tile, variant: Variant, *, rotate_q: bool, rotate_k: bool, slots: dict = SLOTS
 ) -> Launches:
-    """The decode launches for the example tensors, named by slot as in prefill_launches: the
+    """The decode launches for the example tensors, slots as in prefill_launches: the
     group * Sq query rows of each KV head packed along M, keys split by mode.decode_split_plan;
     the splits merged in the kernel (schedule.reduce_in_kernel) or by a reduction launch.
     Launches.scratch holds the partials (and arrival counters) the launches share."""
-    qt, ot = tensors[q], tensors[out]
+    qt, ot = tensors[slots["q"]], tensors[slots["out"]]
     batch, heads_q, q_len, head_dim = qt.shape
-    heads_kv, kv_len = tensors[k].shape[1], tensors[k].shape[2]
+    heads_kv, kv_len = tensors[slots["k"]].shape[1], tensors[slots["k"]].shape[2]
     group = heads_q // heads_kv
     rows = group * q_len  # packed query rows per KV head
     block_m = decode_block_m(tile, rows)
@@ -49,9 +38,9 @@ def decode_launches(
     )
     in_kernel = schedule.reduce_in_kernel(num_splits, variant)
     scratch = _scratch(batch * heads_kv, row_blocks, num_splits, rows, head_dim, in_kernel, qt.device)
-    part_o, part_lse = (Slot("part_o"), Slot("part_lse")) if num_splits > 1 else (Slot(out), Slot(out))
+    part_o, part_lse = (Slot("part_o"), Slot("part_lse")) if num_splits > 1 else (Slot(slots["out"]),) * 2
     args = dict(
-        attention_args(tensors, q, k, v, out, cos, sin),
+        attention_args(tensors, **slots),
         part_o_ptr=part_o,  # Slot(out) when SPLIT is False: never read or written
         part_lse_ptr=part_lse,
         counter_ptr=Slot("counters") if in_kernel else None,
@@ -75,7 +64,7 @@ def decode_launches(
         args = dict(
             part_o_ptr=part_o,
             part_lse_ptr=part_lse,
-            out_ptr=Slot(out),
+            out_ptr=Slot(slots["out"]),
             **named_strides("o", ot),
             Hkv=heads_kv,
             group=group,

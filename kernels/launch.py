@@ -192,6 +192,11 @@ class CompiledLaunch:
             self.spec.launch(tensors)
 
 
+#: the slot names an attention launch reads its tensors from, unless a plan renames one (rotated
+#: copies 'q_rotated' / 'k_rotated'; cos and sin None when nothing rotates in the kernel)
+SLOTS = {"q": "q", "k": "k", "v": "v", "out": "out", "cos": "cos", "sin": "sin"}
+
+
 def attention_args(tensors: dict, q: str, k: str, v: str, out: str, cos: str | None, sin: str | None) -> dict:
     """The pointer and stride arguments both attention families take: q (B, Hq, Sq, D), k, v
     (B, Hkv, Skv, D), out (B, Hq, Sq, D), cos, sin (max_pos, D // 2) by slot name; cos None:

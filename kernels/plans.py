@@ -26,7 +26,7 @@ import torch
 
 from . import gen1, mode, schedule
 from .decode import decode_launches
-from .launch import CompiledLaunch, Launches, mismatch, signature
+from .launch import SLOTS, CompiledLaunch, Launches, mismatch, signature
 from .prefill import prefill_launches
 from .rope import rope_spec
 from .schedule import DEFAULT_VARIANT, Variant
@@ -35,13 +35,13 @@ from .tile import Tile
 _INPUTS = ("q", "k", "v", "cos", "sin")
 
 
-def _generation_1(tensors, tile, variant, *, path, **slots) -> Launches:
+def _generation_1(tensors, tile, variant, *, path, rotate_q, rotate_k, slots) -> Launches:
     """Generation 1's frozen launches (its variant is None: no switches)."""
-    return gen1.attention_specs(tensors, tile, path=path, **slots)
+    return gen1.attention_specs(tensors, tile, path=path, rotate_q=rotate_q, rotate_k=rotate_k, **slots)
 
 
-#: (generation, attention step) -> launcher(tensors, tile, variant, *, rotate_q, rotate_k, q, k,
-#: cos, sin) -> Launches. Register a new attention family here.
+#: (generation, attention step) -> launcher(tensors, tile, variant, *, rotate_q, rotate_k, slots)
+#: -> Launches (slots: launch.SLOTS with the plan's renames). Register a new attention family here.
 FAMILIES = {
     (1, schedule.PREFILL): functools.partial(_generation_1, path="prefill"),
     (1, schedule.DECODE): functools.partial(_generation_1, path="decode"),
@@ -190,7 +190,7 @@ def plan(
     examples = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": out}
     specs, scratch = [], {}
     rotation = schedule.rotation(placement, rotate_k)
-    slots = {"q": "q", "k": "k", "cos": "cos", "sin": "sin"}
+    slots = dict(SLOTS)
     for name in rotation.standalone:  # rotated by the standalone kernel into a plan-owned buffer
         slots[name] = f"{name}_rotated"
         scratch[slots[name]] = torch.empty(examples[name].shape, dtype=q.dtype, device=q.device)
@@ -205,7 +205,7 @@ def plan(
         variant,
         rotate_q=rotation.rotate_q,
         rotate_k=rotation.rotate_k,
-        **slots,
+        slots=slots,
     )
     scratch.update(launches.scratch)
     mode.check_mode()

@@ -74,6 +74,7 @@ def decode_kernel(
     rows = group * Sq
     offset = Skv - Sq
 
+    # (BLOCK_M,) packed rows: query head hkv * group + r // Sq, position r % Sq
     offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = offs_r < rows
     hq = hkv * group + offs_r // Sq
@@ -81,7 +82,7 @@ def decode_kernel(
     q_pos = qi + offset
     q_rows = q_ptr + b * stride_qb + hq[:, None] * stride_qh + qi[:, None] * stride_qs
     offs_half = tl.arange(0, HALF)
-    q1, q2 = load_halves(
+    q1, q2 = load_halves(  # (BLOCK_M, D/2) halves
         q_rows,
         offs_half,
         stride_qd,
@@ -99,15 +100,15 @@ def decode_kernel(
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
     offs_d = tl.arange(0, HEAD_DIM)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # (BLOCK_M,) running max, base 2
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # (BLOCK_M,) running sum
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # (BLOCK_M, D)
     lo = split * split_len
     hi = tl.minimum(Skv, lo + split_len)
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_split = offs_n < hi
-        k1, k2 = load_halves(
+        k1, k2 = load_halves(  # K^T halves (D/2, BLOCK_N)
             k_base + offs_n[None, :] * stride_ks,
             offs_half,
             stride_kd,
@@ -122,10 +123,10 @@ def decode_kernel(
             True,
         )
         qk = tl.dot(q1, k1)
-        qk = tl.dot(q2, k2, qk)
+        qk = tl.dot(q2, k2, qk)  # (BLOCK_M, BLOCK_N)
         visible = (offs_n[None, :] <= q_pos[:, None]) & in_split[None, :]
         qk = tl.where(visible, qk, float("-inf"))
-        v = tl.load(
+        v = tl.load(  # (BLOCK_N, D)
             v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd,
             mask=in_split[:, None],
             other=0.0,
@@ -135,8 +136,8 @@ def decode_kernel(
     if SPLIT:
         # a row may see no key of this split (chunks with Sq > 1): weight 0 in the reduction
         empty = l_i == 0.0
-        part = acc / tl.where(empty, 1.0, l_i)[:, None]
-        lse = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        part = acc / tl.where(empty, 1.0, l_i)[:, None]  # (BLOCK_M, D) normalised partial output
+        lse = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))  # (BLOCK_M,)
         num_splits = tl.num_programs(2)
         part_row = (pid_bh * num_splits + split) * rows + offs_r
         tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + offs_d[None, :], part, mask=row_ok[:, None])
@@ -159,7 +160,7 @@ def decode_kernel(
                     m_all = tl.maximum(m_all, lse_s)
                 # split 0 holds key 0, which every row sees: m_all is finite on valid rows
                 m_all = tl.where(row_ok, m_all, 0.0)
-                merged = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                merged = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # (BLOCK_M, D)
                 weight_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
                 for s in range(0, num_splits):
                     row_s = (pid_bh * num_splits + s) * rows + offs_r
@@ -183,7 +184,7 @@ def decode_kernel(
                     mask=row_ok[:, None],
                 )
     else:
-        out = acc / l_i[:, None]
+        out = acc / l_i[:, None]  # (BLOCK_M, D)
         o_ptrs = out_ptr + b * stride_ob + hq[:, None] * stride_oh + qi[:, None] * stride_os
         tl.store(o_ptrs + offs_d[None, :] * stride_od, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
@@ -211,7 +212,7 @@ def reduce_kernel(
     pid_bh = pid // rows
     b = pid_bh // Hkv
     hkv = pid_bh % Hkv
-    offs_s = tl.arange(0, BLOCK_S)
+    offs_s = tl.arange(0, BLOCK_S)  # (BLOCK_S,) splits
     offs_d = tl.arange(0, HEAD_DIM)
     s_ok = offs_s < num_splits
     part_row = (pid_bh * num_splits + offs_s) * rows + r
@@ -219,8 +220,10 @@ def reduce_kernel(
     # split 0 holds key 0, which every row sees: the maximum is finite
     weight = tl.math.exp2(lse - tl.max(lse, 0))
     weight = weight / tl.sum(weight, 0)
-    part = tl.load(part_o_ptr + part_row[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None], other=0.0)
-    out = tl.sum(part * weight[:, None], 0)
+    part = tl.load(
+        part_o_ptr + part_row[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None], other=0.0
+    )  # (BLOCK_S, D)
+    out = tl.sum(part * weight[:, None], 0)  # (D,)
     hq = hkv * group + r // Sq
     qi = r % Sq
     tl.store(

@@ -69,7 +69,7 @@ def _key_loop(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_bounds = offs_n < Skv
         if ROTATE_K:
-            k1, k2 = load_halves(
+            k1, k2 = load_halves(  # (D/2, BLOCK_N) each
                 k_base + offs_n[None, :] * stride_kn,
                 offs_half,
                 stride_kd,
@@ -84,28 +84,28 @@ def _key_loop(
                 MASKED,
             )
             qk = tl.dot(q1, k1)
-            qk = tl.dot(q2, k2, qk)
+            qk = tl.dot(q2, k2, qk)  # (BLOCK_M, BLOCK_N)
         elif TMA:
-            k = k_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            k = k_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)  # (BLOCK_N, D)
             qk = tl.dot(q1, tl.trans(k))
         else:
             k_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
             if MASKED:
-                kt = tl.load(k_ptrs, mask=in_bounds[None, :], other=0.0)
+                kt = tl.load(k_ptrs, mask=in_bounds[None, :], other=0.0)  # (D, BLOCK_N)
             else:
-                kt = tl.load(k_ptrs)
+                kt = tl.load(k_ptrs)  # (D, BLOCK_N)
             qk = tl.dot(q1, kt)
         if MASKED:
             visible = (offs_n[None, :] <= q_pos[:, None]) & in_bounds[None, :]
             qk = tl.where(visible, qk, float("-inf"))
         if TMA:
-            v = v_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            v = v_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)  # (BLOCK_N, D)
         else:
             v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
             if MASKED:
-                v = tl.load(v_ptrs, mask=in_bounds[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=in_bounds[:, None], other=0.0)  # (BLOCK_N, D)
             else:
-                v = tl.load(v_ptrs)
+                v = tl.load(v_ptrs)  # (BLOCK_N, D)
         acc, l_i, m_i = online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, False)
     return acc, l_i, m_i
 
@@ -120,7 +120,7 @@ def _load_rotated_full(rows, offs_d, stride_d, pos, mask, cos_ptr, sin_ptr, stri
     first = offs_d < HALF
     partner = tl.where(first, offs_d + HALF, offs_d - HALF)
     freq = tl.where(first, offs_d, offs_d - HALF)
-    x = tl.load(rows + offs_d[None, :] * stride_d, mask=mask, other=0.0)
+    x = tl.load(rows + offs_d[None, :] * stride_d, mask=mask, other=0.0)  # (M, D)
     xp = tl.load(rows + partner[None, :] * stride_d, mask=mask, other=0.0).to(tl.float32)
     c = tl.load(cos_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -179,7 +179,7 @@ def prefill2_kernel(
     POSITIONS: tl.constexpr = BLOCK_M // GROUP_ROWS  # query positions per program
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
-    offs_r = tl.arange(0, BLOCK_M)
+    offs_r = tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of the program
     if GROUP_ROWS > 1:
         b = pid_bh // Hkv
         hkv = pid_bh % Hkv
@@ -199,7 +199,7 @@ def prefill2_kernel(
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
     if ROTATE_K:
-        q1, q2 = load_halves(
+        q1, q2 = load_halves(  # (BLOCK_M, D/2) halves
             q_rows,
             offs_half,
             stride_qd,
@@ -219,14 +219,14 @@ def prefill2_kernel(
         )
         q2 = q1
     else:
-        q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
+        q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
         q2 = q1
     k_base = k_ptr + b * stride_kb + hkv * stride_kh
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # (BLOCK_M, D)
     # [0, full_hi): visible to every row; [full_hi, causal_hi): the diagonal, masked
     first_pos = pid_m * POSITIONS + offset
     full_hi = (first_pos + 1) // BLOCK_N * BLOCK_N

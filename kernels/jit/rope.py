@@ -89,11 +89,11 @@ def rope_kernel(
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+    offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)  # (BLOCK_S,) positions of the program
     offs_d = tl.arange(0, HALF)
     row_mask = (offs_s < S)[:, None]
     x_rows = x_ptr + b * stride_xb + h * stride_xh + offs_s[:, None] * stride_xs
-    r1, r2 = load_halves(
+    r1, r2 = load_halves(  # (BLOCK_S, D/2) each
         x_rows,
         offs_d,
         stride_xd,
