@@ -188,16 +188,8 @@ def plan(
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (B, Hq, Sq, D)
     examples = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": out}
-    specs, scratch = [], {}
     rotation = schedule.rotation(placement, rotate_k)
-    slots = dict(SLOTS)
-    for name in rotation.standalone:  # rotated by the standalone kernel into a plan-owned buffer
-        slots[name] = f"{name}_rotated"
-        scratch[slots[name]] = torch.empty(examples[name].shape, dtype=q.dtype, device=q.device)
-        offset = k.shape[2] - q.shape[2] if name == "q" else 0  # q sits at Skv - Sq + i
-        specs.append(rope_spec({**examples, **scratch}, offset, x=name, out=slots[name]))
-    if not (rotation.rotate_q or rotation.rotate_k):
-        slots["cos"] = slots["sin"] = None  # nothing rotates in the attention kernel
+    specs, scratch, slots = _standalone_rotations(examples, rotation)
     step = schedule.attention_step(q.shape[2])
     launches = FAMILIES[generation, step](
         {**examples, **scratch},
@@ -222,6 +214,21 @@ def plan(
         examples=examples,
         out_layout=signature(out),
     )
+
+
+def _standalone_rotations(examples: dict, rotation: schedule.Rotation) -> tuple[list, dict, dict]:
+    """The standalone RoPE launches of a placement, each into a plan-owned buffer: (specs,
+    scratch, slots), slots naming what the attention launch then reads (launch.SLOTS renamed)."""
+    q, k = examples["q"], examples["k"]  # (B, Hq, Sq, D), (B, Hkv, Skv, D)
+    specs, scratch, slots = [], {}, dict(SLOTS)
+    for name in rotation.standalone:
+        slots[name] = f"{name}_rotated"
+        scratch[slots[name]] = torch.empty(examples[name].shape, dtype=q.dtype, device=q.device)
+        offset = k.shape[2] - q.shape[2] if name == "q" else 0  # q sits at Skv - Sq + i
+        specs.append(rope_spec({**examples, **scratch}, offset, x=name, out=slots[name]))
+    if not (rotation.rotate_q or rotation.rotate_k):
+        slots["cos"] = slots["sin"] = None  # nothing rotates in the attention kernel
+    return specs, scratch, slots
 
 
 def _check_plan_inputs(q, k, v, cos, sin, tile, out, rotate_k, generation, variant) -> Variant | None:

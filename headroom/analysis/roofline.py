@@ -101,6 +101,17 @@ def launches(rope: str, generation: int, *, phase: str, q_len: int, splits: int)
     return len(steps)
 
 
+def _decode_launch_splits(shape: Mapping, block_m: int, sm_count: int | None) -> int:
+    """decode_splits of a decode shape's launch (B * Hkv * row-block programs); 1 for prefill."""
+    if str(shape["phase"]) != "decode" or int(shape["q_len"]) != 1:
+        return 1
+    group = int(shape["heads_q"]) // int(shape["heads_kv"])
+    programs = (
+        int(shape["batch"]) * int(shape["heads_kv"]) * _ceil_div(group, split.decode_block_m(block_m, group))
+    )
+    return decode_splits(programs, int(shape["kv_len"]), sm_count)
+
+
 def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     """Executed FLOPs and K/V bytes loaded by the tiles of one candidate on one shape."""
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
@@ -143,18 +154,16 @@ def traffic(
 ) -> dict:
     """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring).
 
-    fused: RoPE inside the attention kernel (the byte model's switch); rope, generation: the
-    candidate's placement and kernel generation, which fix its launches (rope None: generation
-    1's placement from fused).
-
     working_set_bytes: bytes competing for L2 during the measurement (None: this call's own);
     cold: the timing flushed L2 before each sample, so nothing starts resident;
-    sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed).
+    sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed);
+    rope, generation: the candidate's placement and generation, which fix its launches (rope
+    None: generation 1's placement from fused, the byte model's switch).
     """
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
     hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
     e = dtype_bytes(shape["dtype"])
-    prefill = str(shape["phase"]) == "prefill"
+    prefill, rope = str(shape["phase"]) == "prefill", rope or ("fused" if fused else "unfused")
     q_bytes = b * hq * sq * d * e
     kv_bytes = 2 * b * hkv * skv * d * e
     table_bytes = 2 * sq * d * e  # cos and sin rows of the new positions
@@ -162,18 +171,14 @@ def traffic(
     new_k_bytes = b * hkv * sq * d * e if prefill else 0  # decode: the cache is already rotated
     intermediate = 0 if fused else q_bytes + new_k_bytes
     work = tile_work(shape, block_m, block_n)
-    splits = 1
-    if str(shape["phase"]) == "decode" and sq == 1:
-        programs = b * hkv * _ceil_div(hq // hkv, split.decode_block_m(block_m, hq // hkv))
-        splits = decode_splits(programs, skv, sm_count)
+    splits = _decode_launch_splits(shape, block_m, sm_count)
     kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
     working_set = compulsory + intermediate
     competing = (
         working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
     )
     if l2_bytes is not None and not cold and competing <= l2_bytes:
-        residency = "l2"
-        hbm = 0
+        residency, hbm = "l2", 0
         l2 = compulsory + kv_reuse + 2 * intermediate
     else:
         residency = "hbm"
@@ -190,13 +195,7 @@ def traffic(
         "hbm_bytes": hbm,
         "l2_traffic_bytes": l2,
         "residency": residency,
-        "launches": launches(
-            ("fused" if fused else "unfused") if rope is None else rope,
-            generation,
-            phase=str(shape["phase"]),
-            q_len=sq,
-            splits=splits,
-        ),
+        "launches": launches(rope, generation, phase=str(shape["phase"]), q_len=sq, splits=splits),
         "decode_splits": splits,
     }
 
@@ -332,8 +331,7 @@ def predict(
     _check_predict_inputs(trace, candidates)
     if "backend" in candidates.columns:
         candidates = candidates[candidates["backend"].fillna("triton") == "triton"]
-    if l2_bytes is not None and not (float(l2_bytes) > 0):
-        l2_bytes = None
+    l2_bytes = l2_bytes if l2_bytes is not None and float(l2_bytes) > 0 else None
     consts, reasons = calibrated_constants(calibration, l2_bytes)
     # one reason for every row without a prediction: which constants are missing overall, and why
     uncalibrated = _missing_reason([c for c in CONSTANTS if c not in consts], reasons)
@@ -342,8 +340,7 @@ def predict(
     rows = []
     for _, shape in shapes.iterrows():
         for cand in candidates.itertuples(index=False):
-            fused = bool(cand.fused)
-            rope, generation = placement(cand)
+            fused, (rope, generation) = bool(cand.fused), placement(cand)
             for mode in MODES:
                 t = traffic(
                     shape,
