@@ -221,11 +221,13 @@ def _compile_sm90(kernel, args: dict, options: dict):
 
 
 def _strip_calls(text: str, word: str) -> str:
-    """text without every `word(...)` (balanced parentheses)."""
+    """text without every `word(...)` (balanced parentheses) that is a word of its own (so `loc(`
+    goes, `local_alloc(` stays)."""
     out, i = [], 0
-    while (j := text.find(word + "(", i)) >= 0:
-        out.append(text[i:j].rstrip(" "))
-        depth, i = 0, j + len(word)
+    pattern = re.compile(rf"(?<![\w.]){re.escape(word)}\(")
+    while (match := pattern.search(text, i)) is not None:
+        out.append(text[i : match.start()].rstrip(" "))
+        depth, i = 0, match.end() - 1
         while True:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
             i += 1
