@@ -228,7 +228,7 @@ def _device(smoke: bool) -> tuple[torch.device, int, str]:
         if not kernels.interpreted():
             raise SystemExit("--smoke needs TRITON_INTERPRET=1")
         dev = torch.device("cpu")
-        return dev, kernels._mode.sm_count(dev), "interpreter (smoke)"
+        return dev, kernels.mode.sm_count(dev), "interpreter (smoke)"
     if kernels.interpreted() or not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU and TRITON_INTERPRET unset")
     dev = torch.device("cuda")
@@ -467,10 +467,10 @@ def _gen1_fns(ctx: Bench, tiles: list, case: dict, t: dict) -> list[tuple]:
 
 
 def _gen1_wave_fns(ctx: Bench, tile, a: tuple, out) -> list[tuple]:
-    """tile's fused decode with each --decode-waves value in place of kernels.attention.DECODE_WAVES."""
+    """tile's fused decode with each --decode-waves value in place of kernels.mode.DECODE_WAVES."""
     from kernels import attention
 
-    attn_mod = sys.modules["kernels.attention"]
+    attn_mod = sys.modules["kernels.mode"]
     fns = []
     for waves in ctx.args.decode_waves:
 
@@ -698,9 +698,9 @@ def build_prefill(cfg, t: dict, device):
     """A no-argument callable for config cfg on tensors t (q, k, v un-rotated; qr, kr rotated;
     cos, sin, out), compiled on return. 'unfused' is built from an 'attn' config."""
     import kernels
-    from kernels import Tile
-    from kernels._launch import CompiledLaunch
-    from kernels.attention import attention_specs
+    from kernels import Tile, gen1
+    from kernels.launch import SLOTS, CompiledLaunch
+    from kernels.prefill import prefill_launches
 
     tile_t, vname, what = cfg
     tile = Tile(*tile_t)
@@ -708,11 +708,13 @@ def build_prefill(cfg, t: dict, device):
     q, k, v, cos, sin, out = (t[n] for n in ("q", "k", "v", "cos", "sin", "out"))
     if what == "attn":
         tensors = {"q": t["qr"], "k": t["kr"], "v": v, "out": out}
-        specs, scratch = attention_specs(
-            tensors, tile, rotate_q=False, rotate_k=False, variant=variant, cos=None, sin=None
-        )
-        tensors.update(scratch)
-        launches = [CompiledLaunch(spec, tensors, device) for spec in specs]
+        if variant is None:
+            made = gen1.attention_specs(tensors, tile, rotate_q=False, rotate_k=False, cos=None, sin=None)
+        else:
+            slots = {**SLOTS, "cos": None, "sin": None}
+            made = prefill_launches(tensors, tile, variant, rotate_q=False, rotate_k=False, slots=slots)
+        tensors.update(made.scratch)
+        launches = [CompiledLaunch(spec, tensors, device) for spec in made.specs]
         return lambda: [launch(tensors) for launch in launches]
     if what in ("q_fused", "fused", "unfused"):
         p = kernels.plan(q, k, v, cos, sin, tile=tile, rope=what, rotate_k=True, variant=variant, out=out)
