@@ -80,14 +80,12 @@ else:
     _MISSING = None
 
 if _MISSING is None:
-    from . import mode as _mode
     from .attention import attention, attention_unrotated
     from .decode import decode_block_m
-    from .jit.rope import noop_kernel
-    from .mode import decode_split_plan
+    from .mode import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, decode_split_plan, interpreted
     from .plans import Plan, plan
     from .reference import reference_attention, reference_rope
-    from .rope import rope, rope_tables
+    from .rope import empty_kernel_launch, rope, rope_tables
     from .schedule import DEFAULT_VARIANT, ROPE_MODES, Variant
     from .tile import Tile
 
@@ -102,25 +100,6 @@ if _MISSING is not None:
             f"kernels.{name} needs torch and triton ({_MISSING} is not installed: the pipeline extra); "
             "without them only kernels.split and kernels.schedule import"
         )
-
-else:
-    SUPPORTED_HEAD_DIMS = _mode.SUPPORTED_HEAD_DIMS
-    SUPPORTED_DTYPES = _mode.SUPPORTED_DTYPES
-
-
-def interpreted() -> bool:
-    """True when the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
-    return _mode.INTERPRET
-
-
-def empty_kernel_launch(anchor) -> None:
-    """Launch a Triton kernel that does nothing, grid (1,): the floor of any launch's cost.
-
-    anchor: any tensor on the kernels' device (CUDA, or CPU under the interpreter); it is passed
-    as the one pointer argument so the launch binds an argument like real kernels do.
-    """
-    _mode.check_device("anchor", anchor)
-    noop_kernel[(1,)](anchor)
 
 
 __all__ = [

@@ -26,6 +26,11 @@ SUPPORTED_HEAD_DIMS = (32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.float32) if INTERPRET else (torch.float16, torch.bfloat16)
 
 
+def interpreted() -> bool:
+    """True when the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    return INTERPRET
+
+
 def _env_interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
