@@ -17,21 +17,25 @@ Interpreter vs GPU -- what callers must do:
     wrong mode.
 
 Generations (GENERATION, the tag recorded with the candidates):
-    1: the kernels the first studies recorded; selected with fused=True/False and kept
-       bit-for-bit (the same kernels, tiles and launches): pass fused= to reproduce them.
+    1: the kernels the first studies recorded, frozen in kernels/gen1/ (kernels and launchers
+       copied there; tools/bit_identity.py checks outputs and compiled IR against the recorded
+       tree); selected with fused=True/False: pass fused= to reproduce them.
     2: this package's current kernels; selected with rope= (a RoPE placement):
          "unfused"  standalone RoPE kernel on q (and k when rotate_k), then attention;
          "fused"    attention rotates q, and k when rotate_k, as tiles load (one launch);
          "q_fused"  k rotated once by the standalone kernel (as a KV-cache write does), q in
                     the attention kernel -- no per-query-block re-rotation of K.
-       Prefill runs the generation-2 kernel (_prefill.py) and decode the split-KV kernel of
-       generation 1, under Variant switches (TMA, warp specialisation, GQA packing; in-kernel
-       merge of the decode splits) -- DEFAULT_VARIANT unless a caller names one. With
-       rotate_k=False (decode over a rotated cache), "q_fused" and "fused" are one launch.
+       Prefill runs kernels/jit/prefill.py and decode the split-KV kernels of kernels/jit/decode.py,
+       under Variant switches (TMA, warp specialisation, GQA packing; in-kernel merge of the
+       decode splits) -- DEFAULT_VARIANT unless a caller names one. With rotate_k=False (decode
+       over a rotated cache), "q_fused" and "fused" are one launch.
     A candidate is (tile, rope) plus its generation; exactly one of fused= or rope= is given.
     3: the variable-length decode (decode_varlen.py): one query per sequence over a padded,
        rotated cache with per-sequence kv_lens; q rotated in the kernel (placement q_fused);
        plan_decode_varlen / VarlenPlan.run. Generations 1 and 2 are untouched by it.
+    Which kernels a candidate launches, in order, is kernels/schedule.py (pure Python, which the
+    roofline reads): e.g. unfused prefill = rope_q, rope_k, prefill; split decode adds reduce
+    unless the variant merges in the kernel.
 
 Plan/run (the host path a runner should time; see plans.py):
     p = plan(q, k, v, cos, sin, tile=tile, rope="q_fused", rotate_k=True)   # checks, compiles
@@ -50,52 +54,59 @@ Notes for callers:
       packed query-head count (decode_block_m). The split-KV plan (decode_split_plan) depends on
       the shape and the SM count only, never on the tile.
     - attention(..., out=buf) writes into a caller's buffer (the correctness gate poisons it).
+    - Without torch and triton (the analysis environment) only the pure-Python modules import:
+      kernels.split (the decode split plan) and kernels.schedule (placements, launch sequence).
 
-Modules: tile.py (Tile), rope.py / _rope.py (host / Triton RoPE), attention.py / _attention.py
-(host / Triton attention; generation-1 prefill and both generations' decode), _prefill.py
-(generation-2 prefill), plans.py (plan/run), _launch.py (launches as data, compiled replay),
-split.py (the torch-free decode split plan), reference.py (float64 torch references, chunked for
-long caches), decode_varlen.py / jit/decode_varlen.py (host / Triton generation-3 varlen decode).
+Where things live (by family; kernels/jit/ holds only @triton.jit code, one floor up launchers
+that allocate, build the grid and launch with keyword arguments):
+    jit/prefill.py, jit/decode.py, jit/rope.py, jit/softmax.py   generation-2 Triton kernels
+    prefill.py, decode.py, rope.py   their launchers (launches as data: launch.Launches)
+    gen1/          generation 1, frozen (kernels and launchers)
+    attention.py   the checked calls attention() / attention_unrotated()
+    plans.py       plan/run: launches from schedule.py's rotations and FAMILIES' launchers
+    launch.py      LaunchSpec / CompiledLaunch (launches as data, compiled replay), Launches
+    schedule.py    placements, generations, Variant, the launch sequence (pure Python)
+    split.py       the decode split plan and row-block rule (pure Python)
+    mode.py        interpreter vs GPU, SM count, input checks; tile.py Tile; reference.py float64
+                   references (chunked for long caches)
+    decode_varlen.py, jit/decode_varlen.py   generation 3: the varlen decode (launcher, kernels)
 """
 
-from . import _mode
-from ._rope import noop_kernel
-from .attention import (
-    DEFAULT_VARIANT,
-    ROPE_MODES,
-    Variant,
-    attention,
-    attention_unrotated,
-    decode_block_m,
-    decode_split_plan,
-)
-from .decode_varlen import VarlenPlan, decode_varlen, plan_decode_varlen
-from .plans import Plan, plan
-from .reference import reference_attention, reference_attention_chunked, reference_rope
-from .rope import rope, rope_tables
-from .tile import Tile
+from . import schedule, split  # noqa: F401  (pure Python: import without torch and triton)
+
+try:
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+except ModuleNotFoundError as exc:  # the analysis environment: the pure-Python modules only
+    if exc.name not in ("torch", "triton"):
+        raise
+    _MISSING = exc.name
+else:
+    _MISSING = None
+
+if _MISSING is None:
+    from .attention import attention, attention_unrotated
+    from .decode import decode_block_m
+    from .decode_varlen import VarlenPlan, decode_varlen, plan_decode_varlen
+    from .mode import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, decode_split_plan, interpreted
+    from .plans import Plan, plan
+    from .reference import reference_attention, reference_attention_chunked, reference_rope
+    from .rope import empty_kernel_launch, rope, rope_tables
+    from .schedule import DEFAULT_VARIANT, ROPE_MODES, Variant
+    from .tile import Tile
 
 #: generation of the kernels that rope= selects (fused= selects generation 1); recorded with
 #: the candidates so studies of different generations stay apart
 GENERATION = 2
 VARLEN_GENERATION = 3  # decode_varlen's family
-SUPPORTED_HEAD_DIMS = _mode.SUPPORTED_HEAD_DIMS
-SUPPORTED_DTYPES = _mode.SUPPORTED_DTYPES
 
+if _MISSING is not None:
 
-def interpreted() -> bool:
-    """True when the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
-    return _mode.INTERPRET
-
-
-def empty_kernel_launch(anchor) -> None:
-    """Launch a Triton kernel that does nothing, grid (1,): the floor of any launch's cost.
-
-    anchor: any tensor on the kernels' device (CUDA, or CPU under the interpreter); it is passed
-    as the one pointer argument so the launch binds an argument like real kernels do.
-    """
-    _mode.check_device("anchor", anchor)
-    noop_kernel[(1,)](anchor)
+    def __getattr__(name: str):
+        raise ImportError(
+            f"kernels.{name} needs torch and triton ({_MISSING} is not installed: the pipeline extra); "
+            "without them only kernels.split and kernels.schedule import"
+        )
 
 
 __all__ = [

@@ -28,12 +28,13 @@ import math
 import torch
 import triton
 
-from . import _mode
-from ._launch import CompiledLaunch, LaunchSpec, Slot
-from .attention import decode_block_m, decode_split_plan
+from . import mode as _mode
+from .decode import decode_block_m
 from .jit.decode_varlen import varlen_decode_kernel, varlen_merge_kernel
-from .plans import _mismatch, _signature
-from .rope import check_tables
+from .launch import CompiledLaunch, LaunchSpec, Slot
+from .launch import mismatch as _mismatch
+from .launch import signature as _signature
+from .mode import check_tables, decode_split_plan
 from .tile import Tile
 
 #: the generation of this family: recorded with its candidates (generation 2 stays bit-identical)

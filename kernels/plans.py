@@ -11,50 +11,43 @@ them and keeps the compiled launchers. Plan.run only checks that the call's tens
 specialised like the examples (ValueError otherwise: a kernel compiled for aligned pointers is
 silently wrong on a misaligned one) and launches. The module is not named plan.py so that it
 cannot shadow the function kernels.plan.
+
+A plan's launches: the standalone RoPE launches its placement needs (schedule.rotation), then one
+attention family's launches, picked from FAMILIES by (generation, step): a new family (say a
+generation-3 decode) is one launcher returning launch.Launches plus one entry there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
-from . import _mode
-from ._launch import CompiledLaunch
-from .attention import (
-    DEFAULT_VARIANT,
-    ROPE_MODES,
-    Variant,
-    _check_inputs,
-    attention_specs,
-)
-from .rope import check_tables, rope_spec
+from . import gen1, mode, schedule
+from .decode import decode_launches
+from .launch import SLOTS, CompiledLaunch, Launches, mismatch, signature
+from .prefill import prefill_launches
+from .rope import rope_spec
+from .schedule import DEFAULT_VARIANT, Variant
 from .tile import Tile
 
 _INPUTS = ("q", "k", "v", "cos", "sin")
 
 
-def rope_mode(rope: str | None, fused: bool | None) -> tuple[str, int]:
-    """(rope placement, kernel generation) from the two ways of naming a candidate's RoPE:
-    fused=True/False (generation 1: the recorded kernels) or rope='unfused'|'fused'|'q_fused'
-    (generation 2). Exactly one must be given."""
-    if (rope is None) == (fused is None):
-        raise ValueError(
-            "give exactly one of fused= (bool: generation-1 kernels) or rope= "
-            f"(one of {ROPE_MODES}: generation-2 kernels); got fused={fused!r}, rope={rope!r}"
-        )
-    if fused is not None:
-        if type(fused) is not bool:
-            raise ValueError(f"fused must be a bool, got {fused!r}")
-        return ("fused" if fused else "unfused"), 1
-    if rope not in ROPE_MODES:
-        raise ValueError(f"rope must be one of {ROPE_MODES}, got {rope!r}")
-    return rope, 2
+def _generation_1(tensors, tile, variant, *, path, rotate_q, rotate_k, slots) -> Launches:
+    """Generation 1's frozen launches (its variant is None: no switches)."""
+    return gen1.attention_specs(tensors, tile, path=path, rotate_q=rotate_q, rotate_k=rotate_k, **slots)
 
 
-def _signature(t: torch.Tensor) -> tuple:
-    """What a compiled launch is specialised on: shape, strides, dtype, device, alignment."""
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+#: (generation, attention step) -> launcher(tensors, tile, variant, *, rotate_q, rotate_k, slots)
+#: -> Launches (slots: launch.SLOTS with the plan's renames). Register a new attention family here.
+FAMILIES = {
+    (1, schedule.PREFILL): functools.partial(_generation_1, path="prefill"),
+    (1, schedule.DECODE): functools.partial(_generation_1, path="decode"),
+    (2, schedule.PREFILL): prefill_launches,
+    (2, schedule.DECODE): decode_launches,
+}
 
 
 class Plan:
@@ -92,11 +85,16 @@ class Plan:
         self.phase = phase
         self.num_splits = num_splits
         self._scratch = scratch
-        self._expected = tuple(_signature(examples[name]) for name in _INPUTS)
+        self._expected = tuple(signature(examples[name]) for name in _INPUTS)
         self._out_layout = out_layout  # (shape, stride, dtype, device, aligned)
         device = examples["q"].device
         self._launches = tuple(CompiledLaunch(spec, {**examples, **scratch}, device) for spec in specs)
         self.launches = len(self._launches)
+
+    @property
+    def specs(self) -> tuple:
+        """The LaunchSpecs one run launches, in order (what tools/bit_identity.py compiles)."""
+        return tuple(launch.spec for launch in self._launches)
 
     @property
     def direct(self) -> bool:
@@ -134,7 +132,7 @@ class Plan:
                 or t.device != expected[i][3]
                 or (expected[i][4] and t.data_ptr() % 16)
             ):
-                raise ValueError(_mismatch(_INPUTS[i], t, expected[i]))
+                raise ValueError(mismatch(_INPUTS[i], t, expected[i]))
         shape, stride, dtype, device, aligned = self._out_layout
         if out is None:
             out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
@@ -146,7 +144,7 @@ class Plan:
             or out.device != device
             or (aligned and out.data_ptr() % 16)
         ):
-            raise ValueError(_mismatch("out", out, self._out_layout))
+            raise ValueError(mismatch("out", out, self._out_layout))
         tensors = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": out, **self._scratch}
         for launch in self._launches:
             launch(tensors)
@@ -158,22 +156,6 @@ class Plan:
             f"Plan({self.phase}, tile={self.tile.name}, rope={self.rope!r}, rotate_k={self.rotate_k}, "
             f"generation={self.generation}{variant}, launches={self.launches}, num_splits={self.num_splits})"
         )
-
-
-def _mismatch(name: str, t, expected: tuple) -> str:
-    shape, stride, dtype, device, aligned = expected
-    want = f"shape {shape}, strides {stride}, {dtype} on {device}" + (", 16-byte aligned" if aligned else "")
-    if not isinstance(t, torch.Tensor):
-        got = type(t).__name__
-    else:
-        got = (
-            f"shape {tuple(t.shape)}, strides {t.stride()}, {t.dtype} on {t.device}"
-            f"{', data pointer not 16-byte aligned' if t.data_ptr() % 16 else ''}"
-        )
-    return (
-        f"Plan.run: {name} does not match the plan: expected {want}, got {got}; "
-        "make a new plan (kernels.plan) for these tensors"
-    )
 
 
 def plan(
@@ -201,74 +183,77 @@ def plan(
     variant: generation-2 kernel switches (DEFAULT_VARIANT when None; rope= only)
     Raises ValueError for invalid inputs; compile errors (e.g. OutOfResources) surface here.
     """
-    mode, generation = rope_mode(rope, fused)
-    _check_inputs(q, k, v, tile, out)
-    if type(rotate_k) is not bool:
-        raise ValueError(f"rotate_k must be a bool, got {rotate_k!r}")
-    check_tables(cos, sin, q.shape[3], k.shape[2], q.device)
-    if generation == 1 and variant is not None:
-        raise ValueError("variant= applies to generation-2 kernels (rope=), not fused=")
-    if generation == 2:
-        variant = DEFAULT_VARIANT if variant is None else variant
-        if not isinstance(variant, Variant):
-            raise ValueError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
+    placement, generation = schedule.rope_mode(rope, fused)
+    variant = _check_plan_inputs(q, k, v, cos, sin, tile, out, rotate_k, generation, variant)
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (B, Hq, Sq, D)
     examples = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": out}
-    q_len, kv_len = q.shape[2], k.shape[2]
-    phase = "decode" if q_len == 1 else "prefill"
-
-    specs, scratch = [], {}
-
-    def rotated(name: str, positions_offset: int) -> str:
-        """Add the standalone RoPE launch of examples[name] into a plan-owned buffer."""
-        buffer = f"{name}_rotated"
-        scratch[buffer] = torch.empty(examples[name].shape, dtype=q.dtype, device=q.device)
-        specs.append(rope_spec({**examples, **scratch}, positions_offset, x=name, out=buffer))
-        return buffer
-
-    q_arg, k_arg, rotate_q, rotate_k_in_kernel, tables = "q", "k", True, rotate_k, ("cos", "sin")
-    if mode == "unfused":
-        q_arg, rotate_q, rotate_k_in_kernel, tables = rotated("q", kv_len - q_len), False, False, (None, None)
-    if mode in ("unfused", "q_fused") and rotate_k:
-        k_arg, rotate_k_in_kernel = rotated("k", 0), False
-    attn_specs, attn_scratch = attention_specs(
+    rotation = schedule.rotation(placement, rotate_k)
+    specs, scratch, slots = _standalone_rotations(examples, rotation)
+    step = schedule.attention_step(q.shape[2])
+    launches = FAMILIES[generation, step](
         {**examples, **scratch},
         tile,
-        rotate_q=rotate_q,
-        rotate_k=rotate_k_in_kernel,
-        variant=variant if generation == 2 else None,
-        q=q_arg,
-        k=k_arg,
-        cos=tables[0],
-        sin=tables[1],
+        variant,
+        rotate_q=rotation.rotate_q,
+        rotate_k=rotation.rotate_k,
+        slots=slots,
     )
-    specs += attn_specs
-    scratch.update(attn_scratch)
-    used_variant = None  # the switches that took effect (TMA needs aligned layouts, packing a group > 1)
-    if generation == 2:
-        launched = attn_specs[0].args
-        if phase == "prefill":
-            used_variant = dataclasses.replace(
-                variant, tma=launched["TMA"], pack_gqa=launched["GROUP_ROWS"] > 1
-            )
-        else:
-            used_variant = dataclasses.replace(variant, decode_reduce_in_kernel=launched["REDUCE_IN_KERNEL"])
-    num_splits = attn_specs[0].grid[2] if phase == "decode" else 1
-    _mode.check_mode()
+    scratch.update(launches.scratch)
+    mode.check_mode()
     return Plan(
         tile=tile,
-        rope=mode,
+        rope=placement,
         rotate_k=rotate_k,
         generation=generation,
-        variant=used_variant,
-        phase=phase,
-        num_splits=num_splits,
-        specs=specs,
+        variant=_used_variant(variant, step, launches),
+        phase=step,
+        num_splits=launches.num_splits,
+        specs=[*specs, *launches.specs],
         scratch=scratch,
         examples=examples,
-        out_layout=_signature(out),
+        out_layout=signature(out),
     )
+
+
+def _standalone_rotations(examples: dict, rotation: schedule.Rotation) -> tuple[list, dict, dict]:
+    """The standalone RoPE launches of a placement, each into a plan-owned buffer: (specs,
+    scratch, slots), slots naming what the attention launch then reads (launch.SLOTS renamed)."""
+    q, k = examples["q"], examples["k"]  # (B, Hq, Sq, D), (B, Hkv, Skv, D)
+    specs, scratch, slots = [], {}, dict(SLOTS)
+    for name in rotation.standalone:
+        slots[name] = f"{name}_rotated"
+        scratch[slots[name]] = torch.empty(examples[name].shape, dtype=q.dtype, device=q.device)
+        offset = k.shape[2] - q.shape[2] if name == "q" else 0  # q sits at Skv - Sq + i
+        specs.append(rope_spec({**examples, **scratch}, offset, x=name, out=slots[name]))
+    if not (rotation.rotate_q or rotation.rotate_k):
+        slots["cos"] = slots["sin"] = None  # nothing rotates in the attention kernel
+    return specs, scratch, slots
+
+
+def _check_plan_inputs(q, k, v, cos, sin, tile, out, rotate_k, generation, variant) -> Variant | None:
+    """ValueError for invalid plan() arguments; the variant the plan runs (None: generation 1)."""
+    mode.check_attention_inputs(q, k, v, tile, out)
+    if type(rotate_k) is not bool:
+        raise ValueError(f"rotate_k must be a bool, got {rotate_k!r}")
+    mode.check_tables(cos, sin, q.shape[3], k.shape[2], q.device)
+    if generation == 1:
+        if variant is not None:
+            raise ValueError("variant= applies to generation-2 kernels (rope=), not fused=")
+        return None
+    variant = DEFAULT_VARIANT if variant is None else variant
+    if not isinstance(variant, Variant):
+        raise ValueError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
+    return variant
+
+
+def _used_variant(variant: Variant | None, step: str, launches: Launches) -> Variant | None:
+    """The switches that took effect (TMA needs aligned layouts, packing a group > 1)."""
+    if variant is None:
+        return None
+    if step == schedule.PREFILL:
+        return dataclasses.replace(variant, tma=launches.tma, pack_gqa=launches.packed_gqa)
+    return dataclasses.replace(variant, decode_reduce_in_kernel=launches.reduce_in_kernel)
 
 
 _CACHE_SIZE = 64
@@ -283,7 +268,7 @@ def cached_plan(q, k, v, cos, sin, out, *, tile, rope, rotate_k, variant) -> Pla
         rope,
         rotate_k,
         variant,
-        *(_signature(t) if isinstance(t, torch.Tensor) else None for t in (q, k, v, cos, sin, out)),
+        *(signature(t) if isinstance(t, torch.Tensor) else None for t in (q, k, v, cos, sin, out)),
     )
     found = _cache.get(key)
     if found is None:

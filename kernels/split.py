@@ -7,10 +7,13 @@ there are DECODE_WAVES programs per SM, but never into splits shorter than MIN_S
 that the reduction pass costs more than the parallelism gains). Split lengths are multiples of
 SPLIT_ALIGN_KEYS = the largest block_n, so only a sequence's last block is partial. The plan
 depends on the shape and the SM count only, never on the tile: every candidate gets the same one.
+decode_block_m is the row-block rule the decode launchers (both generations) and the roofline use.
 """
 
 from __future__ import annotations
 
+#: the smallest M of a tensor-core tl.dot: decode's packed row blocks are never smaller
+MIN_BLOCK_M = 16
 DECODE_WAVES = 4
 MIN_SPLIT_KEYS = 256
 SPLIT_ALIGN_KEYS = 256
@@ -38,3 +41,10 @@ def decode_split_plan(
     splits = max(1, min(wanted, most))
     split_len = _cdiv(_cdiv(kv_len, splits), align_keys) * align_keys
     return _cdiv(kv_len, split_len), split_len
+
+
+def decode_block_m(block_m: int, rows: int) -> int:
+    """Decode packs the group * Sq rows sharing a KV head along M; a tile's block_m is capped at
+    that count rounded up to a power of two (at least MIN_BLOCK_M) so no program computes empty
+    rows."""
+    return min(block_m, max(MIN_BLOCK_M, 1 << max(0, rows - 1).bit_length()))

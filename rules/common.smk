@@ -137,7 +137,7 @@ def device(wildcards):
     return STUDIES[wildcards.study]["device"]
 
 
-KERNEL_CODE = sorted(glob.glob("kernels/*.py"))
+KERNEL_CODE = sorted(glob.glob("kernels/**/*.py", recursive=True))
 
 
 # Per-study inputs and params of single rules.

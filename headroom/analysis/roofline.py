@@ -1,6 +1,6 @@
 """An analytical model of each (candidate, shape): does it explain the measured latencies?
 
-Per shape (trace row) and candidate (tile, fused):
+Per shape (trace row) and candidate (tile, RoPE placement, generation):
 
 * FLOPs. ``flops`` = 4 * B * Hq * D * P, the two matmuls (QK^T and PV, a multiply-add = 2 FLOPs) over
   the P (query, key) pairs the causal mask keeps (bottom-right aligned: query i sees keys
@@ -21,8 +21,11 @@ Per shape (trace row) and candidate (tile, fused):
   write-back go to HBM, and its re-read hits L2 when the intermediate fits in L2, HBM when not.
 * Time. predicted_us = max(compute, memory) + launches x launch overhead of the mode, where
   compute = executed_flops / matmul rate, memory = hbm_bytes / HBM bandwidth + l2 traffic / L2
-  bandwidth, launches = 1 fused, 2 unfused (RoPE + attention), plus decode's reduction launch when
-  the kernels' split-KV plan (``decode_splits``, given the SM count) splits the keys.
+  bandwidth, launches = the candidate's launch sequence from kernels/schedule.py (the rules
+  kernels.plan builds its launches by): the standalone RoPE launches of its placement (unfused: q,
+  and k in prefill; q_fused: k in prefill), the attention launch, and decode's reduction launch
+  when the split-KV plan of kernels/split.py (``decode_splits``, given the SM count) splits the
+  keys and the generation's variant does not merge them in the kernel.
 
 Constants come only from ``calibration.parquet`` rows with status 'ok' measured in the matching
 regime (HBM bandwidth from a working set larger than L2, L2 bandwidth from one that fits); a
@@ -38,14 +41,10 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts
+from headroom.measure.candidates import placement
+from kernels import schedule, split
 
 MODES = ("eager", "graph")
-# The decode split-KV plan of kernels/attention.py on a GPU (same for every candidate): split until
-# DECODE_WAVES programs per SM, never below MIN_SPLIT_KEYS keys, lengths aligned to SPLIT_ALIGN_KEYS.
-DECODE_WAVES = 4
-MIN_SPLIT_KEYS = 256
-SPLIT_ALIGN_KEYS = 256
-LAUNCHES = {False: 2, True: 1}  # unfused: RoPE kernel + attention; fused: attention only
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "fp32": 4}
 CONSTANTS = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "matmul_flops_per_s")
 
@@ -84,19 +83,33 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def decode_block_m(block_m: int, rows: int) -> int:
-    """The decode kernel caps block_m at the packed rows rounded up to a power of two (>= 16)."""
-    return min(block_m, max(16, 1 << max(0, rows - 1).bit_length()))
-
-
 def decode_splits(programs: int, kv_len: int, sm_count: int | None) -> int:
-    """Number of KV splits the decode launch uses (1 when the SM count is unknown)."""
+    """Number of KV splits the decode launch uses (kernels/split.py's plan on a GPU of sm_count
+    SMs; 1 when the SM count is unknown)."""
     if not sm_count or sm_count <= 0:
         return 1
-    wanted = _ceil_div(DECODE_WAVES * int(sm_count), programs)
-    splits = max(1, min(wanted, max(1, kv_len // MIN_SPLIT_KEYS)))
-    split_len = _ceil_div(_ceil_div(kv_len, splits), SPLIT_ALIGN_KEYS) * SPLIT_ALIGN_KEYS
-    return _ceil_div(kv_len, split_len)
+    return split.decode_split_plan(programs, kv_len, int(sm_count))[0]
+
+
+def launches(rope: str, generation: int, *, phase: str, q_len: int, splits: int) -> int:
+    """Kernel launches of one run: kernels/schedule.py's launch sequence of the candidate (RoPE
+    placement, generation and its default variant) with k rotated in prefill, a rotated cache in
+    decode, as the portfolio times them."""
+    steps = schedule.launch_sequence(
+        rope, generation, rotate_k=phase == "prefill", q_len=q_len, num_splits=splits
+    )
+    return len(steps)
+
+
+def _decode_launch_splits(shape: Mapping, block_m: int, sm_count: int | None) -> int:
+    """decode_splits of a decode shape's launch (B * Hkv * row-block programs); 1 for prefill."""
+    if str(shape["phase"]) != "decode" or int(shape["q_len"]) != 1:
+        return 1
+    group = int(shape["heads_q"]) // int(shape["heads_kv"])
+    programs = (
+        int(shape["batch"]) * int(shape["heads_kv"]) * _ceil_div(group, split.decode_block_m(block_m, group))
+    )
+    return decode_splits(programs, int(shape["kv_len"]), sm_count)
 
 
 def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
@@ -108,7 +121,7 @@ def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     e = dtype_bytes(shape["dtype"])
     if str(shape["phase"]) == "decode" and sq == 1:
         group = hq // hkv
-        block_m = decode_block_m(block_m, group)
+        block_m = split.decode_block_m(block_m, group)
         programs = b * hkv * _ceil_div(group, block_m)
         kv_blocks = _ceil_div(skv, block_n)
         executed = programs * block_m * block_n * kv_blocks * 4 * d
@@ -136,17 +149,21 @@ def traffic(
     working_set_bytes: float | None = None,
     cold: bool = False,
     sm_count: int | None = None,
+    rope: str | None = None,
+    generation: int = 1,
 ) -> dict:
     """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring).
 
     working_set_bytes: bytes competing for L2 during the measurement (None: this call's own);
     cold: the timing flushed L2 before each sample, so nothing starts resident;
-    sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed).
+    sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed);
+    rope, generation: the candidate's placement and generation, which fix its launches (rope
+    None: generation 1's placement from fused, the byte model's switch).
     """
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
     hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
     e = dtype_bytes(shape["dtype"])
-    prefill = str(shape["phase"]) == "prefill"
+    prefill, rope = str(shape["phase"]) == "prefill", rope or ("fused" if fused else "unfused")
     q_bytes = b * hq * sq * d * e
     kv_bytes = 2 * b * hkv * skv * d * e
     table_bytes = 2 * sq * d * e  # cos and sin rows of the new positions
@@ -154,18 +171,14 @@ def traffic(
     new_k_bytes = b * hkv * sq * d * e if prefill else 0  # decode: the cache is already rotated
     intermediate = 0 if fused else q_bytes + new_k_bytes
     work = tile_work(shape, block_m, block_n)
-    splits = 1
-    if str(shape["phase"]) == "decode" and sq == 1:
-        programs = b * hkv * _ceil_div(hq // hkv, decode_block_m(block_m, hq // hkv))
-        splits = decode_splits(programs, skv, sm_count)
+    splits = _decode_launch_splits(shape, block_m, sm_count)
     kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
     working_set = compulsory + intermediate
     competing = (
         working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
     )
     if l2_bytes is not None and not cold and competing <= l2_bytes:
-        residency = "l2"
-        hbm = 0
+        residency, hbm = "l2", 0
         l2 = compulsory + kv_reuse + 2 * intermediate
     else:
         residency = "hbm"
@@ -182,7 +195,7 @@ def traffic(
         "hbm_bytes": hbm,
         "l2_traffic_bytes": l2,
         "residency": residency,
-        "launches": LAUNCHES[bool(fused)] + (1 if splits > 1 else 0),
+        "launches": launches(rope, generation, phase=str(shape["phase"]), q_len=sq, splits=splits),
         "decode_splits": splits,
     }
 
@@ -318,8 +331,7 @@ def predict(
     _check_predict_inputs(trace, candidates)
     if "backend" in candidates.columns:
         candidates = candidates[candidates["backend"].fillna("triton") == "triton"]
-    if l2_bytes is not None and not (float(l2_bytes) > 0):
-        l2_bytes = None
+    l2_bytes = l2_bytes if l2_bytes is not None and float(l2_bytes) > 0 else None
     consts, reasons = calibrated_constants(calibration, l2_bytes)
     # one reason for every row without a prediction: which constants are missing overall, and why
     uncalibrated = _missing_reason([c for c in CONSTANTS if c not in consts], reasons)
@@ -327,23 +339,25 @@ def predict(
     competing = _competing_working_sets(timings)
     rows = []
     for _, shape in shapes.iterrows():
-        for _, cand in candidates.iterrows():
-            fused = bool(cand["fused"])
+        for cand in candidates.itertuples(index=False):
+            fused, (rope, generation) = bool(cand.fused), placement(cand)
             for mode in MODES:
                 t = traffic(
                     shape,
-                    int(cand["block_m"]),
-                    int(cand["block_n"]),
+                    int(cand.block_m),
+                    int(cand.block_n),
                     fused,
                     l2_bytes,
                     cold=cold,
                     working_set_bytes=competing.get((str(shape["shape_key"]), mode)),
                     sm_count=sm_count,
+                    rope=rope,
+                    generation=generation,
                 )
                 rows.append(
                     {
-                        "candidate": str(cand["candidate"]),
-                        "tile": int(cand["tile"]),
+                        "candidate": str(cand.candidate),
+                        "tile": int(cand.tile),
                         "fused": fused,
                         "shape_key": str(shape["shape_key"]),
                         "phase": str(shape["phase"]),

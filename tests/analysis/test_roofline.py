@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
 from headroom.analysis import roofline
+from kernels import split as split_rule
 from tests import analysis_sets as S
 
 # Prefill: B=1, Sq=Skv=4, Hq=2, Hkv=1, D=2, float16 (2 bytes)
@@ -64,7 +67,7 @@ def test_prefill_flops_and_bytes_by_hand():
     unfused = roofline.traffic(PREFILL, 2, 2, False, 1000)
     assert unfused["intermediate_bytes"] == 48
     assert unfused["working_set_bytes"] == 176
-    assert unfused["launches"] == 2
+    assert unfused["launches"] == 3  # RoPE on q, RoPE on k, attention
     assert (unfused["hbm_bytes"], unfused["l2_traffic_bytes"]) == (0, 128 + 64 + 2 * 48)
 
     # L2 of 100 B: working set spills; the 48 B intermediate is written back to HBM, re-read from L2
@@ -149,14 +152,15 @@ def test_predicted_time_and_fusion_split_by_hand():
     assert row.loc[("t0-fused", "eager"), "predicted_us"] == pytest.approx(5.1312)
     assert row.loc[("t0-fused", "graph"), "predicted_us"] == pytest.approx(1.1312)
     # unfused: memory = 176/1e9 + 112/2e10 = 0.176 + 0.0056; 2 launches
-    assert row.loc[("t0-unfused", "eager"), "predicted_us"] == pytest.approx(0.1816 + 10.0)
+    # unfused prefill launches RoPE on q, RoPE on k, then attention: 3 launches
+    assert row.loc[("t0-unfused", "eager"), "predicted_us"] == pytest.approx(0.1816 + 15.0)
     fe = row.loc[("t0-fused", "eager")]
     assert fe["traffic_saved_us"] == pytest.approx(0.0504)
-    assert fe["launches_saved_us"] == pytest.approx(5.0)
-    assert fe["fusion_saving_pred_us"] == pytest.approx(5.0504)
+    assert fe["launches_saved_us"] == pytest.approx(10.0)
+    assert fe["fusion_saving_pred_us"] == pytest.approx(10.0504)
     assert fe["fusion_saving_measured_us"] == pytest.approx(6.0)
     assert fe["measured_over_predicted"] == pytest.approx(6.0 / 5.1312)
-    assert row.loc[("t0-fused", "graph"), "launches_saved_us"] == pytest.approx(1.0)
+    assert row.loc[("t0-fused", "graph"), "launches_saved_us"] == pytest.approx(2.0)
     assert math.isnan(row.loc[("t0-fused", "graph"), "measured_us"])  # no graph timings given
     assert math.isnan(row.loc[("t0-unfused", "eager"), "traffic_saved_us"])  # split lives on fused rows
 
@@ -226,8 +230,8 @@ def test_l2_size_from_environment_then_calibration():
 
 def test_decode_block_m_cap_and_split_kv_reduction_launch():
     # the decode kernel packs Hq/Hkv = 4 rows: block_m 128 is capped at max(16, 4) = 16
-    assert roofline.decode_block_m(128, 4) == 16
-    assert roofline.decode_block_m(64, 32) == 32
+    assert split_rule.decode_block_m(128, 4) == 16
+    assert split_rule.decode_block_m(64, 32) == 32
     shape = {**DECODE, "batch": 8, "heads_q": 32, "heads_kv": 8, "kv_len": 1024, "head_dim": 64}
     capped = roofline.traffic(shape, 128, 64, True, None)
     # 8*8 programs x 16 rows x 1024 keys x 4*64 FLOP
@@ -265,3 +269,85 @@ def test_native_candidates_are_left_out_of_the_model():
     df = roofline.predict(trace, cands, _calibration(100), l2_bytes=100)
     assert set(df.candidate) == {"t0-fused"}
     assert len(df) == 2 * 2 and set(df.status) == {"ok"}  # shapes x modes
+
+
+def test_generation_2_launch_counts_follow_the_placement():
+    """kernels.plan launches 3 kernels for unfused prefill (RoPE q, RoPE k, attention), 2 for
+    q_fused (RoPE k, attention), 1 for fused; decode over a rotated cache rotates only q, and a
+    split decode adds the reduction launch (generation 2's default variant merges outside)."""
+
+    def count(shape, rope, generation=2, sm_count=None):
+        t = roofline.traffic(
+            shape, 2, 2, rope != "unfused", None, sm_count=sm_count, rope=rope, generation=generation
+        )
+        return t["launches"]
+
+    assert [count(PREFILL, r) for r in ("unfused", "q_fused", "fused")] == [3, 2, 1]
+    assert [count(PREFILL, r, generation=1) for r in ("unfused", "fused")] == [3, 1]
+    assert [count(DECODE, r) for r in ("unfused", "q_fused", "fused")] == [2, 1, 1]
+    shape = {**DECODE, "batch": 8, "heads_q": 32, "heads_kv": 8, "kv_len": 1024, "head_dim": 64}
+    assert [count(shape, r, sm_count=132) for r in ("unfused", "q_fused", "fused")] == [3, 2, 2]
+    assert [count(shape, r, generation=1, sm_count=132) for r in ("unfused", "fused")] == [3, 2]
+    # generation 3 (varlen decode family, placement q_fused) launches generation 2's q_fused sequence
+    assert [count(s, "q_fused", generation=3, sm_count=132) for s in (PREFILL, DECODE, shape)] == [2, 1, 2]
+    with pytest.raises(ValueError, match="generation 3 has placement q_fused only"):
+        count(PREFILL, "fused", generation=3)
+
+
+def test_predict_reads_placement_and_generation_of_each_candidate():
+    trace = pd.DataFrame([PREFILL])
+    rows = [
+        {
+            "candidate": f"t0-{r}",
+            "tile": 0,
+            "block_m": 2,
+            "block_n": 2,
+            "fused": r != "unfused",
+            "rope": r,
+            "generation": 2,
+        }
+        for r in ("unfused", "fused", "q_fused")
+    ]
+    df = roofline.predict(trace, pd.DataFrame(rows), _calibration(100), l2_bytes=100)
+    eager = df[df["mode"] == "eager"].set_index("candidate")
+    assert eager["launches"].to_dict() == {"t0-unfused": 3, "t0-fused": 1, "t0-q_fused": 2}
+    assert eager.loc["t0-q_fused", "launches_saved_us"] == pytest.approx(5.0)  # 3 - 2 launches x 5 us
+
+
+def test_roofline_follows_the_kernels_split_rule(monkeypatch):
+    """The split plan and decode's row-block rule live once, in kernels/split.py: changing them
+    there changes the roofline's splits, launches and executed FLOPs."""
+    shape = {**DECODE, "batch": 8, "heads_q": 32, "heads_kv": 8, "kv_len": 1024, "head_dim": 64}
+    before = roofline.traffic(shape, 128, 64, True, None, sm_count=132)
+    assert (before["decode_splits"], before["launches"]) == (4, 2)
+    monkeypatch.setattr(split_rule, "decode_split_plan", lambda programs, kv_len, sm_count: (1, kv_len))
+    unsplit = roofline.traffic(shape, 128, 64, True, None, sm_count=132)
+    assert (unsplit["decode_splits"], unsplit["launches"]) == (1, 1)
+    monkeypatch.setattr(split_rule, "decode_block_m", lambda block_m, rows: 32)
+    wider = roofline.traffic(shape, 128, 64, True, None, sm_count=132)
+    assert wider["executed_flops"] == 2 * before["executed_flops"]  # 32 rows per program, not 16
+
+
+def test_roofline_imports_without_torch_or_triton():
+    """The analysis environment has neither: the roofline reads kernels' pure-Python modules."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'triton'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from headroom.analysis import roofline\n"
+        "import kernels\n"
+        "shape = dict(phase='prefill', batch=1, q_len=4, kv_len=4, heads_q=2, heads_kv=1, head_dim=2, dtype='float16')\n"
+        "assert roofline.traffic(shape, 2, 2, False, None)['launches'] == 3\n"
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules\n"
+        "try:\n"
+        "    kernels.attention\n"
+        "except ImportError as exc:\n"
+        "    assert 'needs torch and triton' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('kernels.attention imported without torch')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -13,8 +13,18 @@ from hypothesis import strategies as st
 from kernel_helpers import DEVICE, DTYPES, assert_close, draw_shape, poisoned, random_qkv
 
 import kernels
-from kernels import Tile, attention, attention_unrotated, reference_attention, rope_tables
-from kernels.attention import LOG2E, MIN_SPLIT_KEYS, _run, decode_block_m, decode_split_plan
+from kernels import (
+    Tile,
+    attention,
+    attention_unrotated,
+    decode_block_m,
+    decode_split_plan,
+    gen1,
+    reference_attention,
+    rope_tables,
+)
+from kernels.launch import LOG2E
+from kernels.mode import MIN_SPLIT_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small tiles keep the interpreter fast on the random shapes; the study's own tiles are checked
@@ -67,7 +77,7 @@ def test_matches_reference_on_random_shapes(case):
             q, k, v, cos, sin, tile=case["tile"], fused=case["fused"], rotate_k=case["rotate_k"], out=out
         )
     else:
-        _run(
+        gen1.run(
             q,
             k,
             v,
@@ -106,7 +116,7 @@ def test_decode_split_path_is_taken_and_correct():
     tile = Tile(16, 16, 4, 2)
     kv_len, group = 96, 4
     assert decode_block_m(tile, group) == 16  # one row block: the launch has B * Hkv = 1 program
-    num_splits, split_len = decode_split_plan(1, kv_len, kernels._mode.sm_count(torch.device(DEVICE)))
+    num_splits, split_len = decode_split_plan(1, kv_len, kernels.mode.sm_count(torch.device(DEVICE)))
     assert num_splits > 1 and (num_splits - 1) * split_len < kv_len <= num_splits * split_len
     gen = torch.Generator().manual_seed(7)
     dtype = DTYPES[-1]
@@ -114,7 +124,7 @@ def test_decode_split_path_is_taken_and_correct():
         q, k, v = random_qkv(1, group, 1, q_len, kv_len, 64, dtype, gen)
         cos, sin = rope_tables(kv_len, 64, device=DEVICE)
         out = poisoned(q.shape, dtype)
-        _run(q, k, v, cos, sin, out, tile, fused=True, rotate_k=False, path="decode")
+        gen1.run(q, k, v, cos, sin, out, tile, fused=True, rotate_k=False, path="decode")
         assert_close(
             out, reference_attention(q, k, v, cos, sin, rotate_k=False), dtype, f"decode split Sq={q_len}"
         )

@@ -12,7 +12,7 @@ from kernel_helpers import DEVICE, DTYPES, TOLERANCES, assert_close, draw_shape,
 import kernels
 from kernels import Tile, Variant, attention, plan, reference_attention, rope_tables
 from kernels import split as split_module
-from kernels.attention import attention_specs
+from kernels.decode import decode_launches
 
 TILES = [Tile(16, 16, 4, 2), Tile(32, 16, 4, 2), Tile(32, 32, 4, 2)]
 VARIANTS = [
@@ -122,15 +122,16 @@ def test_decode_split_merge_of_a_chunk(reduce_in_kernel):
     q, k, v = random_qkv(1, 4, 1, 30, 96, 64, dtype, gen)
     cos, sin = rope_tables(96, 64, device=DEVICE)
     tensors = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, "out": poisoned(q.shape, dtype)}
-    specs, scratch = attention_specs(
+    launches = decode_launches(
         tensors,
         Tile(16, 16, 4, 2),
+        Variant(decode_reduce_in_kernel=reduce_in_kernel),
         rotate_q=True,
         rotate_k=False,
-        path="decode",
-        variant=Variant(decode_reduce_in_kernel=reduce_in_kernel),
     )
-    assert specs[0].grid[2] > 1 and len(specs) == (1 if reduce_in_kernel else 2)
+    specs, scratch = launches.specs, launches.scratch
+    assert launches.num_splits > 1 and launches.reduce_in_kernel == reduce_in_kernel
+    assert len(specs) == (1 if reduce_in_kernel else 2)
     tensors.update(scratch)
     for _ in range(2):
         tensors["out"].fill_(float("nan"))
@@ -198,7 +199,7 @@ def test_split_plan_is_torch_free_and_matches_the_kernels():
     kernels.decode_split_plan is its plan with this mode's split sizes."""
     source = open(split_module.__file__).read()
     assert "import torch" not in source and "import triton" not in source
-    from kernels.attention import MIN_SPLIT_KEYS, SPLIT_ALIGN_KEYS
+    from kernels.mode import MIN_SPLIT_KEYS, SPLIT_ALIGN_KEYS
 
     for programs, kv_len in ((1, 96), (8, 32768), (600, 4096)):
         assert kernels.decode_split_plan(programs, kv_len, 132) == split_module.decode_split_plan(
@@ -229,3 +230,28 @@ def test_bfloat16_generation2_on_gpu(rope, variant):
         out = p.run(q, k, v, cos, sin, out=poisoned(q.shape, torch.bfloat16))
         rel, abs_ = errors(out, reference_attention(q, k, v, cos, sin, rotate_k=rotate_k))
         assert rel <= TOLERANCES[torch.bfloat16][0] and abs_ <= TOLERANCES[torch.bfloat16][1], (rel, abs_)
+
+
+@pytest.mark.parametrize(
+    "q_len,kv_len,rotate_k", [(8, 8, True), (4, 40, False), (1, 64, False), (1, 8, False)]
+)
+def test_plan_launches_follow_the_schedule(q_len, kv_len, rotate_k):
+    """kernels/schedule.py's launch sequence (what the roofline counts) is what plan() builds, for
+    every placement of both generations and both decode merges: same steps, same kernels."""
+    from kernels import schedule
+
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = random_qkv(1, 4, 2, q_len, kv_len, 32, DTYPES[0], gen)
+    cos, sin = rope_tables(kv_len, 32, device=DEVICE)
+    kernel_step = {"rope_kernel": "rope", "prefill_kernel": "prefill", "prefill2_kernel": "prefill"}
+    kernel_step |= {"decode_kernel": "decode", "reduce_kernel": "reduce"}
+    cases = [(1, r, None) for r in ("unfused", "fused")]
+    cases += [(2, r, v_) for r in kernels.ROPE_MODES for v_ in (None, Variant(decode_reduce_in_kernel=True))]
+    for generation, rope, variant in cases:
+        how = {"fused": rope == "fused"} if generation == 1 else {"rope": rope, "variant": variant}
+        p = plan(q, k, v, cos, sin, tile=Tile(16, 16, 4, 2), rotate_k=rotate_k, **how)
+        steps = schedule.launch_sequence(
+            rope, generation, rotate_k=rotate_k, q_len=q_len, num_splits=p.num_splits, variant=variant
+        )
+        ran = [kernel_step[spec.kernel.__name__] for spec in p.specs]
+        assert p.launches == len(steps) and ran == [s.removesuffix("_q").removesuffix("_k") for s in steps]

@@ -24,12 +24,18 @@ class _NoLaunch:
 
 @pytest.fixture(autouse=True)
 def no_launch(monkeypatch):
-    # the package re-exports functions named like their modules: fetch the modules themselves
-    attention_module = importlib.import_module("kernels.attention")
-    rope_module = importlib.import_module("kernels.rope")
-    for name in ("prefill_kernel", "decode_kernel", "reduce_kernel"):
-        monkeypatch.setattr(attention_module, name, _NoLaunch())
-    monkeypatch.setattr(rope_module, "rope_kernel", _NoLaunch())
+    # every launcher module of both generations (the package re-exports functions named like
+    # some modules: fetch the modules themselves)
+    launchers = {
+        "kernels.gen1.attention": ("prefill_kernel", "decode_kernel", "reduce_kernel"),
+        "kernels.gen1.rope": ("rope_kernel",),
+        "kernels.prefill": ("prefill2_kernel",),
+        "kernels.decode": ("decode_kernel", "reduce_kernel"),
+        "kernels.rope": ("rope_kernel",),
+    }
+    for module, names in launchers.items():
+        for name in names:
+            monkeypatch.setattr(importlib.import_module(module), name, _NoLaunch())
 
 
 def good(q_len=4, kv_len=6, heads_q=4, heads_kv=2, head_dim=32, dtype=None):

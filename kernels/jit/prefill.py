@@ -1,6 +1,6 @@
-"""Triton code for the generation-2 prefill kernel (host side in plans.py).
+"""Triton code of the generation-2 prefill kernel (launcher: kernels/prefill.py).
 
-Generation 1 (prefill_kernel in _attention.py) stays as it was recorded; this kernel adds, as
+Generation 1's prefill (kernels/gen1/_attention.py) stays as it was recorded; this kernel adds, as
 constexpr switches measured one by one in BENCHMARKS.md:
 - ROTATE_Q without ROTATE_K ("q_fused" RoPE: keys were rotated once, as a KV-cache write does):
   q is rotated at load as one full-width (M, D) tile (_load_rotated_full), so the key loop is
@@ -12,15 +12,15 @@ constexpr switches measured one by one in BENCHMARKS.md:
 - TMA: K and V tiles come through host-built tensor descriptors (Hopper's bulk copy engine)
   instead of pointer loads;
 - WARP_SPECIALIZE: the key loops ask Triton for producer/consumer warp specialisation.
-Numerics are generation 1's: float32 scores, base-2 online softmax (_online_softmax_step), RoPE
+Numerics are generation 1's: float32 scores, base-2 online softmax (online_softmax_step), RoPE
 in float32 rounded once (load_halves).
 """
 
 import triton
 import triton.language as tl
 
-from ._attention import _online_softmax_step
-from ._rope import load_halves
+from .rope import load_halves
+from .softmax import online_softmax_step
 
 
 @triton.jit
@@ -56,7 +56,8 @@ def _key_loop(
     WARP_SPECIALIZE: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """Keys [lo, hi) in BLOCK_N steps; MASKED as in generation 1's _prefill_key_loop.
+    """Keys [lo, hi) in BLOCK_N steps. MASKED=False: every row of the tile sees every key (no causal
+    or bounds mask, so the loads are unpredicated); MASKED=True: the diagonal.
 
     ROTATE_K: q1, q2 are (M, D/2) halves and K^T comes as two rotated (D/2, N) halves (pointer
     loads: the rotation needs the halves in registers anyway). Otherwise q1 is the (M, D) tile
@@ -68,7 +69,7 @@ def _key_loop(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_bounds = offs_n < Skv
         if ROTATE_K:
-            k1, k2 = load_halves(
+            k1, k2 = load_halves(  # (D/2, BLOCK_N) each
                 k_base + offs_n[None, :] * stride_kn,
                 offs_half,
                 stride_kd,
@@ -83,29 +84,29 @@ def _key_loop(
                 MASKED,
             )
             qk = tl.dot(q1, k1)
-            qk = tl.dot(q2, k2, qk)
+            qk = tl.dot(q2, k2, qk)  # (BLOCK_M, BLOCK_N)
         elif TMA:
-            k = k_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            k = k_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)  # (BLOCK_N, D)
             qk = tl.dot(q1, tl.trans(k))
         else:
             k_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
             if MASKED:
-                kt = tl.load(k_ptrs, mask=in_bounds[None, :], other=0.0)
+                kt = tl.load(k_ptrs, mask=in_bounds[None, :], other=0.0)  # (D, BLOCK_N)
             else:
-                kt = tl.load(k_ptrs)
+                kt = tl.load(k_ptrs)  # (D, BLOCK_N)
             qk = tl.dot(q1, kt)
         if MASKED:
             visible = (offs_n[None, :] <= q_pos[:, None]) & in_bounds[None, :]
             qk = tl.where(visible, qk, float("-inf"))
         if TMA:
-            v = v_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            v = v_desc.load([b, hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)  # (BLOCK_N, D)
         else:
             v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
             if MASKED:
-                v = tl.load(v_ptrs, mask=in_bounds[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=in_bounds[:, None], other=0.0)  # (BLOCK_N, D)
             else:
-                v = tl.load(v_ptrs)
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, False)
+                v = tl.load(v_ptrs)  # (BLOCK_N, D)
+        acc, l_i, m_i = online_softmax_step(acc, l_i, m_i, qk, v, qk_scale, False)
     return acc, l_i, m_i
 
 
@@ -119,7 +120,7 @@ def _load_rotated_full(rows, offs_d, stride_d, pos, mask, cos_ptr, sin_ptr, stri
     first = offs_d < HALF
     partner = tl.where(first, offs_d + HALF, offs_d - HALF)
     freq = tl.where(first, offs_d, offs_d - HALF)
-    x = tl.load(rows + offs_d[None, :] * stride_d, mask=mask, other=0.0)
+    x = tl.load(rows + offs_d[None, :] * stride_d, mask=mask, other=0.0)  # (M, D)
     xp = tl.load(rows + partner[None, :] * stride_d, mask=mask, other=0.0).to(tl.float32)
     c = tl.load(cos_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + pos[:, None] * stride_tab + freq[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -178,7 +179,7 @@ def prefill2_kernel(
     POSITIONS: tl.constexpr = BLOCK_M // GROUP_ROWS  # query positions per program
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
-    offs_r = tl.arange(0, BLOCK_M)
+    offs_r = tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of the program
     if GROUP_ROWS > 1:
         b = pid_bh // Hkv
         hkv = pid_bh % Hkv
@@ -198,7 +199,7 @@ def prefill2_kernel(
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
     if ROTATE_K:
-        q1, q2 = load_halves(
+        q1, q2 = load_halves(  # (BLOCK_M, D/2) halves
             q_rows,
             offs_half,
             stride_qd,
@@ -218,14 +219,14 @@ def prefill2_kernel(
         )
         q2 = q1
     else:
-        q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
+        q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
         q2 = q1
     k_base = k_ptr + b * stride_kb + hkv * stride_kh
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # (BLOCK_M, D)
     # [0, full_hi): visible to every row; [full_hi, causal_hi): the diagonal, masked
     first_pos = pid_m * POSITIONS + offset
     full_hi = (first_pos + 1) // BLOCK_N * BLOCK_N

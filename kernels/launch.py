@@ -7,16 +7,21 @@ re-derives the specialisation on every call (the eager path of attention()). Com
 compiles the spec once from example tensors and then calls the compiled kernel's launcher
 directly: no argument binding, no specialisation, no cache lookup (Plan.run's path). That is
 only sound for tensors specialised the same way, which Plan.run checks before it launches.
+
+Launches is what a launcher family (prefill.py, decode.py, rope.py, gen1/) returns: its specs and
+scratch buffers, and what it decided (decode splits, in-kernel merge, TMA, GQA packing), so that
+plans.py reads those decisions here rather than from kernel argument names or grid layouts.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import triton
 
-from . import _mode
+from . import mode
 
 try:  # Triton >= 3.3: host-side TMA descriptors
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -37,6 +42,61 @@ class Descriptor:
 
     name: str
     block_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Launches:
+    """The launches of one launcher family for one call, as data, and what they decided.
+
+    specs: in launch order; scratch: name -> buffer the specs read that the caller does not own
+    (decode partials, arrival counters); num_splits: decode's key splits (1: none, and always 1
+    for prefill); reduce_in_kernel: the decode kernel merges its splits (no reduction launch);
+    tma: prefill loads K/V through TMA descriptors; packed_gqa: one prefill program serves every
+    query head of a KV group.
+    """
+
+    specs: tuple
+    scratch: dict
+    num_splits: int = 1
+    reduce_in_kernel: bool = False
+    tma: bool = False
+    packed_gqa: bool = False
+
+
+#: softmax runs in base 2: exp(x) = exp2(x * LOG2E)
+LOG2E = 1.4426950408889634
+
+
+def attention_scale(head_dim: int) -> float:
+    """The attention kernels' qk_scale: 1/sqrt(D) folded into base 2's LOG2E."""
+    return LOG2E / math.sqrt(head_dim)
+
+
+def named_strides(prefix: str, t: torch.Tensor) -> dict:
+    """{'stride_<prefix>b': .., 'stride_<prefix>h': .., 'stride_<prefix>s': .., 'stride_<prefix>d': ..}"""
+    return {f"stride_{prefix}{axis}": s for axis, s in zip("bhsd", t.stride(), strict=True)}
+
+
+def signature(t: torch.Tensor) -> tuple:
+    """What a compiled launch is specialised on: shape, strides, dtype, device, 16-byte alignment."""
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
+def mismatch(name: str, t, expected: tuple) -> str:
+    """The ValueError message for a run's tensor `t` whose signature() is not the plan's `expected`."""
+    shape, stride, dtype, device, aligned = expected
+    want = f"shape {shape}, strides {stride}, {dtype} on {device}" + (", 16-byte aligned" if aligned else "")
+    if not isinstance(t, torch.Tensor):
+        got = type(t).__name__
+    else:
+        got = (
+            f"shape {tuple(t.shape)}, strides {t.stride()}, {t.dtype} on {t.device}"
+            f"{', data pointer not 16-byte aligned' if t.data_ptr() % 16 else ''}"
+        )
+    return (
+        f"Plan.run: {name} does not match the plan: expected {want}, got {got}; "
+        "make a new plan (kernels.plan) for these tensors"
+    )
 
 
 def resolve(value, tensors: dict):
@@ -76,7 +136,7 @@ class CompiledLaunch:
             raise ValueError(f"launch of {spec.kernel} misses or adds arguments: {sorted(spec.args)}")
         self._template = [spec.args[n] for n in names]
         self._dynamic = [(i, v) for i, v in enumerate(self._template) if type(v) in (Slot, Descriptor)]
-        self.direct = not _mode.INTERPRET
+        self.direct = not mode.INTERPRET
         if not self.direct:
             return
         resolved = [resolve(v, example) for v in self._template]
@@ -130,3 +190,32 @@ class CompiledLaunch:
             # calling convention): relaunch, and launch from now on, through the JIT path
             self._fall_back(exc)
             self.spec.launch(tensors)
+
+
+#: the slot names an attention launch reads its tensors from, unless a plan renames one (rotated
+#: copies 'q_rotated' / 'k_rotated'; cos and sin None when nothing rotates in the kernel)
+SLOTS = {"q": "q", "k": "k", "v": "v", "out": "out", "cos": "cos", "sin": "sin"}
+
+
+def attention_args(tensors: dict, q: str, k: str, v: str, out: str, cos: str | None, sin: str | None) -> dict:
+    """The pointer and stride arguments both attention families take: q (B, Hq, Sq, D), k, v
+    (B, Hkv, Skv, D), out (B, Hq, Sq, D), cos, sin (max_pos, D // 2) by slot name; cos None:
+    nothing rotates, so q stands in for the never-read table pointers."""
+    if cos is None:
+        cos = sin = q
+        stride_tab = 0
+    else:
+        stride_tab = tensors[cos].stride(0)
+    return dict(
+        q_ptr=Slot(q),
+        k_ptr=Slot(k),
+        v_ptr=Slot(v),
+        out_ptr=Slot(out),
+        cos_ptr=Slot(cos),
+        sin_ptr=Slot(sin),
+        **named_strides("q", tensors[q]),
+        **named_strides("k", tensors[k]),
+        **named_strides("v", tensors[v]),
+        **named_strides("o", tensors[out]),
+        stride_tab=stride_tab,
+    )

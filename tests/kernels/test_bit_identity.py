@@ -1,0 +1,68 @@
+"""tools/bit_identity.py: what it hashes, what it strips, and how it compares (no kernel runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bit_identity", ROOT / "tools" / "bit_identity.py")
+bit_identity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bit_identity)
+
+
+def test_cases_cover_every_candidate_of_both_generations_and_both_merges():
+    tiles = len(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["tiles"])
+    keys = [c["key"] for c in bit_identity.cases()]
+    assert len(keys) == len(set(keys)) == tiles * (2 * 3 + 3 * 4)
+    assert {k.split("/")[3] for k in keys} == {"prefill", "chunk", "decode"}
+    assert sum(k.startswith("g2/") and k.endswith("decode/in_kernel") for k in keys) == 3 * tiles
+    for shapes in bit_identity.SHAPES.values():
+        assert shapes["chunk"][3] < shapes["chunk"][4] and shapes["decode"][3] == 1
+
+
+def test_ir_is_hashed_without_locations_or_debug_info():
+    ttgir = (
+        '#loc = loc("/old/path/prefill.py":6:1)\n'
+        '#loc7 = loc("x_ptr"(#loc))\n'
+        'tt.func public @k(%x: !tt.ptr<f16> loc("x"(#loc))) {\n'
+        "  %0 = tt.get_program_id x : i32 loc(callsite(#loc1 at #loc2))\n"
+        "  %1 = ttg.local_alloc(%0) : i32 loc(#loc3)\n"
+        "}\n"
+    )
+    stripped = bit_identity.strip_ttgir(ttgir)
+    assert "loc(" not in stripped.replace("local_alloc(", "") and "/old/path" not in stripped
+    assert "tt.func public @k(%x: !tt.ptr<f16>) {" in stripped and "tt.get_program_id x : i32\n" in stripped
+    assert "ttg.local_alloc(%0) : i32\n" in stripped
+    moved = ttgir.replace('/old/path/prefill.py":6', '/new/jit/prefill.py":9')
+    assert bit_identity.strip_ttgir(moved) == stripped
+    ptx = '.file 1 "/old/path/prefill.py"\n\t.loc 1 6 1\n\tmov.u32 %r1, %tid.x;\n.section\t.debug_abbrev\n\t{\n.b8 1\n\t}\n'
+    assert bit_identity.strip_ptx(ptx).strip() == "mov.u32 %r1, %tid.x;"
+
+
+def _record(tmp_path: Path, name: str, cases: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"cases": cases}))
+    return path
+
+
+def test_compare_names_each_difference(tmp_path, capsys):
+    case = {
+        "out": "aa",
+        "launches": [["prefill_kernel", [4, 1, 1]]],
+        "ir": [{"kernel": "prefill_kernel", "ttgir": "t"}],
+    }
+    a = _record(tmp_path, "a.json", {"g1/fused/t0/prefill/default": case})
+    assert (
+        bit_identity.compare(a, _record(tmp_path, "b.json", {"g1/fused/t0/prefill/default": dict(case)})) == 0
+    )
+    assert "out 1/1, launches 1/1, ir 1/1" in capsys.readouterr().out
+    other_ir = dict(case, ir=[{"kernel": "prefill_kernel", "ttgir": "u"}])
+    extra = {"g1/fused/t0/prefill/default": other_ir, "g1/fused/t1/prefill/default": case}
+    assert bit_identity.compare(a, _record(tmp_path, "c.json", extra)) == 1
+    printed = capsys.readouterr().out
+    assert "DIFFERS g1/fused/t0/prefill/default: ir differs" in printed
+    assert "DIFFERS g1/fused/t1/prefill/default: only in" in printed
