@@ -150,15 +150,16 @@ def traffic(
     cold: bool = False,
     sm_count: int | None = None,
     rope: str | None = None,
-    generation: int = 1,
+    generation: int | None = None,
 ) -> dict:
     """FLOPs, bytes by level and launches of one candidate on one shape (see module docstring).
 
     working_set_bytes: bytes competing for L2 during the measurement (None: this call's own);
     cold: the timing flushed L2 before each sample, so nothing starts resident;
     sm_count: the GPU's SMs, for decode's split-KV reduction launch (None: no split assumed);
-    rope, generation: the candidate's placement and generation, which fix its launches (rope
-    None: generation 1's placement from fused, the byte model's switch).
+    rope, generation: the candidate's placement and generation, which fix its launches (None, as
+    in artifacts recorded before generation 2: generation 1, its placement from fused, the byte
+    model's switch).
     """
     b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
     hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
@@ -195,7 +196,7 @@ def traffic(
         "hbm_bytes": hbm,
         "l2_traffic_bytes": l2,
         "residency": residency,
-        "launches": launches(rope, generation, phase=str(shape["phase"]), q_len=sq, splits=splits),
+        "launches": launches(rope, generation or 1, phase=str(shape["phase"]), q_len=sq, splits=splits),
         "decode_splits": splits,
     }
 

@@ -48,7 +48,9 @@ def test_the_adaptive_sampler_is_predicted_to_take_fewer_samples(model):
     adaptive = cost.plan_study("default", study, model)
     fixed = cost.plan_study("default", _study("default", {"portfolio": {"sampler": "fixed"}}), model)
     assert study["portfolio"]["sampler"] == "adaptive"  # the shipped default
-    cells = 3 * 2 * study["trace"]["invocations"] * 18  # runs x modes x invocations x admitted
+    cells = (
+        study["portfolio"]["runs"] * 2 * study["trace"]["invocations"] * 18
+    )  # runs x modes x invocations x admitted
     assert adaptive.cells == fixed.cells == cells
     per_cell = adaptive.facts["samples_per_cell"]
     assert 10 <= per_cell["eager"] < 280 and 5 <= per_cell["graph"] <= 28
@@ -68,7 +70,7 @@ def test_the_pilot_fits_one_device_call(model):
 def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
     assert cli.main(["plan", "default", "replay-h200-default-gen2"]) == 0
     out = capsys.readouterr().out
-    assert "study default (cuda): 200 invocations" in out and "timed cells 21,600" in out
+    assert "study default (cuda): 100 invocations" in out and "6 runs" in out and "timed cells 21,600" in out
     assert "replay of" in out and "no GPU jobs" in out
     assert cli.main(["plan", "no-such-study"]) == cli.EXIT_USAGE
     assert "unknown study 'no-such-study'" in capsys.readouterr().err
