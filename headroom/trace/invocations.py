@@ -31,7 +31,8 @@ import pandas as pd
 
 from headroom.core import artifacts, contracts, defaults
 from headroom.trace import prefix_cache, serving
-from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log, simulate
+from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log
+from headroom.trace.steps import simulate
 
 SAMPLERS = ("stride", "head")
 KV_SUMMARIES = ("max", "mean", "per_sequence")

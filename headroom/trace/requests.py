@@ -710,12 +710,12 @@ def simulate(
     max_batch: int,
     decode_step_ns: int,
     end_ns: int | None = None,
-    max_batched_tokens: int | None = None,
     kv_lens: bool = False,
 ) -> Stream:
-    """All invocations that start before end_ns (None: until every request is done), in order.
-    A prefill's q_len is its prompt less the prefix-cached tokens (requests.cached), its kv_len the
-    whole prompt. max_batched_tokens: the chunked-prefill engine of headroom.trace.steps instead.
+    """All invocations that start before end_ns (None: until every request is done), in order, of
+    the continuous-batching engine (every prompt prefilled whole at arrival; the chunked-prefill
+    engine is headroom.trace.steps, and steps.simulate chooses between them). A prefill's q_len is
+    its prompt less the prefix-cached tokens (requests.cached), its kv_len the whole prompt.
     kv_lens: keep each decode's per-sequence kv_len (Stream.bases, Stream.kv_lens)."""
     if max_batch < 1 or decode_step_ns < 1:
         raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
@@ -726,13 +726,6 @@ def simulate(
         n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
     end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
     eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
-    if max_batched_tokens is not None:
-        from headroom.trace import steps
-
-        engine = steps.Engine(
-            eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens
-        )
-        return steps.stream(engine.run(end_tick), decode_step_ns)
     *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick, kv_lens)
     check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
     ticks, d_batch, d_max, d_mean, d_segment = decode_ticks(*segments)

@@ -28,7 +28,8 @@ import heapq
 
 import numpy as np
 
-from headroom.trace.requests import DECODE, PREFILL, Stream, check_stream_size, decode_ticks
+from headroom.trace import requests as continuous
+from headroom.trace.requests import DECODE, PREFILL, Requests, Stream, check_stream_size, decode_ticks
 
 MIXED_PREFILL, MIXED_DECODE = 2, 3  # step codes (headroom.trace.requests.STEPS)
 
@@ -148,3 +149,30 @@ def stream(engine: Engine, decode_step_ns: int) -> Stream:
         bases=tuple(bases) if engine.keep_bases else (),
     )
     return out.take(np.lexsort((out.request, out.phase, out.time_ns)))
+
+
+def simulate(
+    requests: Requests,
+    *,
+    max_batch: int,
+    decode_step_ns: int,
+    end_ns: int | None = None,
+    max_batched_tokens: int | None = None,
+    kv_lens: bool = False,
+) -> Stream:
+    """The invocation stream of the engine the trace config names: with max_batched_tokens (vLLM's
+    per-step token budget) this module's chunked-prefill engine, else the continuous-batching one
+    of headroom.trace.requests (requests.simulate: every prompt prefilled whole at arrival)."""
+    if max_batched_tokens is None:
+        return continuous.simulate(
+            requests, max_batch=max_batch, decode_step_ns=decode_step_ns, end_ns=end_ns, kv_lens=kv_lens
+        )
+    if max_batch < 1 or decode_step_ns < 1:
+        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
+    arrival, context = requests.arrival_ns, requests.context
+    cached = np.zeros_like(context) if requests.cached is None else requests.cached
+    n = len(arrival) if end_ns is None else int(np.searchsorted(arrival, end_ns, side="left"))
+    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
+    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
+    engine = Engine(eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens)
+    return stream(engine.run(end_tick), decode_step_ns)
