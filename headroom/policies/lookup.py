@@ -26,8 +26,8 @@ from typing import ClassVar
 
 import numpy as np
 
-# Features the k-means of `clustered` sees, log2-scaled (phase enters as 0/1).
-CLUSTER_FEATURES = ("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim")
+from headroom.policies.shapes import CLUSTER_FEATURES, cluster_vector, rows_of
+
 # vLLM's default CUDA Graph capture sizes: a decode batch runs the graph of the smallest size >= it.
 CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
 
@@ -44,10 +44,6 @@ def bucket_label(shape: Mapping) -> str:
 def padded_batch(batch: int) -> int:
     """The captured batch size a batch of ``batch`` replays (itself above the largest capture size)."""
     return next((c for c in CAPTURE_SIZES if c >= batch), int(batch))
-
-
-def rows_of(features) -> list[dict]:
-    return features.to_dict("records")
 
 
 def _plain_key(key):
@@ -172,11 +168,6 @@ class BatchKeyed(KeyedPolicy):
         return [f"{p}|b{b}" for p, b in zip(features["phase"].astype(str), pad, strict=True)]
 
 
-def _cluster_vector(shape: Mapping) -> list[float]:
-    x = [math.log2(max(float(shape[c]), 1.0)) for c in CLUSTER_FEATURES]
-    return x + [float(str(shape["phase"]) == "prefill")]
-
-
 class Clustered(KeyedPolicy):
     """k-means on standardized log2 shape features (its fit's shapes); one candidate per cluster; a
     shape's key is its nearest centroid (nearest-centroid in plain Python and numpy)."""
@@ -210,7 +201,7 @@ class Clustered(KeyedPolicy):
     def key(self, shape):
         # plain Python on one shape: numpy's per-call overhead would be most of a serving lookup's cost
         mean, std, centroids = self._plain
-        z = [(x - m) / d for x, m, d in zip(_cluster_vector(shape), mean, std, strict=True)]
+        z = [(x - m) / d for x, m, d in zip(cluster_vector(shape), mean, std, strict=True)]
         best, best_d = 0, math.inf
         for i, c in enumerate(centroids):
             dist = sum((a - b) * (a - b) for a, b in zip(z, c, strict=True))
@@ -219,7 +210,7 @@ class Clustered(KeyedPolicy):
         return best
 
     def keys(self, features):
-        z = (np.array([_cluster_vector(s) for s in rows_of(features)]) - self.mean) / self.std
+        z = (np.array([cluster_vector(s) for s in rows_of(features)]) - self.mean) / self.std
         return np.argmin(((z[:, None, :] - self.centroids[None]) ** 2).sum(axis=2), axis=1).tolist()
 
     def to_dict(self) -> dict:
