@@ -27,8 +27,9 @@ on run a, scored on run b) with CIs.
 
 Deployment profile (config ``decision.deployment``: step type -> mode): each step type is a part,
 ``<mode>@<step type>``, decided on its own invocations (fitted and scored on that subset, with its own
-chronological split). The trace has no step-type column yet: a decode invocation stands for a
-decode-only step and a prefill invocation for a step with a prefill (a mixed step); a ``step`` column,
+chronological split). A trace without a ``step`` column (the continuous-batching engine): a decode
+invocation stands for a decode-only step and a prefill invocation for a step with a prefill (a mixed
+step); a serving trace's ``step`` column (``STEP_TYPE``: decodes of a mixed step are mixed),
 when present, is used instead.
 """
 
@@ -50,6 +51,9 @@ KERNEL_ROWS = "kernel_vs_"
 PROFILE = "profile"  # the family of the deployment profile's parts
 # A trace without step types: a decode invocation stands for a decode-only step, a prefill for a mixed one.
 STEP_OF_PHASE = {"decode": "decode-only", "prefill": "mixed"}
+# A serving trace's `step` column (headroom.trace.requests.STEPS) -> the profile's step type: only a
+# step of decodes alone is decode-only; a step with a prefill (chunk) is mixed, its decodes included.
+STEP_TYPE = {"decode": "decode-only", "prefill": "mixed", "mixed-prefill": "mixed", "mixed-decode": "mixed"}
 
 
 def deployment_profile(deployment=None) -> dict:
@@ -62,11 +66,16 @@ def unit_of(figure: str) -> str:
 
 
 def step_of(features: pd.DataFrame) -> np.ndarray:
-    """Each invocation's step type: the trace's ``step`` column, else decode -> decode-only and
-    prefill -> mixed (until the trace records step types)."""
-    if "step" in features.columns:
-        return features["step"].astype(str).to_numpy()
-    return np.array([STEP_OF_PHASE[p] for p in features["phase"].astype(str)], dtype=object).astype(str)
+    """Each invocation's step type (decode-only or mixed): from the trace's ``step`` column where a
+    serving trace records it (``STEP_TYPE``), else from its phase (``STEP_OF_PHASE``)."""
+    phase = features["phase"].astype(str).map(STEP_OF_PHASE)
+    if "step" not in features.columns:
+        return phase.to_numpy().astype(str)
+    recorded = features["step"]
+    unknown = sorted(set(recorded.dropna().astype(str)) - set(STEP_TYPE))
+    if unknown:
+        raise ValueError(f"trace column step holds {unknown}: known step values are {sorted(STEP_TYPE)}")
+    return recorded.map(STEP_TYPE, na_action="ignore").fillna(phase).to_numpy().astype(str)
 
 
 def part(md: ModeData, step: str) -> ModeData | None:

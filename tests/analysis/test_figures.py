@@ -26,7 +26,12 @@ def test_profile_units_and_step_types():
     assert figures.unit_of(f"{figures.KERNEL_ROWS}sdpa") == "x"
     tr = S.trace("AC")
     assert figures.step_of(tr).tolist() == ["mixed", "decode-only"]
-    assert figures.step_of(tr.assign(step=["prefill", "decode"])).tolist() == ["prefill", "decode"]
+    # a serving trace's step column (trace.requests.STEPS): the decodes of a mixed step are mixed
+    assert figures.step_of(tr.assign(step=["prefill", "decode"])).tolist() == ["mixed", "decode-only"]
+    assert figures.step_of(tr.assign(step=["mixed-prefill", "mixed-decode"])).tolist() == ["mixed", "mixed"]
+    assert figures.step_of(tr.assign(step=[None, "mixed-decode"])).tolist() == ["mixed", "mixed"]
+    with pytest.raises(ValueError, match=r"step holds \['chunk'\]"):
+        figures.step_of(tr.assign(step=["chunk", "decode"]))
 
 
 def test_a_part_holds_its_step_types_invocations_in_order():
