@@ -23,6 +23,10 @@ CONDA_NAME = {
 }
 # pytorch-gpu brings triton's runtime only with its own pin; we name triton explicitly anyway.
 LOCAL = {"headroom", "kernels", "snakemake"}  # snakemake runs the rules; it is not a rule dependency
+# kernels/__init__.py imports its torch/triton API only when both are installed; without them it
+# imports these pure-Python modules alone (tests/analysis/test_roofline.py runs the roofline with
+# torch and triton blocked). `from kernels import split, schedule` therefore needs only their files.
+KERNELS_PURE = {"split", "schedule"}
 
 
 def _env(name):
@@ -72,6 +76,8 @@ def third_party_imports(script: Path) -> set[str]:
                     rel = ".".join(base.relative_to(ROOT).parts)
                     names = [f"{rel}.{node.module}" if node.module else rel]
                     names += [f"{names[0]}.{a.name}" for a in node.names]
+                elif node.module == "kernels" and {a.name for a in node.names} <= KERNELS_PURE:
+                    names = [f"kernels.{a.name}" for a in node.names]  # not kernels/__init__.py's API
                 else:
                     names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
@@ -112,6 +118,12 @@ def test_every_rule_has_an_env_and_its_env_names_every_import():
         deps = _env(env)
         missing = {CONDA_NAME.get(m, m) for m in third_party_imports(script)} - deps
         assert not missing, f"rule {name} ({script.name}) imports {sorted(missing)} not named in envs/{env}"
+
+
+def test_the_torch_free_kernels_modules_need_no_torch():
+    found = third_party_imports(ROOT / "scripts/roofline.py")
+    assert not {"torch", "triton"} & found, found
+    assert (ROOT / "kernels/split.py").read_text().count("import torch") == 0
 
 
 def test_checker_sees_lazy_imports():
