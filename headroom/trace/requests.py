@@ -704,6 +704,19 @@ def check_stream_size(prefills: int, decodes: int) -> None:
         )
 
 
+def engine_clock(requests: Requests, max_batch: int, decode_step_ns: int, end_ns: int | None) -> tuple:
+    """What both engines (this module's and headroom.trace.steps') start from: (n, eligible, cached,
+    end_tick) -- the requests arriving before end_ns, each request's first tick strictly after its
+    arrival, its prefix-cached tokens (zeros without a cache), the first tick at or after end_ns."""
+    if max_batch < 1 or decode_step_ns < 1:
+        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
+    arrival, context = requests.arrival_ns, requests.context
+    cached = np.zeros_like(context) if requests.cached is None else requests.cached
+    n = len(arrival) if end_ns is None else int(np.searchsorted(arrival, end_ns, side="left"))
+    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)
+    return n, arrival // decode_step_ns + 1, cached, end_tick
+
+
 def simulate(
     requests: Requests,
     *,
@@ -717,15 +730,8 @@ def simulate(
     engine is headroom.trace.steps, and steps.simulate chooses between them). A prefill's q_len is
     its prompt less the prefix-cached tokens (requests.cached), its kv_len the whole prompt.
     kv_lens: keep each decode's per-sequence kv_len (Stream.bases, Stream.kv_lens)."""
-    if max_batch < 1 or decode_step_ns < 1:
-        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
+    n, eligible, cached, end_tick = engine_clock(requests, max_batch, decode_step_ns, end_ns)
     arrival, context = requests.arrival_ns, requests.context
-    cached = np.zeros_like(context) if requests.cached is None else requests.cached
-    n = len(arrival)
-    if end_ns is not None:
-        n = int(np.searchsorted(arrival, end_ns, side="left"))  # later arrivals cannot matter
-    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
-    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
     *segments, bases = _segments(eligible[:n], context, requests.generated, max_batch, end_tick, kv_lens)
     check_stream_size(n, int(np.sum(np.asarray(segments[1], np.int64) - np.asarray(segments[0], np.int64))))
     ticks, d_batch, d_max, d_mean, d_segment = decode_ticks(*segments)

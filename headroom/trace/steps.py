@@ -167,12 +167,8 @@ def simulate(
         return continuous.simulate(
             requests, max_batch=max_batch, decode_step_ns=decode_step_ns, end_ns=end_ns, kv_lens=kv_lens
         )
-    if max_batch < 1 or decode_step_ns < 1:
-        raise ValueError("simulate: max_batch and decode_step_ns must be >= 1")
-    arrival, context = requests.arrival_ns, requests.context
-    cached = np.zeros_like(context) if requests.cached is None else requests.cached
-    n = len(arrival) if end_ns is None else int(np.searchsorted(arrival, end_ns, side="left"))
-    end_tick = None if end_ns is None else -(-end_ns // decode_step_ns)  # first tick at or after end_ns
-    eligible = arrival // decode_step_ns + 1  # first tick strictly after arrival
-    engine = Engine(eligible[:n], context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens)
+    n, eligible, cached, end_tick = continuous.engine_clock(requests, max_batch, decode_step_ns, end_ns)
+    engine = Engine(
+        eligible[:n], requests.context, cached, requests.generated, max_batch, max_batched_tokens, kv_lens
+    )
     return stream(engine.run(end_tick), decode_step_ns)
