@@ -128,7 +128,7 @@ _T = {
     # lifecycle
     "kind": STR, "candidate_b": STR, "policy": STR, "value": FLOAT, "unit": STR, "compile_s": FLOAT,
     "cache_bytes": FLOAT, "n": INT, "specializations": INT, "specialization_s": STR, "toolchain_s": FLOAT,
-    "first_call_s": FLOAT, "alternating_us": FLOAT, "same_us": FLOAT, "penalty_pct": FLOAT, "raw_ns": FLOAT,
+    "first_call_s": FLOAT, "alternating_us": FLOAT, "same_us": FLOAT, "penalty_pct": FLOAT, "work_bytes": INT, "raw_ns": FLOAT,
     "baseline_ns": FLOAT, "compile_workers": INT,
     # calibration
     "name": STR, "method": STR, "device_name": STR, "sm_clock_mhz": FLOAT,
@@ -188,7 +188,7 @@ PORTFOLIO_SAMPLES = _contract(
 LIFECYCLE = _contract(
     "lifecycle",
     "kind candidate candidate_b policy mode invocation shape_key value unit compile_s cache_bytes "
-    "specializations specialization_s toolchain_s first_call_s alternating_us same_us penalty_pct raw_ns "
+    "specializations specialization_s toolchain_s first_call_s alternating_us same_us penalty_pct work_bytes raw_ns "
     "baseline_ns n compile_workers status reason device",
     required="candidate compile_s cache_bytes",
 )

@@ -88,6 +88,9 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
             ("seed", 0),
         ),
     )
+    work = cfg["switch_work_l2"]
+    if isinstance(work, bool) or not isinstance(work, int | float) or not 0 <= work <= 16:
+        raise ValueError(f"lifecycle.switch_work_l2 must be a number in [0, 16], got {work!r}")
     return cfg
 
 
@@ -223,6 +226,27 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
     return fn
 
 
+def work_between(nbytes: int, device: str) -> Callable[[Callable], Callable]:
+    """What runs between two attention calls while a switch is timed: a write of ``nbytes`` (the
+    rest of a layer's traffic, which leaves the L2 holding none of the previous call's data), inside
+    every timed call of all three sequences so that it cancels in their difference. 0: back to back."""
+    if nbytes <= 0:
+        return lambda f: f
+    import torch
+
+    buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def wrap(f: Callable) -> Callable:
+        def fn(*args):
+            buffer.fill_(1)
+            return f(*args)
+
+        return fn
+
+    wrap.buffer = buffer  # what it writes (tests look)
+    return wrap
+
+
 def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict]:
     plan = switch_plan(trace, candidates, cfg)
     if not plan:
@@ -231,6 +255,8 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
     graph_calls = cfg["graph_calls"] + cfg["graph_calls"] % 2
     harness = timing.Harness(device, warmup=cfg["warmup_reps"], reps=reps, graph_calls=graph_calls)
     tables = inputs.RopeTables(int(trace["kv_len"].max()), rope_base, device)
+    work_bytes = int(cfg["switch_work_l2"] * l2)
+    between = work_between(work_bytes, device)
     rows = []
     progress = Progress(log, "lifecycle switch", len(plan), "pairs")
     for inv, a, b in plan:
@@ -238,8 +264,8 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
         n_sets = timing.buffer_sets(inputs.set_bytes(inv), l2)  # the portfolio's default rotation
         sets = inputs.input_sets(inv, n_sets, device, seed=cfg["seed"] + int(inv.invocation))
         rotate_k, kv_lens = inputs.rotate_k(inv), inputs.kv_lens_tensor(inv, device)
-        fa = portfolio.candidate_fn(a, cos, sin, rotate_k, kv_lens)
-        fb = portfolio.candidate_fn(b, cos, sin, rotate_k, kv_lens)
+        fa = between(portfolio.candidate_fn(a, cos, sin, rotate_k, kv_lens))
+        fb = between(portfolio.candidate_fn(b, cos, sin, rotate_k, kv_lens))
         for mode in harness.modes:
             med_a = float(np.median(harness.time(mode, fa, sets).samples_us))
             med_b = float(np.median(harness.time(mode, fb, sets).samples_us))
@@ -259,6 +285,7 @@ def switch_rows(trace, candidates, cfg, device, rope_base, l2, log) -> list[dict
                     alternating_us=med_alt,
                     same_us=same,
                     penalty_pct=100.0 * (med_alt - same) / same,
+                    work_bytes=work_bytes,
                     n=3 * alt.timed_calls,
                     device=device,
                 )

@@ -1,12 +1,21 @@
 """On the GPU: a dispatch table fitted on a reference trace's train invocations, re-timed against the
-global kernel on the held-out test invocations, gains what the engine's cross-run CI says (issue 20).
+global kernel on the held-out test invocations, gains what the recorded runs say it gains (issue 20).
 
 The table is the engine's selected graph-mode policy (its most frequent selection over the runs),
 fitted as the recommendation refits (the runs' mean latency) but on train only, written and loaded
 through headroom.dispatch; each held-out shape runs the candidate the table chooses and the global
 kernel of the same fit, planned by kernels.deploy and timed by the project's harness (CUDA Graph
-replay). The measured trace-weighted gain must lie within the CI of ``policy_gain_vs_global`` (at
-switch cost 0: each shape is timed on its own).
+replay) in the study's own regime: the recorded number of rotating buffer sets per cell (a first
+version rotated 2 sets, so small shapes stayed in the L2 the study had kept them out of) and the
+recorded sampling (warm-up, calls per graph, replays).
+
+What one fresh run can be held to: this table's gain on the held-out rows, recorded once per study
+run, varies from run to run (process placement, clocks); one more run is a draw from that spread.
+The measured gain must lie in the 95% prediction interval for one new run, mean ± t(R-1) · sd ·
+sqrt(1 + 1/R) over the R recorded runs. The engine's CI of ``policy_gain_vs_global`` (the mean over
+runs of the fit-on-one-run, score-on-another procedure) is printed beside it: it is an interval for a
+mean and is not expected to hold one run (on the H200, 2026-12-01, a first version's single run lay
+0.5 pp outside it).
 Run on the H200: ``python -m pytest -m gpu tests/dispatch/test_gpu_heldout.py`` (~30 s).
 """
 
@@ -39,7 +48,8 @@ def _recorded():
 
 
 def _fitted_table(tmp_path: Path):
-    """(loaded table, the global kernel, held-out rows, (estimate, ci_low, ci_high) of the gain)."""
+    """(loaded table, the global kernel, held-out rows, (estimate, ci_low, ci_high) of the engine's
+    gain, the table's recorded gain per run)."""
     from headroom import dispatch
     from headroom.analysis import engine, recommendation, registry
     from headroom.analysis.policies import checked_modes
@@ -77,25 +87,51 @@ def _fitted_table(tmp_path: Path):
     (tmp_path / "dispatch.json").write_text(json.dumps(content))
     table = dispatch.load(tmp_path / "dispatch.json", mode=MODE)
     kernel = dispatch.Candidate(id=global_.candidates[0], **facts[global_.candidates[0]])
-    return table, kernel, md.features.iloc[L.n_train :], ci
+    recorded = _recorded_gains(md, L, table, kernel)
+    return table, kernel, md.features.iloc[L.n_train :], ci, recorded
 
 
-def _time_us(harness, cand, row, cos, sin) -> float:
+def _recorded_gains(md, L, table, kernel) -> np.ndarray:
+    """The table's gain over the global kernel on the held-out rows, in each recorded run (%)."""
+    held = md.features.iloc[L.n_train :]
+    col = {name: i for i, name in enumerate(md.names)}
+    chosen = [col[table.choose(**row._asdict()).id] for row in held.itertuples(index=False)]
+    rows = np.arange(L.n_train, L.n_train + len(held))
+    ours = md.us[:, rows, chosen].sum(axis=1)
+    base = md.us[:, rows, col[kernel.id]].sum(axis=1)
+    return 100.0 * (base - ours) / base
+
+
+def _regime(portfolio: pd.DataFrame) -> tuple[dict, dict]:
+    """The study's graph-mode timing regime: harness settings, and buffer sets per (shape, candidate)."""
+    g = portfolio[portfolio["mode"] == MODE]
+    calls = int(g["calls_per_sample"].iloc[0])
+    settings = {"reps": int(g["reps"].iloc[0]) * calls, "graph_calls": calls}
+    sets = g.groupby(["shape_key", "candidate"])["buffer_sets"].max().astype(int).to_dict()
+    return settings, sets
+
+
+def _time_us(harness, cand, row, cos, sin, n_sets: int) -> float:
     from headroom.measure import inputs
     from kernels import deploy
 
-    sets = inputs.input_sets(row, 2, "cuda", seed=int(row.invocation))
+    sets = inputs.input_sets(row, n_sets, "cuda", seed=int(row.invocation))
     rotate_k = row.phase == "prefill"
     plan = deploy.plan_for(cand, *sets[0], cos, sin, rotate_k=rotate_k)
     m = harness.time(MODE, lambda q, k, v: plan.run(q, k, v, cos, sin), sets)
     return float(np.median(m.samples_us))
 
 
-def test_the_tables_choices_gain_what_the_ci_says_on_held_out_shapes(tmp_path):
+def test_the_tables_choices_gain_what_the_runs_say_on_held_out_shapes(tmp_path):
+    from scipy import stats
+
+    from headroom.core import defaults
     from headroom.measure import runner, timing
 
-    table, kernel, held_out, (estimate, lo, hi) = _fitted_table(tmp_path)
-    harness = timing.Harness("cuda", warmup=20, reps=200, graph_calls=20)
+    table, kernel, held_out, (estimate, lo, hi), recorded = _fitted_table(tmp_path)
+    settings, n_sets = _regime(_recorded()[1])
+    warmup = defaults.value("portfolio", "warmup_reps")
+    harness = timing.Harness("cuda", warmup=warmup, **settings)
     first = held_out.iloc[0]
     cos, sin = runner.tables(
         int(held_out["kv_len"].max()), int(first["head_dim"]), str(first["dtype"]), 10000.0, "cuda"
@@ -106,10 +142,20 @@ def test_the_tables_choices_gain_what_the_ci_says_on_held_out_shapes(tmp_path):
         chosen = table.choose(**row._asdict())
         for cand in {chosen.id: chosen, kernel.id: kernel}.values():
             if (cand.id, row.shape_key) not in cache:
-                cache[(cand.id, row.shape_key)] = _time_us(harness, cand, row, cos, sin)
+                sets = n_sets[(row.shape_key, cand.id)]
+                cache[(cand.id, row.shape_key)] = _time_us(harness, cand, row, cos, sin, sets)
         ours += cache[(chosen.id, row.shape_key)]
         base += cache[(kernel.id, row.shape_key)]
     gain = 100.0 * (base - ours) / base
-    assert lo <= gain <= hi, (
-        f"measured gain {gain:+.3f}% outside the stated CI [{lo:+.3f}, {hi:+.3f}] (estimate {estimate:+.3f}%)"
+    R = recorded.size
+    half = stats.t.ppf(0.975, R - 1) * recorded.std(ddof=1) * np.sqrt(1.0 + 1.0 / R)
+    p_lo, p_hi = recorded.mean() - half, recorded.mean() + half
+    print(
+        f"measured {gain:+.3f}%; recorded runs {np.round(recorded, 3).tolist()}; prediction interval "
+        f"[{p_lo:+.3f}, {p_hi:+.3f}]%; engine CI [{lo:+.3f}, {hi:+.3f}]% (estimate {estimate:+.3f}%), "
+        f"{'inside' if lo <= gain <= hi else 'outside'}"
+    )
+    assert p_lo <= gain <= p_hi, (
+        f"measured gain {gain:+.3f}% outside the prediction interval [{p_lo:+.3f}, {p_hi:+.3f}]% of one "
+        f"new run (recorded runs {np.round(recorded, 3).tolist()})"
     )

@@ -103,3 +103,20 @@ def test_switch_plan_pairs_different_tiles():
     assert len(plan) == 2 * 2
     assert all(a.tile != b.tile for _, a, b in plan)
     assert sorted({int(inv.invocation) for inv, _, _ in plan}) == [0, 2]
+
+
+def test_switch_work_between_calls_writes_before_every_call_and_is_bounded():
+    import torch
+
+    assert lifecycle.work_between(0, "cpu")(len) is len  # 0: back to back, nothing wrapped
+    wrap = lifecycle.work_between(4096, "cpu")
+    calls = []
+    fn = wrap(lambda x: calls.append(x) or x * 2)
+    for i in range(3):
+        wrap.buffer.zero_()
+        assert fn(i) == 2 * i and int(wrap.buffer.sum()) == 4096  # written on every call
+    assert calls == [0, 1, 2] and wrap.buffer.dtype == torch.uint8
+    assert lifecycle.settings({})["switch_work_l2"] == 1.0  # the default study: one L2 between calls
+    for bad in (True, -0.5, 17, "l2"):
+        with pytest.raises(ValueError, match="lifecycle.switch_work_l2"):
+            lifecycle.settings({"switch_work_l2": bad})
