@@ -7,7 +7,7 @@ The lifecycle stage times a switch as the per-call time of A,B,A,B,... minus the
 and B,B,... (headroom/measure/lifecycle.switch_rows). Until 2026-12-01 the calls ran back to back,
 so B found A's data in the L2 and the three sequences differed only in which kernel ran; in a server
 a whole layer runs between two attention calls. This program runs the stage's own switch timing on
-a recorded study's trace and admitted candidates, once per ``--work-l2`` (the write of that many
+a recorded study's trace and the candidates its correctness gate admitted, once per ``--work-l2`` (the write of that many
 L2s between any two timed calls: lifecycle.switch_work_l2), on the same seeded (invocation, pair)
 plan, so the settings are compared pair by pair. Writes DIR/switch_penalty.csv (every row),
 DIR/switch_penalty.json (per setting and mode: median, quartiles and count of the penalty in µs
@@ -29,11 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from headroom.core import artifacts, defaults  # noqa: E402
 from headroom.measure import inputs, lifecycle, timing  # noqa: E402
+from headroom.measure.correctness import admitted  # noqa: E402
 
 
 def measure(reference: Path, work_l2: list[float], invocations: int, pairs: int, reps: int) -> pd.DataFrame:
     trace = artifacts.read(reference / "trace.parquet")
-    candidates = artifacts.read(reference / "candidates.parquet")
+    # the candidates the correctness gate admitted, as the lifecycle stage reads them
+    candidates = admitted(
+        artifacts.read(reference / "candidates.parquet"), artifacts.read(reference / "correctness.parquet")
+    )
     rope_base = defaults.value("partition", "rope_base")
     log = logging.getLogger("switch_penalty")
     frames = []
