@@ -128,7 +128,7 @@ _T = {
     # lifecycle
     "kind": STR, "candidate_b": STR, "policy": STR, "value": FLOAT, "unit": STR, "compile_s": FLOAT,
     "cache_bytes": FLOAT, "n": INT, "specializations": INT, "specialization_s": STR, "toolchain_s": FLOAT,
-    "first_call_s": FLOAT, "alternating_us": FLOAT, "same_us": FLOAT, "penalty_pct": FLOAT, "work_bytes": INT, "raw_ns": FLOAT,
+    "first_call_s": FLOAT, "alternating_us": FLOAT, "same_us": FLOAT, "penalty_pct": FLOAT, "work_bytes": FLOAT, "raw_ns": FLOAT,
     "baseline_ns": FLOAT, "compile_workers": INT,
     # calibration
     "name": STR, "method": STR, "device_name": STR, "sm_clock_mhz": FLOAT,

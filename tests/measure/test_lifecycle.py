@@ -5,9 +5,11 @@ import logging
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from headroom.analysis import policies
+from headroom.core import contracts
 from headroom.measure import lifecycle
 from tests.measure.measure_helpers import FIT, interpreter_only, tiny_candidates, tiny_trace
 
@@ -42,6 +44,10 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
         and sw.iloc[0]["candidate"] != sw.iloc[0]["candidate_b"]
     )
     np.testing.assert_allclose(sw["value"], sw["alternating_us"] - sw["same_us"])
+    assert (sw["work_bytes"] == 0).all()  # no L2 on the interpreter: nothing written between calls
+    contracts.check(
+        "lifecycle", pa.Table.from_pandas(df, preserve_index=False)
+    )  # what the stage writes (a nullable column once failed here on the GPU)
     costs = policies.lifecycle_costs(df)  # the analysis reads exactly this table
     assert set(costs.dispatch_us) == set(lifecycle.DISPATCH_POLICIES)
     assert costs.compile_s == {}  # skipped rows charge nothing
