@@ -71,24 +71,7 @@ COLUMNS = list(contracts.LIFECYCLE.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.checked(
-        "lifecycle",
-        section,
-        (
-            ("dispatch_lookups", 1),
-            ("dispatch_repeats", 1),
-            ("switch_reps", 1),
-            ("switch_invocations", 0),
-            ("switch_pairs", 0),
-            ("warmup_reps", 0),
-            ("graph_calls", 1),
-            ("compile_workers", 1),
-            ("compile_timeout_s", 1),
-            ("plan_reps", 1),
-            ("seed", 0),
-        ),
-    )
-    return cfg
+    return stage_settings.checked("lifecycle", section, defaults.int_minimums("lifecycle"))
 
 
 def _row(kind: str, **fields: Any) -> dict[str, Any]:
