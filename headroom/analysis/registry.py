@@ -14,53 +14,24 @@ keys unseen in train to the global candidate. ``oracle`` needs the future: it is
 
 from __future__ import annotations
 
+import headroom.policies as _policies
+from headroom.policies import *  # noqa: F403  (the policies' names, listed once: headroom.policies.__all__)
 from headroom.policies.fit import Train, fit_keyed, fit_objective, key_codes, regret_of
-from headroom.policies.lookup import (
-    CAPTURE_SIZES,
-    CLUSTER_FEATURES,
-    REGISTRY,
-    BatchKeyed,
-    Bucketed,
-    Clustered,
-    ExactKey,
-    KeyedPolicy,
-    PhaseKeyed,
-    Random,
-    RegretAware,
-    bucket_label,
-    make,
-    padded_batch,
-    rows_of,
-)
 
 __all__ = [
-    "CAPTURE_SIZES",
-    "CLUSTER_FEATURES",
     "DEPLOYABLE",
     "GRAPH_DEPLOYABLE",
     "POLICIES",
-    "REGISTRY",
-    "BatchKeyed",
-    "Bucketed",
-    "Clustered",
-    "ExactKey",
-    "KeyedPolicy",
-    "PhaseKeyed",
-    "Random",
-    "RegretAware",
     "Train",
-    "bucket_label",
     "deployable_in",
     "fit_keyed",
     "fit_objective",
     "key_codes",
-    "make",
-    "padded_batch",
     "regret_of",
-    "rows_of",
 ]
+__all__ += _policies.__all__
 
-POLICIES = (*REGISTRY, "oracle")
+POLICIES = (*_policies.REGISTRY, "oracle")
 # Policies a serving system could ship that adapt to shape beyond the phase split; the better of
 # `global` and `phase-keyed` is the baseline they must beat, `random` a floor, `oracle` needs the future.
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed")

@@ -45,9 +45,13 @@ def value(name: str, key: str) -> Any:
     return copy.deepcopy(_study()[name][key])
 
 
-def _schema_defs() -> dict[str, Any]:
+def _schema() -> dict[str, Any]:
     with open(Path(__file__).with_name("schema.yaml")) as fh:  # the schema, package data (config.py)
-        return yaml.safe_load(fh)["$defs"]
+        return yaml.safe_load(fh)
+
+
+def _schema_defs() -> dict[str, Any]:
+    return _schema()["$defs"]
 
 
 def bound(name: str) -> int:
@@ -59,3 +63,17 @@ def bound(name: str) -> int:
 
 def bound_reason(name: str) -> str:
     return _schema_defs()[name]["description"]
+
+
+def int_minimums(name: str) -> tuple[tuple[str, int], ...]:
+    """(key, minimum) of every integer key of the schema's section `name` (following `$ref` into
+    `$defs`), the bounds a stage's `settings` checks with `settings.require_ints`: the schema states
+    them once."""
+    schema = _schema()
+    out = []
+    for key, prop in schema["properties"][name]["properties"].items():
+        if "$ref" in prop:
+            prop = {**schema["$defs"][prop["$ref"].rsplit("/", 1)[-1]], **prop}
+        if prop.get("type") == "integer":
+            out.append((key, prop["minimum"]))
+    return tuple(out)

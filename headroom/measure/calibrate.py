@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.core import contracts
+from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
 from headroom.measure import inputs, portfolio, timing
 
@@ -43,9 +43,7 @@ COLUMNS = list(contracts.CALIBRATION.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.checked(
-        "calibrate", section, (("reps", 1), ("warmup_reps", 0), ("graph_calls", 1), ("matmul_n", 16))
-    )
+    cfg = stage_settings.checked("calibrate", section, defaults.int_minimums("calibrate"))
     if not cfg["hbm_copy_l2"] > 1:
         raise ValueError(
             f"calibrate.hbm_copy_l2 must be > 1 (the copy must spill the L2), got {cfg['hbm_copy_l2']!r}"

@@ -71,23 +71,7 @@ COLUMNS = list(contracts.LIFECYCLE.names)
 
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
-    cfg = stage_settings.checked(
-        "lifecycle",
-        section,
-        (
-            ("dispatch_lookups", 1),
-            ("dispatch_repeats", 1),
-            ("switch_reps", 1),
-            ("switch_invocations", 0),
-            ("switch_pairs", 0),
-            ("warmup_reps", 0),
-            ("graph_calls", 1),
-            ("compile_workers", 1),
-            ("compile_timeout_s", 1),
-            ("plan_reps", 1),
-            ("seed", 0),
-        ),
-    )
+    cfg = stage_settings.checked("lifecycle", section, defaults.int_minimums("lifecycle"))
     work = cfg["switch_work_l2"]
     if isinstance(work, bool) or not isinstance(work, int | float) or not 0 <= work <= 16:
         raise ValueError(f"lifecycle.switch_work_l2 must be a number in [0, 16], got {work!r}")

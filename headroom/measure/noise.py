@@ -20,6 +20,7 @@ Functions (each returns a new DataFrame; nothing is read from disk, nothing is m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import combinations
 
 import numpy as np
@@ -38,6 +39,22 @@ def _require(df: pd.DataFrame, columns: list[str], name: str) -> None:
         raise ValueError(f"{name} lacks column(s) {missing}; it has {list(df.columns)}")
     if df.empty:
         raise ValueError(f"{name} is empty")
+
+
+def _per_group(df: pd.DataFrame, by: list[str], stats: Callable[[tuple, pd.DataFrame], dict]) -> pd.DataFrame:
+    """One row per group of ``df`` by the columns ``by``, in sorted order: the group's ``by`` values,
+    then ``stats(key, group)``."""
+    rows = [{**dict(zip(by, key, strict=True)), **stats(key, grp)} for key, grp in df.groupby(by, sort=True)]
+    return pd.DataFrame.from_records(rows)
+
+
+def _median_p90_max(values: pd.Series, name: str) -> dict[str, float]:
+    """``{name}_median_pct``, ``{name}_p90_pct`` and ``{name}_max_pct`` of ``values``."""
+    return {
+        f"{name}_median_pct": float(values.median()),
+        f"{name}_p90_pct": float(values.quantile(0.9)),
+        f"{name}_max_pct": float(values.max()),
+    }
 
 
 def rel_std(samples: pd.DataFrame) -> pd.DataFrame:
@@ -66,55 +83,45 @@ def winners(rows: pd.DataFrame) -> pd.DataFrame:
     100 * (runner_up_us - winner_us) / winner_us (NaN with a single candidate)."""
     _require(rows, KEY + ["median_us"], "rows")
     ordered = rows.sort_values(["run", "mode", "invocation", "median_us", "candidate"], kind="mergesort")
-    records = []
-    for (run, mode, invocation), grp in ordered.groupby(["run", "mode", "invocation"], sort=True):
+
+    def stats(_key: tuple, grp: pd.DataFrame) -> dict:
         best = grp.iloc[0]
         second = grp.iloc[1] if len(grp) > 1 else None
         runner_up_us = float(second["median_us"]) if second is not None else np.nan
-        records.append(
-            {
-                "run": run,
-                "mode": mode,
-                "invocation": invocation,
-                "winner": best["candidate"],
-                "winner_us": float(best["median_us"]),
-                "runner_up": second["candidate"] if second is not None else None,
-                "runner_up_us": runner_up_us,
-                "margin_pct": 100.0 * (runner_up_us - best["median_us"]) / best["median_us"],
-            }
-        )
-    return pd.DataFrame.from_records(records)
+        return {
+            "winner": best["candidate"],
+            "winner_us": float(best["median_us"]),
+            "runner_up": second["candidate"] if second is not None else None,
+            "runner_up_us": runner_up_us,
+            "margin_pct": 100.0 * (runner_up_us - best["median_us"]) / best["median_us"],
+        }
+
+    return _per_group(ordered, ["run", "mode", "invocation"], stats)
 
 
 def winner_stability(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (mode, invocation): runs, distinct_winners, stable (same winner in every run),
     modal_winner (most frequent; ties to the smaller id), modal_share (fraction of runs it won)."""
-    w = winners(rows)
-    records = []
-    for (mode, invocation), grp in w.groupby(["mode", "invocation"], sort=True):
+
+    def stats(_key: tuple, grp: pd.DataFrame) -> dict:
         counts = grp["winner"].value_counts()
         top = counts.max()
-        modal = sorted(counts[counts == top].index)[0]
-        records.append(
-            {
-                "mode": mode,
-                "invocation": invocation,
-                "runs": len(grp),
-                "distinct_winners": int(counts.size),
-                "stable": bool(counts.size == 1),
-                "modal_winner": modal,
-                "modal_share": float(top / len(grp)),
-            }
-        )
-    return pd.DataFrame.from_records(records)
+        return {
+            "runs": len(grp),
+            "distinct_winners": int(counts.size),
+            "stable": bool(counts.size == 1),
+            "modal_winner": sorted(counts[counts == top].index)[0],
+            "modal_share": float(top / len(grp)),
+        }
+
+    return _per_group(winners(rows), ["mode", "invocation"], stats)
 
 
 def stability_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per mode: invocations, runs, stable_fraction (invocations whose winner is the same in every
     run) and pair_disagreement (fraction of (invocation, run pair) whose winners differ)."""
-    w = winners(rows)
-    records = []
-    for mode, grp in w.groupby("mode", sort=True):
+
+    def stats(_key: tuple, grp: pd.DataFrame) -> dict:
         by_inv = grp.pivot(index="invocation", columns="run", values="winner")
         runs = list(by_inv.columns)
         stable = by_inv.nunique(axis=1, dropna=True) == 1
@@ -124,16 +131,14 @@ def stability_summary(rows: pd.DataFrame) -> pd.DataFrame:
             disagreement = float(np.mean(differ))
         else:
             disagreement = np.nan
-        records.append(
-            {
-                "mode": mode,
-                "invocations": len(by_inv),
-                "runs": len(runs),
-                "stable_fraction": float(stable.mean()),
-                "pair_disagreement": disagreement,
-            }
-        )
-    return pd.DataFrame.from_records(records)
+        return {
+            "invocations": len(by_inv),
+            "runs": len(runs),
+            "stable_fraction": float(stable.mean()),
+            "pair_disagreement": disagreement,
+        }
+
+    return _per_group(winners(rows), ["mode"], stats)
 
 
 def floor_flags(rows: pd.DataFrame, factor: float) -> pd.DataFrame:
@@ -155,22 +160,17 @@ def run_summary(rows: pd.DataFrame, samples: pd.DataFrame, factor: float | None 
         factor = defaults.value("portfolio", "floor_factor")
     rs = rel_std(samples)
     flags = floor_flags(rows, factor) if "floor_us" in rows.columns else rows.iloc[0:0]
-    records = []
-    for (run, mode), grp in rs.groupby(["run", "mode"], sort=True):
-        near = flags[(flags["run"] == run) & (flags["mode"] == mode)]
-        records.append(
-            {
-                "run": run,
-                "mode": mode,
-                "measurements": len(grp),
-                "samples": int(grp["n"].sum()),
-                "rel_std_median_pct": float(grp["rel_std_pct"].median()),
-                "rel_std_p90_pct": float(grp["rel_std_pct"].quantile(0.9)),
-                "rel_std_max_pct": float(grp["rel_std_pct"].max()),
-                "near_floor": len(near),
-            }
-        )
-    return pd.DataFrame.from_records(records)
+
+    def stats(key: tuple, grp: pd.DataFrame) -> dict:
+        run, mode = key
+        return {
+            "measurements": len(grp),
+            "samples": int(grp["n"].sum()),
+            **_median_p90_max(grp["rel_std_pct"], "rel_std"),
+            "near_floor": int(((flags["run"] == run) & (flags["mode"] == mode)).sum()),
+        }
+
+    return _per_group(rs, ["run", "mode"], stats)
 
 
 def sampler_summary(rows: pd.DataFrame) -> pd.DataFrame | None:
@@ -182,22 +182,17 @@ def sampler_summary(rows: pd.DataFrame) -> pd.DataFrame | None:
     if not set(SAMPLER_COLUMNS) <= set(rows.columns):
         return None
     _require(rows, KEY + SAMPLER_COLUMNS, "rows")
-    records = []
-    for (run, mode), grp in rows.groupby(["run", "mode"], sort=True):
+
+    def stats(_key: tuple, grp: pd.DataFrame) -> dict:
         reasons = grp["stop_reason"].value_counts()
-        records.append(
-            {
-                "run": run,
-                "mode": mode,
-                "cells": len(grp),
-                "samples": int(grp["reps"].sum()),
-                "reps_median": float(grp["reps"].median()),
-                "reps_max": int(grp["reps"].max()),
-                "rse_median_pct": float(grp["rse_pct"].median()),
-                "rse_p90_pct": float(grp["rse_pct"].quantile(0.9)),
-                "rse_max_pct": float(grp["rse_pct"].max()),
-                **{reason: int(reasons.get(reason, 0)) for reason in contracts.STOP_REASONS},
-                "sampling_s": float(grp["cell_wall_s"].sum()),
-            }
-        )
-    return pd.DataFrame.from_records(records)
+        return {
+            "cells": len(grp),
+            "samples": int(grp["reps"].sum()),
+            "reps_median": float(grp["reps"].median()),
+            "reps_max": int(grp["reps"].max()),
+            **_median_p90_max(grp["rse_pct"], "rse"),
+            **{reason: int(reasons.get(reason, 0)) for reason in contracts.STOP_REASONS},
+            "sampling_s": float(grp["cell_wall_s"].sum()),
+        }
+
+    return _per_group(rows, ["run", "mode"], stats)

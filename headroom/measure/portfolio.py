@@ -47,18 +47,8 @@ _FLOOR_WARMUP_CALLS = 3
 
 def settings(section: dict[str, Any] | None) -> dict[str, Any]:
     """The `portfolio:` config section merged onto the default study's; ValueError names a bad key."""
-    cfg = stage_settings.checked(
-        "portfolio",
-        section,
-        (
-            ("runs", 1),
-            ("reps", 1),
-            ("graph_calls", 1),
-            ("max_buffer_sets", 2),  # rotation needs two sets at least (timing.buffer_sets)
-            ("warmup_reps", 0),
-            ("seed", 0),
-        ),
-    )
+    # the schema's integer bounds; max_buffer_sets >= 2: rotation needs two sets (timing.buffer_sets)
+    cfg = stage_settings.checked("portfolio", section, defaults.int_minimums("portfolio"))
     if cfg["mode"] not in ("eager", "graph", "both"):
         raise ValueError(f"portfolio.mode must be eager, graph or both, got {cfg['mode']!r}")
     if type(cfg["flush_l2"]) is not bool:

@@ -110,7 +110,16 @@ class KeyedPolicy:
         return self
 
 
-class PhaseKeyed(KeyedPolicy):
+class _OneColumn(KeyedPolicy):
+    """Keyed on one column of the shape, its value as the key (``key`` reads it by name: it is the
+    lookup the lifecycle times)."""
+
+    def keys(self, features):
+        (column,) = self.features
+        return features[column].astype(str).tolist()
+
+
+class PhaseKeyed(_OneColumn):
     """One candidate per phase (prefill, decode): the obvious two-kernel rule."""
 
     features = ("phase",)
@@ -118,20 +127,14 @@ class PhaseKeyed(KeyedPolicy):
     def key(self, shape):
         return shape["phase"]
 
-    def keys(self, features):
-        return features["phase"].astype(str).tolist()
 
-
-class ExactKey(KeyedPolicy):
+class ExactKey(_OneColumn):
     """One candidate per exact shape_key seen in its fit."""
 
     features = ("shape_key",)
 
     def key(self, shape):
         return shape["shape_key"]
-
-    def keys(self, features):
-        return features["shape_key"].astype(str).tolist()
 
 
 class Bucketed(KeyedPolicy):

@@ -149,20 +149,9 @@ def _write_figures(sections: list[Section], out: Path) -> dict[str, Path]:
 
 def _render(context: dict, out: Path) -> dict[str, Path]:
     """index.html and report.md from the templates, each written atomically."""
-    html_env = Environment(
-        loader=FileSystemLoader(TEMPLATES),
-        autoescape=select_autoescape(["html", "j2"]),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    md_env = Environment(
-        loader=FileSystemLoader(TEMPLATES),
-        autoescape=False,
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    common = dict(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True)
+    html_env = Environment(autoescape=select_autoescape(["html", "j2"]), **common)
+    md_env = Environment(autoescape=False, trim_blocks=True, lstrip_blocks=True, **common)
     md_env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
     paths = {}
     for name, env, template in (

@@ -131,6 +131,15 @@ def skipped(key: str, title: str, reason: str) -> Section:
     return Section(key, title, status="skipped", reason=reason)
 
 
+def unusable(key: str, title: str, df: pd.DataFrame | None, why: str) -> Section | None:
+    """The skipped section when ``df`` was not read (``why``) or has no usable rows (``all_skipped``);
+    None when there is something to show."""
+    if df is None:
+        return skipped(key, title, why)
+    reason = all_skipped(df)
+    return skipped(key, title, reason) if reason else None
+
+
 def all_skipped(df: pd.DataFrame | None) -> str | None:
     """The reason when a table has no usable rows (missing, empty, or every row skipped)."""
     if df is None:

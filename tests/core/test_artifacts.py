@@ -129,16 +129,13 @@ def test_the_next_run_of_a_killed_job_removes_its_temporary_files(tmp_path, monk
 
 
 # -- what is not a regular file, or not a sidecar, is refused with one line ------------------------
-def _cli(args, cwd, timeout=30):
-    """`headroom ARGS` in a subprocess, so a read that blocks fails the test instead of hanging it."""
+def _cli(args, cwd):
+    """`headroom ARGS` in a subprocess with a timeout (``test_cli.headroom``), so a read that blocks
+    fails the test instead of hanging it."""
+    from tests.core.test_cli import headroom
+
     try:
-        return subprocess.run(
-            [sys.executable, "-m", "headroom.core.cli", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return headroom(*args, cwd=cwd)
     except subprocess.TimeoutExpired:
         pytest.fail(f"headroom {' '.join(args)} hung (reading a FIFO or a device?)")
 

@@ -242,3 +242,12 @@ def test_schema_bounds_agree_with_the_code_that_reads_each_key():
                     disagree.append(f"{key} = {probe!r}: schema {verdicts[0]}, the code {verdicts[1]}")
     assert probed > 300
     assert not disagree, "\n".join(disagree)
+
+
+def test_a_stages_integer_bounds_are_read_from_the_schema_through_ref():
+    bounds = dict(defaults.int_minimums("portfolio"))
+    assert bounds["max_buffer_sets"] == 2  # stated on the key itself
+    assert bounds["runs"] == SCHEMA["$defs"]["runs"]["minimum"]  # through $ref
+    assert "mode" not in bounds and "floor_factor" not in bounds  # a string, a number: not integers
+    with pytest.raises(ValueError, match=r"portfolio\.max_buffer_sets must be an int >= 2"):
+        portfolio.settings({"max_buffer_sets": 1})

@@ -43,6 +43,19 @@ def random_qkv(batch, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, generat
     return make(heads_q, q_len), make(heads_kv, kv_len), make(heads_kv, kv_len)
 
 
+def problem_shape(case: dict) -> tuple[int, int, int, int, int, int]:
+    """A drawn case's (batch, heads_q, heads_kv, q_len, kv_len, head_dim): random_qkv's first six
+    arguments."""
+    return tuple(case[k] for k in ("batch", "heads_q", "heads_kv", "q_len", "kv_len", "head_dim"))
+
+
+def seeded_inputs(seed: int, shape: tuple[int, ...], table_len: int, dtype=DTYPES[0]) -> tuple:
+    """q, k, v (random_qkv of ``shape`` from a generator seeded with ``seed``) and the cos, sin
+    tables of ``table_len`` positions for its head_dim, all on DEVICE."""
+    q, k, v = random_qkv(*shape, dtype, torch.Generator().manual_seed(seed))
+    return (q, k, v, *kernels.rope_tables(table_len, shape[-1], device=DEVICE))
+
+
 def poisoned(shape, dtype):
     """An output buffer full of NaN: any element the kernel fails to write stays NaN."""
     return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)

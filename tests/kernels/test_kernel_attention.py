@@ -10,7 +10,16 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import DEVICE, DTYPES, assert_close, draw_shape, poisoned, random_qkv
+from kernel_helpers import (
+    DEVICE,
+    DTYPES,
+    assert_close,
+    draw_shape,
+    poisoned,
+    problem_shape,
+    random_qkv,
+    seeded_inputs,
+)
 
 import kernels
 from kernels import (
@@ -59,17 +68,7 @@ def test_matches_reference_on_random_shapes(case):
     """Any 1 <= Sq <= Skv, GQA ratio 1-8, strided or not, either kernel path, fused or not,
     either rotate_k mode: the output matches float64 and every element is written."""
     gen = torch.Generator().manual_seed(case["seed"])
-    q, k, v = random_qkv(
-        case["batch"],
-        case["heads_q"],
-        case["heads_kv"],
-        case["q_len"],
-        case["kv_len"],
-        case["head_dim"],
-        case["dtype"],
-        gen,
-        strided=case["strided"],
-    )
+    q, k, v = random_qkv(*problem_shape(case), case["dtype"], gen, strided=case["strided"])
     cos, sin = rope_tables(case["kv_len"] + 5, case["head_dim"], device=DEVICE)
     out = poisoned(q.shape, case["dtype"])
     if case["path"] is None:
@@ -154,10 +153,8 @@ def test_split_plan_follows_the_gpu_not_the_tile():
 
 
 def test_attention_unrotated_is_attention_of_rotated_inputs():
-    gen = torch.Generator().manual_seed(3)
     dtype = DTYPES[0]
-    q, k, v = random_qkv(2, 4, 2, 19, 19, 32, dtype, gen)
-    cos, sin = rope_tables(19, 32, device=DEVICE)
+    q, k, v, cos, sin = seeded_inputs(3, (2, 4, 2, 19, 19, 32), 19, dtype)
     qr = kernels.rope(q, cos, sin, 0)
     kr = kernels.rope(k, cos, sin, 0)
     out = attention_unrotated(qr, kr, v, tile=SMALL_TILES[0], out=poisoned(q.shape, dtype))
@@ -166,10 +163,8 @@ def test_attention_unrotated_is_attention_of_rotated_inputs():
 
 def test_fused_and_unfused_agree_closely():
     """Same tile, same rounding points: fused and unfused differ only by summation order."""
-    gen = torch.Generator().manual_seed(11)
     dtype = DTYPES[0]
-    q, k, v = random_qkv(1, 4, 1, 33, 33, 64, dtype, gen)
-    cos, sin = rope_tables(33, 64, device=DEVICE)
+    q, k, v, cos, sin = seeded_inputs(11, (1, 4, 1, 33, 33, 64), 33, dtype)
     a = attention(q, k, v, cos, sin, tile=SMALL_TILES[1], fused=True, rotate_k=True)
     b = attention(q, k, v, cos, sin, tile=SMALL_TILES[1], fused=False, rotate_k=True)
     assert (a.double() - b.double()).abs().max().item() <= 2 * torch.finfo(dtype).eps * 4
@@ -201,9 +196,7 @@ def _sdpa_reference(q, k, v, cos, sin, rotate_k):
 
 @pytest.mark.parametrize("q_len,kv_len,rotate_k", [(9, 9, True), (3, 14, False), (1, 6, True)])
 def test_reference_matches_independent_torch(q_len, kv_len, rotate_k):
-    gen = torch.Generator().manual_seed(5)
-    q, k, v = random_qkv(2, 6, 2, q_len, kv_len, 32, DTYPES[0], gen)
-    cos, sin = rope_tables(kv_len, 32, device=DEVICE)
+    q, k, v, cos, sin = seeded_inputs(5, (2, 6, 2, q_len, kv_len, 32), kv_len)
     ref = reference_attention(q, k, v, cos, sin, rotate_k=rotate_k)
     assert ref.dtype == torch.float64
     torch.testing.assert_close(ref, _sdpa_reference(q, k, v, cos, sin, rotate_k), rtol=1e-12, atol=1e-12)
@@ -211,10 +204,7 @@ def test_reference_matches_independent_torch(q_len, kv_len, rotate_k):
 
 def test_softmax_scale_is_inverse_sqrt_head_dim():
     """One key: output = v. Two identical keys: the mean of the two values."""
-    gen = torch.Generator().manual_seed(2)
-    dtype = DTYPES[0]
-    q, k, v = random_qkv(1, 1, 1, 1, 1, 32, dtype, gen)
-    cos, sin = rope_tables(2, 32, device=DEVICE)
+    q, k, v, cos, sin = seeded_inputs(2, (1, 1, 1, 1, 1, 32), 2)
     out = attention(q, k, v, cos, sin, tile=SMALL_TILES[0], fused=True, rotate_k=False)
     torch.testing.assert_close(out, v)
     assert math.isclose(LOG2E, 1 / math.log(2), rel_tol=1e-15)

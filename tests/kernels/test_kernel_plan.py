@@ -7,7 +7,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import DEVICE, DTYPES, TOLERANCES, assert_close, draw_shape, errors, poisoned, random_qkv
+from kernel_helpers import (
+    DEVICE,
+    DTYPES,
+    TOLERANCES,
+    assert_close,
+    draw_shape,
+    errors,
+    poisoned,
+    problem_shape,
+    random_qkv,
+)
 
 import kernels
 from kernels import Tile, Variant, attention, plan, reference_attention, rope_tables
@@ -41,14 +51,7 @@ def test_plan_matches_reference_on_random_shapes(case):
     Sq = 1), GQA 1-4, strided or not: the output matches float64, every element is written, and
     a second run of the same plan on fresh tensors is right too."""
     gen = torch.Generator().manual_seed(case["seed"])
-    shape = (
-        case["batch"],
-        case["heads_q"],
-        case["heads_kv"],
-        case["q_len"],
-        case["kv_len"],
-        case["head_dim"],
-    )
+    shape = problem_shape(case)
     cos, sin = rope_tables(case["kv_len"] + 3, case["head_dim"], device=DEVICE)
     p = None
     for _ in range(2):

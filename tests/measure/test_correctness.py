@@ -23,48 +23,30 @@ def candidates() -> pd.DataFrame:
     return build(TILES, ["unfused", "fused"])
 
 
-def shape_rows() -> pd.DataFrame:
-    trace = pd.DataFrame(
-        [
-            dict(
-                invocation=0,
-                phase="prefill",
-                batch=1,
-                q_len=19,
-                kv_len=19,
-                heads_q=4,
-                heads_kv=2,
-                head_dim=32,
-                dtype="float32",
-                shape_key="prefill|b1|q19|kv19|h4/2|d32|float32",
-            ),
-            dict(
-                invocation=1,
-                phase="decode",
-                batch=2,
-                q_len=1,
-                kv_len=41,
-                heads_q=4,
-                heads_kv=2,
-                head_dim=32,
-                dtype="float16",
-                shape_key="decode|b2|q1|kv41|h4/2|d32|float16",
-            ),
-            dict(
-                invocation=2,
-                phase="decode",
-                batch=2,
-                q_len=1,
-                kv_len=41,
-                heads_q=4,
-                heads_kv=2,
-                head_dim=32,
-                dtype="float16",
-                shape_key="decode|b2|q1|kv41|h4/2|d32|float16",
-            ),
-        ]
+def _trace_row(invocation: int, phase: str, batch: int, q_len: int, kv_len: int, dtype: str) -> dict:
+    """One trace row with 4 query heads, 2 KV heads and head_dim 32."""
+    key = f"{phase}|b{batch}|q{q_len}|kv{kv_len}|h4/2|d32|{dtype}"
+    return dict(
+        invocation=invocation,
+        phase=phase,
+        batch=batch,
+        q_len=q_len,
+        kv_len=kv_len,
+        heads_q=4,
+        heads_kv=2,
+        head_dim=32,
+        dtype=dtype,
+        shape_key=key,
     )
-    return correctness.shapes(trace)
+
+
+def shape_rows() -> pd.DataFrame:
+    rows = [
+        _trace_row(0, "prefill", 1, 19, 19, "float32"),
+        _trace_row(1, "decode", 2, 1, 41, "float16"),
+        _trace_row(2, "decode", 2, 1, 41, "float16"),
+    ]
+    return correctness.shapes(pd.DataFrame(rows))
 
 
 def device() -> str:

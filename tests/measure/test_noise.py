@@ -16,6 +16,11 @@ def _rows(medians: dict[tuple[int, int, str], float], mode: str = "eager") -> pd
     )
 
 
+def _across_runs(medians: dict[tuple[int, str], list[float]]) -> dict[tuple[int, int, str], float]:
+    """{(invocation, candidate): [its median in run 1, run 2, ...]} in ``_rows``' keys."""
+    return {(run, i, c): m for (i, c), ms in medians.items() for run, m in enumerate(ms, start=1)}
+
+
 def test_rel_std_matches_hand_computation():
     samples = pd.DataFrame(
         {
@@ -34,16 +39,7 @@ def test_rel_std_matches_hand_computation():
 
 
 def test_median_spread_across_runs():
-    rows = _rows(
-        {
-            (1, 0, "a"): 10.0,
-            (2, 0, "a"): 11.0,
-            (3, 0, "a"): 12.0,
-            (1, 0, "b"): 4.0,
-            (2, 0, "b"): 4.0,
-            (3, 0, "b"): 4.0,
-        }
-    )
+    rows = _rows(_across_runs({(0, "a"): [10.0, 11.0, 12.0], (0, "b"): [4.0, 4.0, 4.0]}))
     out = noise.median_spread(rows).set_index("candidate")
     assert out.loc["a", "runs"] == 3
     assert out.loc["a", "spread_pct"] == pytest.approx(100 * 2 / 11)
@@ -52,28 +48,15 @@ def test_median_spread_across_runs():
 
 def test_winners_and_stability_known_answers():
     # invocation 0: b wins in every run; invocation 1: a, c, a -> unstable, modal a (2/3).
-    rows = _rows(
-        {
-            (1, 0, "a"): 5.0,
-            (1, 0, "b"): 4.0,
-            (1, 0, "c"): 6.0,
-            (2, 0, "a"): 5.0,
-            (2, 0, "b"): 4.5,
-            (2, 0, "c"): 6.0,
-            (3, 0, "a"): 5.0,
-            (3, 0, "b"): 3.9,
-            (3, 0, "c"): 6.0,
-            (1, 1, "a"): 2.0,
-            (1, 1, "b"): 3.0,
-            (1, 1, "c"): 2.1,
-            (2, 1, "a"): 2.2,
-            (2, 1, "b"): 3.0,
-            (2, 1, "c"): 2.1,
-            (3, 1, "a"): 2.0,
-            (3, 1, "b"): 3.0,
-            (3, 1, "c"): 2.1,
-        }
-    )
+    medians = {
+        (0, "a"): [5.0, 5.0, 5.0],
+        (0, "b"): [4.0, 4.5, 3.9],
+        (0, "c"): [6.0, 6.0, 6.0],
+        (1, "a"): [2.0, 2.2, 2.0],
+        (1, "b"): [3.0, 3.0, 3.0],
+        (1, "c"): [2.1, 2.1, 2.1],
+    }
+    rows = _rows(_across_runs(medians))
     w = noise.winners(rows).set_index(["run", "invocation"])
     assert w.loc[(1, 0), "winner"] == "b"
     assert w.loc[(1, 0), "runner_up"] == "a"

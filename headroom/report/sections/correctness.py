@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from headroom.report.model import Section, all_skipped, skipped, table
+from headroom.report.model import Section, table, unusable
 
 
 def section(c: pd.DataFrame | None, why: str) -> Section:
     title = "Correctness"
-    if c is None:
-        return skipped("correctness", title, why)
-    if reason := all_skipped(c):
-        return skipped("correctness", title, reason)
+    if (gone := unusable("correctness", title, c, why)) is not None:
+        return gone
     per = c.groupby("candidate", as_index=False).agg(
         cases=("shape_key", "size"),
         failed=("passed", lambda x: int((~x.astype(bool)).sum())),

@@ -8,15 +8,13 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from headroom.analysis import decision as hdecision
-from headroom.report.model import LABEL_PT, Section, all_skipped, figure, nbytes, skipped, table
+from headroom.report.model import LABEL_PT, Section, figure, nbytes, skipped, table, unusable
 
 
 def section(gs: pd.DataFrame | None, why: str) -> Section:
     title = "Fusion speedup, eager vs CUDA Graph, per working-set regime"
-    if gs is None:
-        return skipped("fusion", title, why)
-    if reason := all_skipped(gs):
-        return skipped("fusion", title, reason)
+    if (gone := unusable("fusion", title, gs, why)) is not None:
+        return gone
     sp = hdecision.fusion_speedups(gs)
     if sp.empty:
         return skipped("fusion", title, "no regime has both a fused and an unfused ok row")

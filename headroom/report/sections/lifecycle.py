@@ -8,7 +8,7 @@ import pandas as pd
 
 from headroom.analysis.policies import DEPLOYABLE
 from headroom.core.format import seconds
-from headroom.report.model import Section, all_skipped, fmt, nbytes, number_format, skipped, table
+from headroom.report.model import Section, fmt, nbytes, number_format, table, unusable
 
 LEDGER_KINDS = (
     ("compile", "cold compile per candidate"),
@@ -21,10 +21,8 @@ LEDGER_KINDS = (
 
 def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Section:
     title = "Lifecycle ledger"
-    if lc is None:
-        return skipped("lifecycle", title, why)
-    if reason := all_skipped(lc):
-        return skipped("lifecycle", title, reason)
+    if (gone := unusable("lifecycle", title, lc, why)) is not None:
+        return gone
     s = Section("lifecycle", title)
     lc_ok = lc[lc["status"].astype(str) == "ok"] if "status" in lc.columns else lc
     if "kind" in lc_ok.columns:

@@ -11,12 +11,12 @@ from headroom.report.model import (
     LABEL_PT,
     Figure,
     Section,
-    all_skipped,
     figure,
     signed_interval,
     signed_range,
     skipped,
     table,
+    unusable,
 )
 
 
@@ -85,10 +85,8 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
 
 def factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
     title = "Policy x fusion factorial"
-    if fac is None:
-        return skipped("factorial", title, why)
-    if reason := all_skipped(fac):
-        return skipped("factorial", title, reason)
+    if (gone := unusable("factorial", title, fac, why)) is not None:
+        return gone
     skipped_rows = fac[fac["status"] != "ok"] if "status" in fac.columns else fac.iloc[0:0]
     fac = fac[fac["status"] == "ok"] if "status" in fac.columns else fac
     cols = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.report.model import LABEL_PT, Section, all_skipped, figure, rate, skipped, table
+from headroom.report.model import LABEL_PT, Section, figure, rate, table, unusable
 from headroom.report.ship import family
 
 PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"}
@@ -13,10 +13,8 @@ PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"
 
 def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) -> Section:
     title = "Roofline: predicted vs measured"
-    if rf is None:
-        return skipped("roofline", title, why)
-    if reason := all_skipped(rf):
-        return skipped("roofline", title, reason)
+    if (gone := unusable("roofline", title, rf, why)) is not None:
+        return gone
     ok = rf[rf["status"] == "ok"]
     s = Section("roofline", title)
     both = ok.dropna(subset=["measured_us"])
