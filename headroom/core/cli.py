@@ -956,6 +956,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone away (`| head`) is then quiet too
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The verb's exit code; its refusals and Ctrl-C as one line on stderr, never a traceback."""
+    try:
         args.results = _results_of(args)
         return args.func(args)
     except CliError as exc:
@@ -967,9 +978,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted (Ctrl-C); nothing was changed")
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -263,16 +263,22 @@ def test_ctrl_c_in_verify_exits_130_without_a_traceback(project):
     assert "interrupted" in err and "Traceback" not in err and stop_s < 5
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
 @pytest.mark.parametrize(
     "args",
     [
         ("query", "SELECT * FROM range(200000)", "--format", "csv"),
+        ("query", "SELECT 1 AS one"),  # little output: all of it written at the end
         ("lineage", "results/default/decision.parquet"),
+        ("gate", "--study", "default"),
     ],
 )
-def test_a_reader_that_goes_away_ends_the_output_quietly(project, args):
+def test_a_reader_that_goes_away_ends_the_output_quietly(project, args, unbuffered, monkeypatch):
+    # buffered (no PYTHONUNBUFFERED, as a user's shell has it), a small output reaches the pipe
+    # only at the end: on main, Python's exit flush then said "Exception ignored ... BrokenPipeError"
+    monkeypatch.setenv("PYTHONUNBUFFERED", unbuffered)
     proc = _spawn("-m", "headroom.core.cli", *args, cwd=project, stdout=subprocess.PIPE)
-    proc.stdout.readline() if args[0] == "query" else None
+    proc.stdout.readline() if args[1].startswith("SELECT *") else None
     proc.stdout.close()  # `| head -1`
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == cli.EXIT_BROKEN_PIPE, err
