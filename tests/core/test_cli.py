@@ -104,6 +104,62 @@ def test_query_stops_at_its_memory_limit_with_a_message(project, capsys):
     assert code == cli.EXIT_ERROR and "memory than its limit of 100MB" in err and "--memory-limit" in err
 
 
+class _Discard:
+    """stdout that forgets what it is given, after `delay_s` seconds per write (a slow reader)."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s, self.writes = delay_s, []
+
+    def write(self, text: str) -> None:
+        time.sleep(self.delay_s)
+        self.writes.append(text[:100])
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_time_limit_counts_the_work_of_printing_rows_too(project, capsys, monkeypatch):
+    # cheap for DuckDB, dear to print: on main only DuckDB's own time counted (a 3 s limit stopped
+    # a cross join printed as csv after 17 s)
+    monkeypatch.setattr(sys, "stdout", _Discard())
+    start = time.monotonic()
+    code = cli.main(
+        [
+            "--results",
+            str(project / "results"),
+            "query",
+            LONG_SCAN.replace("sum(range % 7)", "range"),
+            "--format",
+            "json",
+            "--timeout",
+            "1",
+        ]
+    )
+    assert time.monotonic() - start < 6
+    assert code == cli.EXIT_ERROR and "time limit of 1 s" in capsys.readouterr().err
+
+
+def test_time_spent_writing_to_a_slow_reader_does_not_count(project, capsys, monkeypatch):
+    slow = _Discard(delay_s=0.3)  # a pager that is read slowly: 9 writes, 2.7 s, a 1 s limit
+    monkeypatch.setattr(sys, "stdout", slow)
+    sql = "SELECT range AS n FROM range(8)"
+    code = cli.main(
+        ["--results", str(project / "results"), "query", sql, "--format", "json", "--timeout", "1"]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert json.loads("".join(slow.writes)) == [{"n": n} for n in range(8)]
+
+
+def test_the_table_format_holds_a_bounded_number_of_rows(project, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "TABLE_HOLD_MAX", 50)
+    results, sql = str(project / "results"), "SELECT range AS n FROM range(1000)"
+    code, out, err = run(capsys, "--results", results, "query", sql, "--max-rows", "0")
+    assert code == cli.EXIT_ERROR and out == ""
+    assert "prints at most 50 rows" in err and "--format csv or json streams every row" in err
+    code, out, _ = run(capsys, "--results", results, "query", sql, "--max-rows", "0", "--format", "csv")
+    assert code == 0 and len(out.splitlines()) == 1001
+
+
 @pytest.mark.parametrize(
     "option, value, says",
     [
