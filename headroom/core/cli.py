@@ -176,8 +176,8 @@ def _verified_catalog(results: Path) -> Path:
             if path.exists():
                 if not rebuilding:
                     raise CliError(
-                        f"the catalog {path} has no recorded BLAKE3 ({artifacts.sidecar(path).name} is "
-                        f"missing); {_rebuild_hint(results)}"
+                        f"the catalog {path} has no recorded BLAKE3 ({_sidecar_problem(path)}); "
+                        f"{_rebuild_hint(results)}"
                     ) from None
             elif not rebuilding:
                 raise CliError(
@@ -186,6 +186,16 @@ def _verified_catalog(results: Path) -> Path:
         if time.monotonic() > deadline:
             raise CliError(f"the catalog {path} is being rebuilt; try again in a moment")
         time.sleep(0.2)
+
+
+def _sidecar_problem(path: Path) -> str:
+    """What is wrong with the sidecar of `path`, which holds no readable BLAKE3."""
+    side = artifacts.sidecar(path)
+    if not os.path.lexists(side):
+        return f"{side.name} is missing"
+    if not side.is_file():
+        return f"{side.name} is not a regular file"
+    return f"{side.name} is empty or not a hash record"
 
 
 def _open_catalog(path: Path, memory_limit: str, study: str | None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,6 +277,64 @@ def test_lineage_depth_no_code_and_json(project, capsys, monkeypatch):
     assert code == 0 and tree["rule"] == "decision" and tree["status"] == "ok"
     assert tree["inputs"][0]["path"] == "results/default/trace.parquet"
     assert tree["inputs"][0]["read_as"] == tree["inputs"][0]["blake3"]
+
+
+# -- 17, 18: damaged sidecars and artifacts -------------------------------------------------------
+def _unlink_then_mkdir(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+DAMAGE = {
+    "empty": lambda side: side.write_bytes(b""),
+    "non-utf8": lambda side: side.write_bytes(b"\xff\xfe\x00 not a hash"),
+    "directory": _unlink_then_mkdir,
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize(
+    "verb, target, says",
+    [
+        (["gate", "--study", "default"], "default/decision.parquet", "holds no BLAKE3|is not a regular file"),
+        (["query", "SELECT 1"], "catalog.duckdb", "is empty or not a hash record|is not a regular file"),
+    ],
+    ids=["gate", "query"],
+)
+def test_a_damaged_sidecar_is_one_line_naming_it(project, capsys, damage, verb, target, says):
+    side = artifacts.sidecar(project / "results" / target)
+    DAMAGE[damage](side)
+    code, out, err = run(capsys, "--results", str(project / "results"), *verb)
+    assert code == cli.EXIT_ERROR and out == "" and len(err.strip().splitlines()) == 1, err
+    assert side.name in err and re.search(says, err) and "rerun the pipeline" in err
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_verify_and_lineage_name_a_damaged_sidecar(project, capsys, damage):
+    side = artifacts.sidecar(project / "results/default/decision.parquet")
+    DAMAGE[damage](side)
+    code, out, _ = run(capsys, "--results", str(project / "results"), "verify")
+    assert code == cli.EXIT_ERROR and f"FAIL {side.parent / 'decision.parquet'}: its sidecar {side}" in out
+    code, out, _ = run(
+        capsys, "--results", str(project / "results"), "lineage", str(side.parent / "decision.parquet")
+    )
+    assert code == cli.EXIT_ERROR and "UNREADABLE" in out and side.name in out
+
+
+def test_a_parquet_name_on_other_bytes_with_a_matching_sidecar_is_refused(project, capsys):
+    results = project / "results"
+    for name in ("decision", "trace"):
+        path = results / "default" / f"{name}.parquet"
+        artifacts.write_file(path, b"not parquet at all")  # its sidecar records these very bytes
+    code, out, err = run(capsys, "--results", str(results), "verify")
+    assert code == cli.EXIT_ERROR and "decision.parquet: not a readable Parquet artifact" in out
+    code, out, err = run(capsys, "--results", str(results), "gate", "--study", "default")
+    assert code == cli.EXIT_ERROR and out == "" and len(err.strip().splitlines()) == 1
+    assert "decision.parquet: not a readable Parquet artifact" in err and "rerun the pipeline" in err
+    code, out, err = run(
+        capsys, "--results", str(results), "trace", "describe", str(results / "default/trace.parquet")
+    )
+    assert code == cli.EXIT_ERROR and "trace.parquet: not a readable Parquet artifact" in err
 
 
 # -- 20, 24: gate ---------------------------------------------------------------------------------
