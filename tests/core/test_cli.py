@@ -72,13 +72,14 @@ def _spawn(*args: str, cwd: Path, **kw) -> subprocess.Popen:
     )
 
 
-def _interrupt_when_busy(code: str, cwd: Path) -> tuple[subprocess.Popen, str, float]:
+def _interrupt_when_busy(code: str, cwd: Path, **kw) -> tuple[subprocess.Popen, str, float]:
     """Run `code` (after the imports, which print "ready"), Ctrl-C it 2 s into its work; the
     process, its stderr and the seconds it took to stop."""
     proc = _spawn(
         "-c",
         f"import sys; from headroom.core import cli; print('ready', file=sys.stderr, flush=True); {code}",
         cwd=cwd,
+        **kw,
     )
     assert proc.stderr.readline().strip() == "ready"
     time.sleep(2)
@@ -176,9 +177,14 @@ def test_query_limits_refuse_nonsense(project, capsys, option, value, says):
     assert says in capsys.readouterr().err
 
 
-def test_query_stops_promptly_at_ctrl_c(project):
-    main = f"sys.exit(cli.main(['query', {LONG_SCAN!r}, '--timeout', '0']))"
-    proc, err, stop_s = _interrupt_when_busy(main, project)
+@pytest.mark.parametrize(
+    "sql, fmt",
+    [(LONG_SCAN, "table"), (LONG_SCAN.replace("sum(range % 7)", "range"), "json")],
+    ids=["in-duckdb", "printing-rows"],
+)
+def test_query_stops_promptly_at_ctrl_c(project, sql, fmt):
+    main = f"sys.exit(cli.main(['query', {sql!r}, '--format', {fmt!r}, '--timeout', '0']))"
+    proc, err, stop_s = _interrupt_when_busy(main, project, stdout=subprocess.DEVNULL)
     assert stop_s < 5, "SIGINT honoured late"
     assert proc.returncode == cli.EXIT_INTERRUPTED, err
     assert "interrupted" in err and "Traceback" not in err
@@ -211,6 +217,24 @@ def test_results_from_the_environment_and_after_the_verb(project, tmp_path, caps
     assert run(capsys, "gate", "--study", "default", "--results", str(project / "results"))[0] == 0
     code, _, err = run(capsys, "verify", "--results", str(project / "results"))
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["query", "SELECT 1"],
+        ["verify"],
+        ["lineage", "x.parquet"],
+        ["gate"],
+        ["recommend"],
+        ["trace", "describe"],
+    ],
+    ids=lambda v: v[0],
+)
+def test_every_verb_takes_results_and_study_before_or_after_it(verb):
+    after = cli.parse([*verb, "--results", "/r", "--study", "s"])
+    before = cli.parse(["--results", "/r", "--study", "s", *verb])
+    assert (after.results, after.study) == (before.results, before.study) == ("/r", "s")
 
 
 def test_no_results_folder_names_where_it_looked(tmp_path, capsys, monkeypatch):
