@@ -1001,6 +1001,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # while the last output was flushed
+        return _interrupted()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -1015,8 +1017,12 @@ def _run(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        _err("interrupted (Ctrl-C); nothing was changed")
-        return EXIT_INTERRUPTED
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    _err("interrupted (Ctrl-C); nothing was changed")
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
