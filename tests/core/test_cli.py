@@ -282,6 +282,8 @@ def test_lineage_exits_1_when_an_input_is_changed_or_missing(project, capsys, mo
     trace.unlink()
     code, out, _ = run(capsys, "lineage", decision)
     assert code == cli.EXIT_ERROR and "MISSING" in out and "Traceback" not in out
+    code, out, _ = run(capsys, "lineage", decision, "--json")
+    assert code == cli.EXIT_ERROR and json.loads(out)["inputs"][0]["status"] == "missing"
 
 
 def test_lineage_depth_no_code_and_json(project, capsys, monkeypatch):
