@@ -59,6 +59,7 @@ class ArtifactHashError(ArtifactError):
 
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+REWRITE_HINT = "delete the artifact and its sidecar and rerun the pipeline, which writes both again"
 _SIDECAR_MAX_BYTES = 4096  # a digest, two spaces and a file name
 
 
@@ -105,8 +106,7 @@ def sidecar(path: str | os.PathLike) -> Path:
 def recorded_hash(path: str | os.PathLike) -> str:
     """The BLAKE3 recorded in `path`'s sidecar; ArtifactError naming the sidecar when it is missing,
     not a regular file, or not a BLAKE3 record (empty, not text, too long)."""
-    side = sidecar(path)
-    fix = "delete the artifact and its sidecar and rerun the pipeline, which writes both again"
+    side, fix = sidecar(path), REWRITE_HINT
     try:
         with open_regular(side) as fh:
             raw = fh.read(_SIDECAR_MAX_BYTES + 1)
@@ -272,7 +272,7 @@ def read_table(path: str | os.PathLike) -> pa.Table:
     try:
         return parse_parquet(data)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
+        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc}); {REWRITE_HINT}") from exc
 
 
 def read(path: str | os.PathLike) -> pd.DataFrame:
@@ -285,7 +285,7 @@ def _meta(path: str | os.PathLike) -> dict[bytes, bytes]:
         with open_regular(path) as fh:
             return pq.read_schema(fh).metadata or {}
     except (OSError, pa.ArrowInvalid) as exc:
-        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc})") from exc
+        raise ArtifactError(f"{path}: not a readable Parquet artifact ({exc}); {REWRITE_HINT}") from exc
 
 
 def read_provenance(path: str | os.PathLike) -> dict[str, Any]:

@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from headroom import __version__
@@ -52,9 +51,10 @@ QUERY_CONFIG = hcatalog.QUERY_CONFIG
 REBUILD_WAIT_S = 10.0
 RESULTS_ENV = "HEADROOM_RESULTS"
 RESULTS_NAME = "results"  # the pipeline's results folder (rules/common.smk)
-QUERY_TIMEOUT_S = 60.0  # `query --timeout`: seconds DuckDB may work on one query
+QUERY_TIMEOUT_S = 60.0  # `query --timeout`: seconds a query may run (less waits for a slow reader)
 QUERY_MEMORY_LIMIT = "2GB"  # `query --memory-limit`: DuckDB's memory_limit (no spilling: no temp dir)
 TABLE_MAX_ROWS = 200  # `query --max-rows` of the table format; csv and json print every row
+TABLE_HOLD_MAX = 100_000  # rows the table format holds in memory to align them (csv and json stream)
 FETCH_ROWS = 10_000  # rows fetched from DuckDB at a time when streaming csv/json
 
 
@@ -176,8 +176,8 @@ def _verified_catalog(results: Path) -> Path:
             if path.exists():
                 if not rebuilding:
                     raise CliError(
-                        f"the catalog {path} has no recorded BLAKE3 ({artifacts.sidecar(path).name} is "
-                        f"missing); {_rebuild_hint(results)}"
+                        f"the catalog {path} has no recorded BLAKE3 ({_sidecar_problem(path)}); "
+                        f"{_rebuild_hint(results)}"
                     ) from None
             elif not rebuilding:
                 raise CliError(
@@ -186,6 +186,16 @@ def _verified_catalog(results: Path) -> Path:
         if time.monotonic() > deadline:
             raise CliError(f"the catalog {path} is being rebuilt; try again in a moment")
         time.sleep(0.2)
+
+
+def _sidecar_problem(path: Path) -> str:
+    """What is wrong with the sidecar of `path`, which holds no readable BLAKE3."""
+    side = artifacts.sidecar(path)
+    if not os.path.lexists(side):
+        return f"{side.name} is missing"
+    if not side.is_file():
+        return f"{side.name} is not a regular file"
+    return f"{side.name} is empty or not a hash record"
 
 
 def _open_catalog(path: Path, memory_limit: str, study: str | None):
@@ -266,29 +276,40 @@ def stale_artifacts(con, root: Path, study: str | None = None) -> list[str]:
     return out
 
 
+class QueryStopped(Exception):
+    """The query's own work stopped between batches of rows (time limit, Ctrl-C)."""
+
+
 class _Bounded:
-    """Run DuckDB work in a worker thread so that the main thread stays free for Ctrl-C; the
-    query is interrupted there (con.interrupt) on Ctrl-C or once DuckDB has worked `limit_s`
-    seconds (time spent writing output to a slow reader does not count)."""
+    """Run a query's work in a worker thread so that the main thread stays free for Ctrl-C; the
+    work is stopped (con.interrupt inside DuckDB, QueryStopped between batches of rows) on Ctrl-C
+    or once it has run `limit_s` seconds of wall time, less the time spent writing output to a
+    slow reader (a pager, a full pipe), which does not count."""
 
     def __init__(self, con, limit_s: float):
         self.con, self.limit_s = con, limit_s
-        self._busy_s, self._since = 0.0, None
+        self._start = time.monotonic()
+        self._idle_s, self._idle_since = 0.0, None
         self.stopped: str | None = None
 
-    @contextmanager
-    def busy(self):
-        self._since = time.monotonic()
+    def write(self, stream, text: str) -> None:
+        """`text` onto `stream`, the time it takes not counted against the limit."""
+        self._idle_since = since = time.monotonic()
         try:
-            yield
+            stream.write(text)
         finally:
-            self._busy_s += time.monotonic() - self._since
-            self._since = None
+            self._idle_s += time.monotonic() - since
+            self._idle_since = None
+
+    def check(self) -> None:
+        """Between batches: stop here once the main thread said stop."""
+        if self.stopped is not None:
+            raise QueryStopped(self.stopped)
 
     def _over(self) -> bool:
-        since = self._since
-        busy = self._busy_s + (time.monotonic() - since if since is not None else 0.0)
-        return self.limit_s > 0 and busy > self.limit_s
+        now, since = time.monotonic(), self._idle_since
+        idle = self._idle_s + (now - since if since is not None else 0.0)
+        return self.limit_s > 0 and now - self._start - idle > self.limit_s
 
     def run(self, work):
         box: dict = {}
@@ -304,6 +325,7 @@ class _Bounded:
                 done.set()
 
         worker = threading.Thread(target=target, name="headroom-query")
+        self._start = time.monotonic()
         worker.start()
         try:
             while not done.wait(0.05):
@@ -360,7 +382,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         if not statements:
             raise CliError("no SQL statement given", EXIT_USAGE)
         bounded.run(lambda b: _run_statements(b, statements, args.format, _max_rows(args)))
-    except duckdb.Error as exc:
+    except (duckdb.Error, QueryStopped) as exc:
         raise _query_error(exc, args, bounded.stopped) from None
     finally:
         con.close()
@@ -370,25 +392,35 @@ def cmd_query(args: argparse.Namespace) -> int:
 def _run_statements(bounded: _Bounded, statements, fmt: str, max_rows: int | None) -> None:
     """Run every statement; print the last one's rows in `fmt`, at most `max_rows` of them."""
     for i, st in enumerate(statements):
-        with bounded.busy():
-            cur = bounded.con.execute(st.query)
+        cur = bounded.con.execute(st.query)
         if i < len(statements) - 1:
             continue
         columns = [d[0] for d in cur.description or []]
         rows = _fetch(bounded, cur)
-        WRITERS[fmt](columns, itertools.islice(rows, max_rows) if max_rows else rows)
+        WRITERS[fmt](columns, itertools.islice(rows, max_rows) if max_rows else rows, _Out(bounded))
         if max_rows and next(rows, None) is not None:
             _err(f"showing the first {max_rows} rows; more exist (--max-rows N shows N, 0 all of them)")
 
 
 def _fetch(bounded: _Bounded, cur):
-    """The result's rows, fetched in batches as DuckDB streams them (never all at once)."""
+    """The result's rows, fetched in batches as DuckDB streams them (never all at once); stopped
+    between batches once the main thread said stop (the time limit, Ctrl-C)."""
     while True:
-        with bounded.busy():
-            batch = cur.fetchmany(FETCH_ROWS)
+        bounded.check()
+        batch = cur.fetchmany(FETCH_ROWS)
         if not batch:
             return
         yield from batch
+
+
+class _Out:
+    """stdout for the writers: what they write goes through `bounded.write` (not timed)."""
+
+    def __init__(self, bounded: _Bounded):
+        self.bounded = bounded
+
+    def write(self, text: str) -> None:
+        self.bounded.write(sys.stdout, text)
 
 
 # -- output formats (query and gate) --------------------------------------------------------------
@@ -437,32 +469,39 @@ def _cell(value):
     return value
 
 
-def _write_csv(columns: list[str], rows) -> None:
-    out = csv.writer(sys.stdout, lineterminator="\n")
-    out.writerow(columns)
+def _write_csv(columns: list[str], rows, out) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
     for row in rows:
-        out.writerow([_cell(v) for v in row])
+        writer.writerow([_cell(v) for v in row])
 
 
-def _write_json(columns: list[str], rows) -> None:
+def _write_json(columns: list[str], rows, out) -> None:
     """A JSON array of one object per row, written as the rows arrive."""
     sep = "["
     for row in rows:
         record = dict(zip(columns, map(jsonable, row), strict=True))
-        sys.stdout.write(sep + json.dumps(record, separators=(",", ":"), allow_nan=False))
+        out.write(sep + json.dumps(record, separators=(",", ":"), allow_nan=False))
         sep = ","
-    sys.stdout.write("[]\n" if sep == "[" else "]\n")
+    out.write("[]\n" if sep == "[" else "]\n")
 
 
-def _write_table(columns: list[str], rows) -> None:
+def _write_table(columns: list[str], rows, out) -> None:
+    """Aligned columns: every row is held in memory first, so at most TABLE_HOLD_MAX of them."""
     import pandas as pd
 
-    df = pd.DataFrame([[_cell(v) for v in row] for row in rows], columns=columns)
+    held = [[_cell(v) for v in row] for row in itertools.islice(rows, TABLE_HOLD_MAX + 1)]
+    if len(held) > TABLE_HOLD_MAX:
+        raise CliError(
+            f"the table format aligns its columns, so it holds every row in memory, and prints at most "
+            f"{TABLE_HOLD_MAX:,} rows; this answer has more: --format csv or json streams every row"
+        )
+    df = pd.DataFrame(held, columns=columns)
     if not len(df):
-        print(f"(0 rows) columns: {', '.join(columns)}")
+        out.write(f"(0 rows) columns: {', '.join(columns)}\n")
         return
     with pd.option_context("display.max_columns", None, "display.width", 200):
-        print(df.to_string(index=False))
+        out.write(df.to_string(index=False) + "\n")
 
 
 WRITERS = {"csv": _write_csv, "json": _write_json, "table": _write_table}
@@ -956,6 +995,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone away (`| head`) is then quiet too
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # while the last output was flushed
+        return _interrupted()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The verb's exit code; its refusals and Ctrl-C as one line on stderr, never a traceback."""
+    try:
         args.results = _results_of(args)
         return args.func(args)
     except CliError as exc:
@@ -965,11 +1017,12 @@ def main(argv: list[str] | None = None) -> int:
         _err(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        _err("interrupted (Ctrl-C); nothing was changed")
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_BROKEN_PIPE
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    _err("interrupted (Ctrl-C); nothing was changed")
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -254,3 +254,14 @@ def test_snakemake_refuses_a_replay_folder_named_against_the_rule_and_leaves_res
     assert proc.returncode != 0 and "config key 'replay'" in proc.stdout + proc.stderr
     assert sorted(p.name for p in results.iterdir()) == ["keep.txt"]
     assert not list(tmp_path.rglob("PWNED"))
+
+
+@pytest.mark.parametrize("text", [".nan", ".inf", "-.inf", "nan", "inf", "1e999"])
+def test_a_non_finite_threshold_from_the_command_line_is_refused_at_plan_time(text):
+    # Snakemake hands `--config 'decision={max_gap_to_oracle_pct: .nan}'` over as a string, for
+    # the default study merged into its config, for every other study as an override
+    typed = hconfig.type_cli_values({"decision": {"max_gap_to_oracle_pct": text}})
+    merged = hconfig.deep_merge(BASE, typed)
+    for cfg, overrides in ((merged, None), ({**merged, "studies": ["tiny"]}, typed)):
+        with pytest.raises(hconfig.ConfigError, match=r"config key 'decision\.max_gap_to_oracle_pct'"):
+            hconfig.plan_studies(cfg, overrides, cuda_available=False)
