@@ -373,42 +373,86 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
     }
 
 
-def _tables(con, database: str) -> set[str]:
-    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_schema = 'main'"
-    return {r[0] for r in con.execute(sql, [database]).fetchall()}
+# Every object a database holds: (what, schema, name, definition); $db is the database's name.
+_OBJECTS_SQL = """
+SELECT 'table', schema_name, table_name, sql FROM duckdb_tables() WHERE database_name = $db
+UNION ALL SELECT 'view', schema_name, view_name, sql FROM duckdb_views()
+    WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'schema', 'main', schema_name, '' FROM duckdb_schemas()
+    WHERE database_name = $db AND NOT internal
+UNION ALL SELECT replace(function_type, '_', ' '), schema_name, function_name,
+    coalesce(macro_definition, '') FROM duckdb_functions() WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'sequence', schema_name, sequence_name, sql FROM duckdb_sequences() WHERE database_name = $db
+UNION ALL SELECT 'index', schema_name, index_name, sql FROM duckdb_indexes() WHERE database_name = $db
+UNION ALL SELECT 'type', schema_name, type_name, logical_type FROM duckdb_types()
+    WHERE database_name = $db AND NOT internal
+"""
+
+
+def _objects(con, database: str) -> dict[tuple[str, str], str]:
+    """{(what, name): definition} of every table, view, schema, macro, sequence, index and type in
+    `database` (a name outside the main schema qualified by its schema)."""
+    rows = con.execute(_OBJECTS_SQL, {"db": database}).fetchall()
+    return {
+        (what, name if schema == "main" else f"{schema}.{name}"): sql or ""
+        for what, schema, name, sql in rows
+    }
+
+
+def _definition_differences(built: dict, held: dict) -> list[str]:
+    """Objects of the catalog (`held`) that a fresh build (`built`) does not make, or makes otherwise:
+    a column renamed, retyped or moved, a macro shadowing a function, a view, another schema."""
+    out = [
+        f"{w} {n!r} is not one a build makes (added inside the catalog)"
+        for w, n in sorted(held.keys() - built.keys())
+    ]
+    out += [
+        f"{w} {n!r} is missing (dropped inside the catalog)" for w, n in sorted(built.keys() - held.keys())
+    ]
+    out += [
+        f"{w} {n!r} is defined otherwise than a build defines it (edited inside the catalog): "
+        f"{held[w, n]!r}, a build's {built[w, n]!r}"
+        for w, n in sorted(built.keys() & held.keys())
+        if held[w, n] != built[w, n]
+    ]
+    return out
+
+
+def _row_differences(con, tables: list[str]) -> list[str]:
+    """Tables of `cat` whose rows differ from the fresh build's in `memory` (same definitions)."""
+    out = []
+    for t in tables:
+        cols = STAT_COLUMNS if t == "artifacts" else ""
+        extra, lost = (
+            con.execute(
+                f'SELECT count(*) FROM (SELECT *{cols} FROM {a}."{t}" EXCEPT ALL SELECT *{cols} FROM {b}."{t}")'
+            ).fetchone()[0]
+            for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
+        )
+        if extra or lost:
+            out.append(
+                f"table {t!r} differs from its artifacts ({extra} row(s) not in them, {lost} of "
+                "theirs missing): it was edited inside the catalog"
+            )
+    return out
 
 
 def table_differences(catalog_path: Path, paths: list[Path], *, project_root: Path) -> list[str]:
-    """Tables of the catalog that differ from a fresh build's over `paths` (the artifacts it lists),
-    each named with how many rows differ; `excluded_studies` is not compared (it describes other
-    folders at build time), nor the stat columns of `artifacts` (STAT_COLUMNS)."""
+    """How the catalog differs from a fresh build over `paths` (the artifacts it lists): first every
+    object it holds against a build's (tables, columns and their types, views, macros, schemas,
+    sequences, indexes, types), then, when those agree, every table's rows, each named with how
+    many rows differ. `excluded_studies`' rows are not compared (they describe other folders at
+    build time), nor the stat columns of `artifacts` (STAT_COLUMNS)."""
     rows, edges, by_kind = _collect(paths, Path(project_root), catalog_path.parent)
     con = duckdb.connect()
     try:
         _fill(con, rows, edges, by_kind)
         con.execute("ATTACH ? AS cat (READ_ONLY)", [str(catalog_path)])
-        built, held = _tables(con, "memory"), _tables(con, "cat")
-        out = [
-            f"table {t!r} is not one a build makes (added inside the catalog)" for t in sorted(held - built)
-        ]
-        out += [f"table {t!r} is missing (dropped inside the catalog)" for t in sorted(built - held)]
-        for t in sorted((built & held) - {EXCLUDED_TABLE}):
-            cols = STAT_COLUMNS if t == "artifacts" else ""
-            try:
-                extra, lost = (
-                    con.execute(
-                        f'SELECT count(*) FROM (SELECT *{cols} FROM {a}."{t}" EXCEPT ALL SELECT *{cols} FROM {b}."{t}")'
-                    ).fetchone()[0]
-                    for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
-                )
-            except duckdb.Error as exc:
-                out.append(f"table {t!r} has other columns than its artifacts ({str(exc).splitlines()[0]})")
-                continue
-            if extra or lost:
-                out.append(
-                    f"table {t!r} differs from its artifacts ({extra} row(s) not in them, {lost} of "
-                    "theirs missing): it was edited inside the catalog"
-                )
-        return out
+        built, held = _objects(con, "memory"), _objects(con, "cat")
+        out = _definition_differences(built, held)
+        if out:
+            return out
+        tables = sorted(n for w, n in built if w == "table" and n != EXCLUDED_TABLE)
+        return _row_differences(con, tables)
     finally:
         con.close()

@@ -400,7 +400,46 @@ def test_verify_names_a_table_added_inside_the_catalog(flat, capsys):
     con.close()
     artifacts.record_hash(cat)
     code, out, _ = run_cli(capsys, flat, "verify")
-    assert code == 1 and "table 'verdicts' is not one a build makes" in out
+    assert code == 1 and "view 'verdicts' is not one a build makes" in out
+
+
+def _edit_catalog(results: Path, *sql: str) -> None:
+    """Edit the catalog as a forger would, then re-record its sidecar: its bytes verify."""
+    cat = results / catalog.CATALOG_NAME
+    con = duckdb.connect(str(cat))
+    for statement in sql:
+        con.execute(statement)
+    con.execute("CHECKPOINT")
+    con.close()
+    artifacts.record_hash(cat)
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (  # the rows unchanged, two column names swapped: SELECT verdict answers the reasons
+            (
+                "ALTER TABLE decision RENAME COLUMN verdict TO was_verdict",
+                "ALTER TABLE decision RENAME COLUMN reason TO verdict",
+                "ALTER TABLE decision RENAME COLUMN was_verdict TO reason",
+            ),
+            "table 'decision' is defined otherwise",
+        ),
+        (("ALTER TABLE decision ALTER verdict TYPE BLOB",), "table 'decision' is defined otherwise"),
+        (("CREATE MACRO upper(x) AS 'continue'",), "macro 'upper' is not one a build makes"),
+        (("CREATE MACRO decisions() AS TABLE SELECT 1",), "table macro 'decisions' is not one"),
+        (("CREATE SCHEMA s2", "CREATE TABLE s2.decision AS SELECT 1 AS x"), "schema 's2' is not one"),
+        (("CREATE SEQUENCE n",), "sequence 'n' is not one a build makes"),
+        (("CREATE TYPE verdicts AS ENUM ('stop')",), "type 'verdicts' is not one a build makes"),
+        (("DROP TABLE trace",), "table 'trace' is missing"),
+    ],
+)
+def test_verify_names_any_object_edited_inside_the_catalog(two_studies, capsys, edit, named):
+    """Not only rows: the definitions of what the catalog holds are compared with a fresh build's
+    (a shadowing macro or swapped column names change answers without changing a row)."""
+    _edit_catalog(two_studies, *edit)
+    code, out, _ = run_cli(capsys, two_studies, "verify")
+    assert code == 1 and named in out, out
 
 
 def test_verify_reports_a_non_parquet_artifact_in_one_line(flat, capsys):
