@@ -44,8 +44,8 @@ from headroom.core.identity import MEASURED_KINDS
 STAGES = ("policies", "roofline", "decision", "recommendation")
 #: Outputs a stage writes beside its Parquet artifacts (rules/analysis.smk): name -> file in the folder.
 OTHER_OUTPUTS = {"recommendation": {"dispatch": "dispatch.json"}}
-#: The report's input names that are not the kind they hold (rules/analysis.smk, rule report).
-REPORT_NAMES = {"samples": "portfolio_samples"}
+#: Input names that are not the kind they hold (rules/analysis.smk: the report's `samples`).
+INPUT_NAMES = {"portfolio_samples": "samples"}
 FLOAT_RTOL = 1e-9
 #: report.md sections whose content is not derived from the artifacts (see the module doc).
 NOT_DERIVED_SECTIONS = ("## Stage wall times", "## Artifacts read")
@@ -100,19 +100,28 @@ def _job(rule: str, inputs: dict, outputs: dict, params: dict, wildcards: dict, 
     )
 
 
+def by_input_name(paths: list[Path], folder: Path) -> dict[str, str | list[str]]:
+    """Artifacts of the study folder `folder` as a stage's named inputs, paths of the working copy
+    (results/<study>/...): each named by the kind it holds (INPUT_NAMES where the rule says
+    otherwise), a list for the artifacts of one per run (those in a folder of the study folder)."""
+    named: dict[str, list[str]] = {}
+    per_run: set[str] = set()
+    for path in sorted(paths):
+        rel = path.resolve().relative_to(folder.resolve())
+        name = INPUT_NAMES.get(artifacts.kind_of_name(path), artifacts.kind_of_name(path))
+        named.setdefault(name, []).append(f"results/{folder.name}/{rel.as_posix()}")
+        if len(rel.parts) > 1:
+            per_run.add(name)
+    return {name: found if name in per_run else found[0] for name, found in named.items()}
+
+
 def _inputs_of(path: Path, prov: dict, folder: Path, root: Path) -> dict[str, str | list[str]]:
-    """A derived artifact's recorded inputs by name (each derived stage names an input by the kind
-    it holds), as paths of the working copy (results/<study>/...), and its code."""
+    """A derived artifact's recorded inputs of its own study folder by name, and its code."""
     from headroom.core.replay import lineage_input
 
-    named: dict[str, list[str]] = {}
-    for inp in sorted(prov.get("inputs", {})):
-        now = lineage_input(path, inp, root).resolve()
-        if now.is_relative_to(folder.resolve()):
-            rel = f"results/{folder.name}/{now.relative_to(folder.resolve()).as_posix()}"
-            named.setdefault(artifacts.kind_of_name(now), []).append(rel)
-    out: dict[str, str | list[str]] = {k: v if k == "portfolio" else v[0] for k, v in named.items()}
-    return {**out, "code": sorted(prov.get("code", {}))}
+    found = [lineage_input(path, inp, root).resolve() for inp in sorted(prov.get("inputs", {}))]
+    inside = [p for p in found if p.is_relative_to(folder.resolve())]
+    return {**by_input_name(inside, folder), "code": sorted(prov.get("code", {}))}
 
 
 def _script_of(prov: dict) -> str | None:
@@ -239,19 +248,6 @@ def recompute_study(folder: Path, results: Path) -> list[str]:
     return problems
 
 
-def _report_inputs(dest: Path) -> dict[str, str | list[str]]:
-    from headroom.report.build import INPUTS
-
-    rel = lambda p: p.relative_to(dest.parent.parent).as_posix()  # noqa: E731  (results/<study>/...)
-    out: dict[str, str | list[str]] = {}
-    for name in INPUTS:
-        kind = REPORT_NAMES.get(name, name)
-        found = [rel(p) for p in hcatalog.discover(dest) if artifacts.kind_of_name(p) == kind]
-        if found:
-            out[name] = found if kind.startswith("portfolio") else found[0]
-    return out
-
-
 def _sections(md: str) -> dict[str, str]:
     """report.md by section heading ('' for what comes before the first), derived sections only."""
     out, heading = {"": []}, ""
@@ -272,7 +268,8 @@ def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> li
     outputs |= {"html_blake3": f"{out}/index.html.blake3", "md_blake3": f"{out}/report.md.blake3"}
     (work / "benchmarks").mkdir()
     params = {"report": {"title": title}, "benchmarks": str(work / "benchmarks")}
-    inputs = {**_report_inputs(dest), "code": ["scripts/report.py"]}
+    # every artifact of the working copy: the report script takes those it knows (its INPUTS)
+    inputs = {**by_input_name(hcatalog.discover(dest), dest), "code": ["scripts/report.py"]}
     job = _job("report", inputs, outputs, params, {"study": folder.name}, work)
     error = _run_script(project, work, "scripts/report.py", job)
     if error:

@@ -56,3 +56,23 @@ def test_verify_recompute_names_a_forged_report_section(pipeline_clone):
     # the verdict leads the report's first section (headroom/report/sections/answer.py)
     assert proc.returncode == 1 and "report.md: section '## The answer: verdict, what to ship" in proc.stdout
     assert "Forged" in proc.stdout
+
+
+def test_a_stages_inputs_are_named_by_kind_one_per_run_as_lists(tmp_path):
+    """The report's inputs without the report's list of them (no arrow from core up to the report):
+    every artifact by the kind it holds, `samples` for portfolio_samples, per-run kinds as lists."""
+    folder = tmp_path / "results" / "s"
+    paths = [
+        folder / "trace.parquet",
+        folder / "portfolio" / "run-2.parquet",
+        folder / "portfolio" / "run-1.parquet",
+        folder / "portfolio" / "run-1-samples.parquet",
+    ]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert recompute.by_input_name(paths, folder) == {
+        "trace": "results/s/trace.parquet",
+        "portfolio": ["results/s/portfolio/run-1.parquet", "results/s/portfolio/run-2.parquet"],
+        "samples": ["results/s/portfolio/run-1-samples.parquet"],
+    }
