@@ -21,13 +21,9 @@ build time: a query answers from verified bytes only and never reads a file (`he
 opens the catalog with file access off). The catalog's own BLAKE3 is recorded beside it
 (`catalog.duckdb.blake3`), so `headroom verify` covers it and `query` refuses a changed one.
 
-The study of an artifact is the first folder below the results root (results/<study>/...). The
-flat layout of before the study matrix (results/trace.parquet, results/portfolio/run-1.parquet)
-is one study, `default`.
-
 The pipeline hands the catalog every artifact its rules declare (rules/common.smk's registry), so
-a stage added later appears without touching this code; `discover` finds them on disk for
-`headroom verify`.
+a stage added later appears without touching this code; where each file lies under results/ (the
+study of an artifact, the flat layout of before the study matrix) is headroom/core/layout.py's.
 """
 
 from __future__ import annotations
@@ -43,13 +39,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from headroom.core import artifacts, identity
+from headroom.core import artifacts, identity, integrity, layout
 from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CATALOG_NAME = "catalog.duckdb"
-DISPATCH_NAME = "dispatch.json"  # a study's dispatch table (headroom.dispatch loads it)
-FLAT_LAYOUT_STUDY = "default"  # the study of a flat results/ folder (no study subfolders)
 # A temporary catalog modified this recently belongs to a build in progress, not a killed one.
 REBUILD_FRESH_S = 120.0
 # How every reader opens the catalog: read-only, no file reachable (no allowed path, no temp
@@ -69,67 +62,6 @@ WAL_SUFFIX = ".wal"
 # The `artifacts` columns that describe a file's stat when the catalog was built, not its bytes (a
 # file rewritten with the same bytes has a new mtime): left out when verify compares the table.
 STAT_COLUMNS = " EXCLUDE (mtime_ns, created_at)"
-
-
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
-def discover(results_dir: str | os.PathLike) -> list[Path]:
-    """Every Parquet artifact under `results_dir` (with or without its recorded hash), sorted; a
-    FIFO or a device under an artifact's name is listed too, so its readers refuse it."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.rglob("*.parquet") if not p.is_dir() and not _hidden(p, root))
-
-
-def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
-    """Every file that must carry a recorded BLAKE3: artifacts, report files, the catalog."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        return []
-    found = set(discover(root))
-    for page in root.rglob("*"):
-        if not page.is_dir() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
-            if not page.name.endswith(artifacts.SIDECAR_SUFFIX):
-                found.add(page)
-    # each study's dispatch table (the recommendation stage's JSON beside its parquet artifact)
-    found.update(p for p in root.glob(f"*/{DISPATCH_NAME}") if not _hidden(p, root))
-    if os.path.lexists(root / CATALOG_NAME):
-        found.add(root / CATALOG_NAME)
-    return sorted(found)
-
-
-def is_flat(results_dir: str | os.PathLike) -> bool:
-    """True for the layout of before the study matrix: artifacts directly in the results folder."""
-    root = Path(results_dir)
-    return root.is_dir() and any(p.is_file() for p in root.glob("*.parquet"))
-
-
-def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: bool) -> str:
-    """The study an artifact belongs to: the first folder below the results root."""
-    root = Path(results_dir).resolve()
-    try:
-        rel = (Path(path).parent.resolve() / Path(path).name).relative_to(root)  # a link not followed
-    except ValueError:
-        raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
-    if flat or len(rel.parts) < 2:
-        return FLAT_LAYOUT_STUDY
-    return rel.parts[0]
-
-
-def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
-    """{study: its folder} for every study with an artifact on disk, sorted by name."""
-    root = Path(results_dir)
-    if is_flat(root):
-        return {FLAT_LAYOUT_STUDY: root}
-    out = {}
-    for path in discover(root):
-        name = study_of(path, root, flat=False)
-        if name != FLAT_LAYOUT_STUDY or len(path.relative_to(root).parts) > 1:
-            out.setdefault(name, root / name)
-    return dict(sorted(out.items()))
 
 
 def wal_file(catalog_path: str | os.PathLike) -> Path | None:
@@ -221,7 +153,7 @@ def _read_artifact(path: Path, root: Path, results_root: Path, *, flat: bool, di
     digests[path.resolve()] = digest
     stat = path.stat()
     rel = _rel(path, root)
-    study = study_of(path, results_root, flat=flat)
+    study = layout.study_of(path, results_root, flat=flat)
     try:
         table = artifacts.parse_parquet(data)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -329,21 +261,19 @@ def _collect(paths: list[Path], root: Path, results_root: Path):
 
 def other_studies(paths: list[Path], results_root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
     """The artifacts of study folders under `results_root` that `paths` do not cover and that verify
-    (headroom/core/verify.py), and (study, first problem) of each folder that does not."""
-    from headroom.core import verify  # verify reads the catalog: imported here, not at the top
-
+    (headroom/core/integrity.py), and (study, first problem) of each folder that does not."""
     covered = {_rel(p, results_root).split("/")[0] for p in paths}
-    if is_flat(results_root):
+    if layout.is_flat(results_root):
         return [], []
     found, excluded = [], []
-    for name, folder in studies(results_root).items():
+    for name, folder in layout.studies(results_root).items():
         if name in covered:
             continue
-        problems = verify.folder_problems(folder, results_root)
+        problems = integrity.folder_problems(folder, results_root)
         if problems:
             excluded.append((name, f"{problems[0]} ({len(problems)} problem(s))"))
         else:
-            found.extend(discover(folder))
+            found.extend(layout.discover(folder))
     return found, excluded
 
 

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts, contracts, defaults, identity
+from headroom.core import artifacts, contracts, defaults, identity, layout
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -103,7 +103,7 @@ def _holds_results(folder: Path) -> bool:
 def _looks_like_results(folder: Path) -> bool:
     """A results folder: empty (not run yet), named results/, or holding the catalog or recorded
     artifacts at its top or in a study folder (a shallow look: never a walk of the tree)."""
-    if folder.name == RESULTS_NAME or (folder / hcatalog.CATALOG_NAME).exists():
+    if folder.name == RESULTS_NAME or (folder / layout.CATALOG_NAME).exists():
         return True
     try:
         if next(folder.iterdir(), None) is None:
@@ -122,7 +122,7 @@ def check_results_folder(results: Path) -> None:
         raise CliError(f"{results} is not a folder; --results names the pipeline's results folder")
     if not _looks_like_results(results):
         raise CliError(
-            f"{results} is not a headroom results folder (no {hcatalog.CATALOG_NAME} and no recorded "
+            f"{results} is not a headroom results folder (no {layout.CATALOG_NAME} and no recorded "
             f"artifact in it or in a study folder of it); point --results or {RESULTS_ENV} at the "
             f"pipeline's {RESULTS_NAME}/ folder"
         )
@@ -130,14 +130,14 @@ def check_results_folder(results: Path) -> None:
 
 def _rebuild_hint(results: Path) -> str:
     return (
-        f"delete {results / hcatalog.CATALOG_NAME} and rerun the pipeline "
+        f"delete {results / layout.CATALOG_NAME} and rerun the pipeline "
         "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
     )
 
 
 def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
     """The study a verb works on and its folder: `study` if given, else the only study there is."""
-    found = hcatalog.studies(results)
+    found = layout.studies(results)
     if study is not None:
         if study in found:
             return study, found[study]
@@ -157,7 +157,7 @@ def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
 # -- query ----------------------------------------------------------------------------------------
 def _verified_catalog(results: Path) -> Path:
     """The catalog path once its bytes match their recorded BLAKE3; waits out a rebuild briefly."""
-    path = results / hcatalog.CATALOG_NAME
+    path = results / layout.CATALOG_NAME
     deadline = time.monotonic() + REBUILD_WAIT_S
     while True:
         rebuilding = hcatalog.rebuild_in_progress(path)
@@ -610,7 +610,7 @@ def _lineage_target(args: argparse.Namespace, results: Path) -> Path:
         raise CliError(f"{args.path}: no such artifact")
     if path.is_dir():
         raise CliError(f"{path} is a folder; lineage takes one artifact (a .parquet file under {results})")
-    if path.resolve() == (results / hcatalog.CATALOG_NAME).resolve():
+    if path.resolve() == (results / layout.CATALOG_NAME).resolve():
         raise CliError(
             f"{path} is the catalog: it has no lineage of its own (it loads every artifact); its "
             '`lineage` table holds every artifact\'s edges: headroom query "SELECT * FROM lineage"'

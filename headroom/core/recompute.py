@@ -12,6 +12,10 @@ stages are deterministic; the slack absorbs another BLAS's summation order).
 What it cannot cover, and why:
 - the measurements themselves: they are not recomputed (no GPU is assumed, and a re-measurement
   differs by noise); their lineage and hashes are what `verify` checks;
+- the params: each stage re-runs with the params its artifact recorded, so a forger who changes
+  them together with the numbers (a threshold moved until the forged verdict follows) is not
+  caught; what each artifact recorded is the catalog's `artifacts.params` column
+  (`headroom query "SELECT path, params FROM artifacts"`), to be read against the study's config;
 - the code: the stages run with the code checked out now, so a study made by other code differs
   where that code changed (rerun the pipeline first, which reruns what changed);
 - the report's figures (compared by the report's data model, report.md, not the PNG bytes), its
@@ -35,8 +39,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from headroom.core import artifacts
-from headroom.core import catalog as hcatalog
+from headroom.core import artifacts, layout
 from headroom.core.identity import MEASURED_KINDS
 
 #: The derived stages, in the order they run (each reads measured artifacts and those of the stages
@@ -132,7 +135,7 @@ def _script_of(prov: dict) -> str | None:
 def _setup(work: Path, folder: Path, project: Path) -> Path:
     """The working copy: the study's measured artifacts (with sidecars), the code linked in."""
     dest = work / "results" / folder.name
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             for src in (path, artifacts.sidecar(path)):
                 target = dest / src.relative_to(folder)
@@ -148,7 +151,7 @@ def _derived_jobs(folder: Path, project: Path) -> tuple[list[tuple[str, Path, di
     """(rule, one of its artifacts, provenance) per derived stage in STAGES order, and the problems
     of derived artifacts that cannot be recomputed (unknown rule, no script recorded)."""
     jobs, problems, seen = [], [], set()
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             continue
         prov = artifacts.read_provenance(path)
@@ -164,7 +167,7 @@ def _derived_jobs(folder: Path, project: Path) -> tuple[list[tuple[str, Path, di
 def _outputs_of(rule: str, folder: Path) -> dict[str, str]:
     """A derived stage's artifacts in the working copy: every artifact of `folder` its rule wrote."""
     out = {}
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if (
             artifacts.kind_of_name(path) not in MEASURED_KINDS
             and artifacts.read_provenance(path).get("rule") == rule
@@ -210,7 +213,7 @@ def _without_hashes(table: pd.DataFrame) -> pd.DataFrame:
 
 def _compare(folder: Path, dest: Path) -> list[str]:
     out = []
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             continue
         again = dest / path.relative_to(folder)
@@ -269,7 +272,7 @@ def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> li
     (work / "benchmarks").mkdir()
     params = {"report": {"title": title}, "benchmarks": str(work / "benchmarks")}
     # every artifact of the working copy: the report script takes those it knows (its INPUTS)
-    inputs = {**by_input_name(hcatalog.discover(dest), dest), "code": ["scripts/report.py"]}
+    inputs = {**by_input_name(layout.discover(dest), dest), "code": ["scripts/report.py"]}
     job = _job("report", inputs, outputs, params, {"study": folder.name}, work)
     error = _run_script(project, work, "scripts/report.py", job)
     if error:
@@ -290,5 +293,5 @@ def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> li
 
 def recompute_results(results: Path, folder: Path | None = None) -> list[str]:
     """recompute_study for one study folder, or for every study folder under `results`."""
-    folders = [folder] if folder is not None else list(hcatalog.studies(results).values())
+    folders = [folder] if folder is not None else list(layout.studies(results).values())
     return [p for f in folders for p in recompute_study(f, results)]

@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli, contracts
+from headroom.core import artifacts, catalog, cli, contracts, layout
 from tests.artifact_helpers import write_filled
 
 
@@ -40,7 +40,7 @@ def make_study(project: Path, folder: Path, verdict: str = "stop") -> list[Path]
 
 def build(project: Path) -> Path:
     results = project / "results"
-    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=project)
+    catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=project)
     return results
 
 
@@ -134,7 +134,7 @@ def test_catalog_rejects_an_artifact_whose_bytes_do_not_match(tmp_path):
     paths[1].write_bytes(bytes(data))
     with pytest.raises(artifacts.ArtifactHashError, match="run-1.parquet"):
         build(project)
-    assert not (project / "results" / catalog.CATALOG_NAME).exists()
+    assert not (project / "results" / layout.CATALOG_NAME).exists()
 
 
 def test_stale_check_costs_a_stat_per_artifact(flat):
@@ -177,7 +177,7 @@ def test_query_study_restricts_every_table(two_studies, capsys):
 
 
 def test_flat_layout_is_the_default_study(flat):
-    assert catalog.studies(flat) == {"default": flat}
+    assert layout.studies(flat) == {"default": flat}
 
 
 def test_gate_over_several_studies_needs_a_study(two_studies, capsys):
@@ -332,7 +332,7 @@ def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path,
     )
     monkeypatch.undo()
     counts = catalog.build(
-        catalog.discover(results / "a"), results / catalog.CATALOG_NAME, project_root=project
+        layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project
     )
     assert counts["excluded"] == ["half", "old"]
     code, out, _ = run_cli(
@@ -349,7 +349,7 @@ def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path,
 
 def _plant_wal(results: Path) -> Path:
     """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
-    cat = results / catalog.CATALOG_NAME
+    cat = results / layout.CATALOG_NAME
     work = results.parent / "forge.duckdb"
     work.write_bytes(cat.read_bytes())
     con = duckdb.connect(str(work))
@@ -369,20 +369,20 @@ def test_a_planted_wal_is_refused_by_query_and_verify(flat, capsys):
     code, out, _ = run_cli(capsys, flat, "verify")
     assert code == 1 and "write-ahead log" in out
     with pytest.raises(artifacts.ArtifactError, match="write-ahead log"):
-        catalog.open_readonly(flat / catalog.CATALOG_NAME)
+        catalog.open_readonly(flat / layout.CATALOG_NAME)
 
 
 def test_build_is_checkpointed_and_removes_a_planted_wal(flat, capsys):
     _plant_wal(flat)
     build(flat.parent)
-    assert catalog.wal_file(flat / catalog.CATALOG_NAME) is None
+    assert catalog.wal_file(flat / layout.CATALOG_NAME) is None
     code, out, _ = run_cli(capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv")
     assert code == 0 and out.splitlines() == ["verdict", "stop"]
     assert run_cli(capsys, flat, "verify")[0] == 0
 
 
 def test_verify_names_a_data_table_edited_inside_the_catalog(two_studies, capsys):
-    cat = two_studies / catalog.CATALOG_NAME
+    cat = two_studies / layout.CATALOG_NAME
     con = duckdb.connect(str(cat))
     con.execute("UPDATE decision SET verdict = 'continue' WHERE study = 'default'")
     con.execute("CHECKPOINT")
@@ -394,7 +394,7 @@ def test_verify_names_a_data_table_edited_inside_the_catalog(two_studies, capsys
 
 
 def test_verify_names_a_table_added_inside_the_catalog(flat, capsys):
-    cat = flat / catalog.CATALOG_NAME
+    cat = flat / layout.CATALOG_NAME
     con = duckdb.connect(str(cat))
     con.execute("CREATE VIEW verdicts AS SELECT 'continue' AS verdict")
     con.close()
@@ -405,7 +405,7 @@ def test_verify_names_a_table_added_inside_the_catalog(flat, capsys):
 
 def _edit_catalog(results: Path, *sql: str) -> None:
     """Edit the catalog as a forger would, then re-record its sidecar: its bytes verify."""
-    cat = results / catalog.CATALOG_NAME
+    cat = results / layout.CATALOG_NAME
     con = duckdb.connect(str(cat))
     for statement in sql:
         con.execute(statement)

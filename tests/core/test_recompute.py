@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, recompute
+from headroom.core import artifacts, catalog, layout, recompute
 from tests.pipeline import headroom
 
 
@@ -37,7 +37,7 @@ def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
     column = next(c for c in table.columns if c.endswith("_us") and table[c].dtype.kind == "f")
     table.loc[0, column] = table.loc[0, column] * 0.5  # a forged number, provenance and hash kept fresh
     artifacts.write(table, path, kind="policy_eval", provenance=artifacts.read_provenance(path))
-    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=pipeline_clone)
+    catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=pipeline_clone)
     assert headroom(pipeline_clone, "verify").returncode == 0  # every byte verifies
     proc = headroom(pipeline_clone, "verify", "--recompute")
     assert proc.returncode == 1
