@@ -92,6 +92,19 @@ def open_readonly(catalog_path: str | os.PathLike):
     return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
 
 
+def excluded(con, schema: str = "main") -> dict[str, str]:
+    """{study: its first problem} of the study folders the catalog left out (`excluded_studies`)."""
+    rows = con.execute(f"SELECT study, problem FROM {schema}.{EXCLUDED_TABLE} ORDER BY study").fetchall()
+    return dict(rows)
+
+
+def excluded_message(study: str, problem: str) -> str:
+    return (
+        f"study {study!r} is not in the catalog: its folder does not verify ({problem}); "
+        "headroom verify lists every problem"
+    )
+
+
 def _rel(path: Path, base: Path) -> str:
     try:
         return path.resolve().relative_to(base.resolve()).as_posix()

@@ -171,7 +171,13 @@ def _verified_catalog(results: Path) -> Path:
                     f"{exc.recorded}, file has {exc.actual}); {_rebuild_hint(results)}"
                 ) from None
         except artifacts.ArtifactError as exc:
-            if hcatalog.wal_file(path) is not None or isinstance(exc, artifacts.NotRegularFileError):
+            # the catalog and its sidecar there, the sidecar no BLAKE3 record (empty, a FIFO, a folder)
+            bad_sidecar = not rebuilding and path.exists() and os.path.lexists(artifacts.sidecar(path))
+            if (
+                hcatalog.wal_file(path) is not None
+                or isinstance(exc, artifacts.NotRegularFileError)
+                or bad_sidecar
+            ):
                 raise CliError(str(exc)) from None
             if path.exists():
                 if not rebuilding:
@@ -209,6 +215,9 @@ def _copy_study(con, study: str) -> None:
     """Copy every table of the attached catalog `src` into the connection's own database (the
     study's copy), tables with a study column restricted to the rows of `study`."""
     known = [r[0] for r in con.execute("SELECT DISTINCT study FROM src.main.artifacts ORDER BY 1").fetchall()]
+    left_out = hcatalog.excluded(con, "src.main")
+    if study in left_out:
+        raise CliError(hcatalog.excluded_message(study, left_out[study]))
     if study not in known:
         raise CliError(
             f"unknown study {study!r}; the catalog holds: {', '.join(known) or 'none'}", EXIT_USAGE
@@ -356,6 +365,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     try:
         for line in stale_artifacts(con, _project_root(results), args.study):
             _err(f"warning: {line}; answers come from the catalog's verified copy: {_rebuild_hint(results)}")
+        for name, problem in hcatalog.excluded(con).items():  # none in a --study copy
+            _err(f"warning: {hcatalog.excluded_message(name, problem)}")
         statements = con.extract_statements(args.sql)
         if not statements:
             raise CliError("no SQL statement given", EXIT_USAGE)

@@ -347,6 +347,27 @@ def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path,
     assert lines[1].startswith("old,") and "contract" in lines[1]
 
 
+def test_query_names_the_study_folders_the_catalog_left_out(tmp_path, capsys):
+    """gate sees three study folders, the catalog holds two: query says which one is missing and why."""
+    project = tmp_path / "proj"
+    results = project / "results"
+    for name in ("a", "b", "half"):
+        make_study(project, results / name)
+    artifacts.sidecar(results / "half" / "decision.parquet").unlink()  # half-written
+    catalog.build(layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project)
+    sql = "SELECT DISTINCT study FROM decision ORDER BY 1"
+    code, out, err = run_cli(capsys, results, "query", sql, "--format", "csv")
+    assert code == 0 and out.splitlines() == ["study", "a", "b"]
+    assert "warning: study 'half'" in err and "not in the catalog" in err and "no recorded BLAKE3" in err
+    code, out, err = run_cli(capsys, results, "query", sql, "--study", "half")
+    assert code == 1 and out == ""
+    assert (
+        "study 'half' is not in the catalog: its folder does not verify" in err and "decision.parquet" in err
+    )
+    code, _, err = run_cli(capsys, results, "query", sql, "--study", "a")
+    assert code == 0 and "half" not in err
+
+
 def _plant_wal(results: Path) -> Path:
     """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
     cat = results / layout.CATALOG_NAME
@@ -471,3 +492,13 @@ def test_verify_accepts_an_artifact_rewritten_with_the_same_bytes(flat, capsys):
     os.utime(path, (later, later))
     code, out, _ = run_cli(capsys, flat, "verify")
     assert code == 0, out
+
+
+@pytest.mark.parametrize("bad", ["fifo", "empty", "directory"])
+def test_query_names_what_is_wrong_with_the_catalogs_sidecar(flat, capsys, bad):
+    """A sidecar that is there but is no BLAKE3 record is not 'missing': the message says what it is."""
+    side = artifacts.sidecar(flat / layout.CATALOG_NAME)
+    side.unlink()
+    {"fifo": os.mkfifo, "empty": Path.touch, "directory": Path.mkdir}[bad](side)
+    code, _, err = run_cli(capsys, flat, "query", "SELECT 1")
+    assert code == 1 and "catalog.duckdb.blake3" in err and "is missing" not in err, err
