@@ -10,11 +10,14 @@ Tables
 - `excluded_studies`: (study, problem) of each study folder under results/ left out because it does
   not verify (half-written, an older schema, another study's artifact in it).
 
-It spans this run's studies and every other study folder under results/ that verifies, so a run
-with another `studies=` list forgets none. Every artifact's identity is checked as it is loaded
+It spans this run's studies and every other study folder under results/ that verifies
+(headroom/core/integrity.py), so a run with another `studies=` list forgets none; `headroom query`
+names each folder left out. Every artifact's identity is checked as it is loaded
 (headroom/core/identity.py). It is built into a fresh file and checkpointed, so no write-ahead log
 belongs beside it: readers and `headroom verify` refuse one (DuckDB would replay it into the
-answers), and `verify` compares every table with a fresh build from the artifacts it lists.
+answers), and `verify` compares everything it holds with a fresh build from the artifacts it
+lists: every object's definition (tables and their columns, views, macros, schemas, sequences,
+indexes, types), then every table's rows (`table_differences`).
 
 The kind tables hold the artifacts' *data*, parsed from the very bytes whose BLAKE3 was checked at
 build time: a query answers from verified bytes only and never reads a file (`headroom query`

@@ -19,6 +19,7 @@ FLAT_LAYOUT_STUDY = "default"  # the study of a flat results/ folder (no study s
 
 
 def hidden(path: Path, root: Path) -> bool:
+    """True for a path below `root` with a part starting with a dot (no one's: see above)."""
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
