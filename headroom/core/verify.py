@@ -51,6 +51,24 @@ def _stale_catalog(con, results: Path, root: Path, current: dict[str, str], stud
     return problems
 
 
+def _span_problems(results: Path, held: set[str], listed: dict[str, str], study: str | None) -> list[str]:
+    """The catalog's span against the study folders: it holds each one that verifies and lists
+    each other one in `excluded_studies`; none both."""
+    path, hint = results / layout.CATALOG_NAME, _rebuild_hint(results)
+    out = []
+    for name, folder in layout.studies(results).items():
+        if study is not None and name != study:
+            continue
+        if name in held:
+            if name in listed:
+                out.append(f"{path}: holds study {name!r} and lists it in excluded_studies too; {hint}")
+        elif not integrity.folder_problems(folder, results):
+            out.append(f"{path}: does not hold study {name!r}, whose folder verifies; {hint}")
+        elif name not in listed:
+            out.append(f"{path}: leaves study {name!r} out without listing it in excluded_studies; {hint}")
+    return out
+
+
 def catalog_problems(results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
     """The catalog against the artifacts: none changed since it loaded them, and every table equal
     to a fresh build's from the same artifacts (a table edited inside the catalog is named)."""
@@ -65,21 +83,18 @@ def catalog_problems(results: Path, root: Path, current: dict[str, str], study: 
         stale = _stale_catalog(con, results, root, current, study)
         rels = [r[0] for r in con.execute("SELECT path FROM artifacts ORDER BY path").fetchall()]
         held = {r[0] for r in con.execute("SELECT DISTINCT study FROM artifacts").fetchall()}
+        listed = hcatalog.excluded(con)
     except duckdb.Error as exc:
-        return [f"{path}: no artifacts table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
+        return [
+            f"{path}: no artifacts or excluded_studies table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"
+        ]
     finally:
         con.close()
     if stale:
         return stale
-    forgotten = [
-        f"{path}: does not hold study {name!r}, whose folder verifies; {_rebuild_hint(results)}"
-        for name, folder in layout.studies(results).items()
-        if name not in held
-        and (study is None or name == study)
-        and not integrity.folder_problems(folder, results)
-    ]
-    if forgotten:
-        return forgotten
+    spanned = _span_problems(results, held, listed, study)
+    if spanned:
+        return spanned
     try:
         return [
             f"{path}: {line}; {_rebuild_hint(results)}"

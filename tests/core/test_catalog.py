@@ -368,6 +368,27 @@ def test_query_names_the_study_folders_the_catalog_left_out(tmp_path, capsys):
     assert code == 0 and "half" not in err
 
 
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        ("DELETE FROM excluded_studies", "leaves study 'half' out without listing it"),
+        ("INSERT INTO excluded_studies VALUES ('a', 'forged')", "holds study 'a' and lists it"),
+    ],
+)
+def test_verify_checks_the_list_of_study_folders_left_out(tmp_path, capsys, edit, named):
+    project = tmp_path / "proj"
+    results = project / "results"
+    for name in ("a", "half"):
+        make_study(project, results / name)
+    artifacts.sidecar(results / "half" / "decision.parquet").unlink()  # half-written
+    catalog.build(layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project)
+    code, out, _ = run_cli(capsys, results, "verify", "--study", "a")
+    assert code == 0, out
+    _edit_catalog(results, edit)
+    code, out, _ = run_cli(capsys, results, "verify")
+    assert code == 1 and named in out, out
+
+
 def _plant_wal(results: Path) -> Path:
     """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
     cat = results / layout.CATALOG_NAME
