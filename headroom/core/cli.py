@@ -120,6 +120,11 @@ def check_results_folder(results: Path) -> None:
         return  # nothing has run there: each verb says "not run"
     if not results.is_dir():
         raise CliError(f"{results} is not a folder; --results names the pipeline's results folder")
+    if (results.parent / layout.CATALOG_NAME).exists() and not (results / layout.CATALOG_NAME).exists():
+        raise CliError(
+            f"{results} is a study folder of {results.parent}; --results names the results folder "
+            f"({results.parent}) and --study {results.name} the study"
+        )
     if not _looks_like_results(results):
         raise CliError(
             f"{results} is not a headroom results folder (no {layout.CATALOG_NAME} and no recorded "

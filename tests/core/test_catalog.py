@@ -389,6 +389,14 @@ def test_verify_checks_the_list_of_study_folders_left_out(tmp_path, capsys, edit
     assert code == 1 and named in out, out
 
 
+@pytest.mark.parametrize("verb", [("verify",), ("query", "SELECT 1"), ("gate",)])
+def test_a_study_folder_is_not_a_results_folder(two_studies, capsys, verb):
+    """Inside a study folder every lineage edge would look broken and the catalog missing."""
+    code, out, err = run_cli(capsys, two_studies / "azure-conv", *verb)
+    assert code == 1 and out == ""
+    assert "azure-conv is a study folder of" in err and "--study azure-conv" in err
+
+
 def _plant_wal(results: Path) -> Path:
     """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
     cat = results / layout.CATALOG_NAME
