@@ -70,8 +70,9 @@ def _span_problems(results: Path, held: set[str], listed: dict[str, str], study:
 
 
 def catalog_problems(results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
-    """The catalog against the artifacts: none changed since it loaded them, and every table equal
-    to a fresh build's from the same artifacts (a table edited inside the catalog is named)."""
+    """The catalog against the artifacts: none changed since it loaded them, every study folder held
+    or listed as left out (`_span_problems`), and everything it holds equal to a fresh build's from
+    the same artifacts (`catalog.table_differences`: an object or a table edited inside it is named)."""
     import duckdb
 
     path = results / layout.CATALOG_NAME
