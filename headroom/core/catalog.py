@@ -81,18 +81,36 @@ def wal_message(wal: Path) -> str:
     )
 
 
-def verify_file(catalog_path: str | os.PathLike) -> str:
-    """The catalog's BLAKE3 once it matches the recorded one and no write-ahead log lies beside it."""
+def refuse_wal(catalog_path: str | os.PathLike) -> None:
+    """ArtifactError when a write-ahead log lies beside the catalog."""
     wal = wal_file(catalog_path)
     if wal is not None:
         raise artifacts.ArtifactError(wal_message(wal))
+
+
+def verify_file(catalog_path: str | os.PathLike) -> str:
+    """The catalog's BLAKE3 once it matches the recorded one and no write-ahead log lies beside it."""
+    refuse_wal(catalog_path)
     return artifacts.verify(catalog_path)
+
+
+def connect_readonly(catalog_path: str | os.PathLike, config: dict | None = None):
+    """A read-only connection to the catalog (QUERY_CONFIG, or `config`), refused when a write-ahead
+    log lies beside it once open: DuckDB replays one as it opens a database, so a WAL planted after
+    an earlier check (verify_file) is caught here, and one planted later is never read."""
+    con = duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG if config is None else config)
+    try:
+        refuse_wal(catalog_path)
+    except artifacts.ArtifactError:
+        con.close()
+        raise
+    return con
 
 
 def open_readonly(catalog_path: str | os.PathLike):
     """A safe connection (QUERY_CONFIG) to the catalog, after checking its recorded BLAKE3."""
     verify_file(catalog_path)
-    return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
+    return connect_readonly(catalog_path)
 
 
 def excluded(con, schema: str = "main") -> dict[str, str]:

@@ -206,12 +206,13 @@ def _open_catalog(path: Path, memory_limit: str, study: str | None):
 
     config = {**QUERY_CONFIG, "memory_limit": memory_limit}
     if study is None:
-        return duckdb.connect(str(path), read_only=True, config=config)
+        return hcatalog.connect_readonly(path, config)  # a WAL planted since the first look refused
     with tempfile.TemporaryDirectory(prefix="headroom-study-") as tmp:
         copy = Path(tmp) / "study.duckdb"
         build = {k: config[k] for k in ("autoinstall_known_extensions", "autoload_known_extensions")}
         with duckdb.connect(str(copy), config={**build, "memory_limit": memory_limit}) as con:
             con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS src (READ_ONLY)")
+            hcatalog.refuse_wal(path)  # attached: DuckDB has replayed any WAL there into `src`
             _copy_study(con, study)
         return duckdb.connect(str(copy), read_only=True, config=config)  # open: the file may go
 

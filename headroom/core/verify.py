@@ -77,7 +77,9 @@ def catalog_problems(results: Path, root: Path, current: dict[str, str], study: 
 
     path = results / layout.CATALOG_NAME
     try:
-        con = duckdb.connect(str(path), read_only=True, config=hcatalog.QUERY_CONFIG)
+        con = hcatalog.connect_readonly(path)
+    except artifacts.ArtifactError as exc:  # a write-ahead log planted since the first look
+        return [str(exc)]
     except duckdb.Error as exc:
         return [f"{path}: cannot be opened ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
     try:

@@ -418,6 +418,19 @@ def test_a_planted_wal_is_refused_by_query_and_verify(flat, capsys):
         catalog.open_readonly(flat / layout.CATALOG_NAME)
 
 
+def test_a_wal_planted_after_the_check_is_refused_once_open(flat, capsys, monkeypatch):
+    """The race: a WAL planted between the readers' first look and DuckDB opening the catalog."""
+    _plant_wal(flat)
+    monkeypatch.setattr(catalog, "verify_file", artifacts.verify)  # the first look saw none
+    for study in ((), ("--study", "default")):
+        code, out, err = run_cli(
+            capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv", *study
+        )
+        assert code == 1 and "continue" not in out and "write-ahead log" in err, (study, out, err)
+    with pytest.raises(artifacts.ArtifactError, match="write-ahead log"):
+        catalog.open_readonly(flat / layout.CATALOG_NAME)
+
+
 def test_build_is_checkpointed_and_removes_a_planted_wal(flat, capsys):
     _plant_wal(flat)
     build(flat.parent)
