@@ -176,13 +176,7 @@ def _verified_catalog(results: Path) -> Path:
                     f"{exc.recorded}, file has {exc.actual}); {_rebuild_hint(results)}"
                 ) from None
         except artifacts.ArtifactError as exc:
-            # the catalog and its sidecar there, the sidecar no BLAKE3 record (empty, a FIFO, a folder)
-            bad_sidecar = not rebuilding and path.exists() and os.path.lexists(artifacts.sidecar(path))
-            if (
-                hcatalog.wal_file(path) is not None
-                or isinstance(exc, artifacts.NotRegularFileError)
-                or bad_sidecar
-            ):
+            if hcatalog.wal_file(path) is not None or isinstance(exc, artifacts.NotRegularFileError):
                 raise CliError(str(exc)) from None
             if path.exists():
                 if not rebuilding:
