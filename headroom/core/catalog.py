@@ -10,24 +10,23 @@ Tables
 - `excluded_studies`: (study, problem) of each study folder under results/ left out because it does
   not verify (half-written, an older schema, another study's artifact in it).
 
-It spans this run's studies and every other study folder under results/ that verifies, so a run
-with another `studies=` list forgets none. Every artifact's identity is checked as it is loaded
+It spans this run's studies and every other study folder under results/ that verifies
+(headroom/core/integrity.py), so a run with another `studies=` list forgets none; `headroom query`
+names each folder left out. Every artifact's identity is checked as it is loaded
 (headroom/core/identity.py). It is built into a fresh file and checkpointed, so no write-ahead log
 belongs beside it: readers and `headroom verify` refuse one (DuckDB would replay it into the
-answers), and `verify` compares every table with a fresh build from the artifacts it lists.
+answers), and `verify` compares everything it holds with a fresh build from the artifacts it
+lists: every object's definition (tables and their columns, views, macros, schemas, sequences,
+indexes, types), then every table's rows (`table_differences`).
 
 The kind tables hold the artifacts' *data*, parsed from the very bytes whose BLAKE3 was checked at
 build time: a query answers from verified bytes only and never reads a file (`headroom query`
 opens the catalog with file access off). The catalog's own BLAKE3 is recorded beside it
 (`catalog.duckdb.blake3`), so `headroom verify` covers it and `query` refuses a changed one.
 
-The study of an artifact is the first folder below the results root (results/<study>/...). The
-flat layout of before the study matrix (results/trace.parquet, results/portfolio/run-1.parquet)
-is one study, `default`.
-
 The pipeline hands the catalog every artifact its rules declare (rules/common.smk's registry), so
-a stage added later appears without touching this code; `discover` finds them on disk for
-`headroom verify`.
+a stage added later appears without touching this code; where each file lies under results/ (the
+study of an artifact, the flat layout of before the study matrix) is headroom/core/layout.py's.
 """
 
 from __future__ import annotations
@@ -43,13 +42,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from headroom.core import artifacts, identity
+from headroom.core import artifacts, identity, integrity, layout
 from headroom.core.replay import lineage_input
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CATALOG_NAME = "catalog.duckdb"
-DISPATCH_NAME = "dispatch.json"  # a study's dispatch table (headroom.dispatch loads it)
-FLAT_LAYOUT_STUDY = "default"  # the study of a flat results/ folder (no study subfolders)
 # A temporary catalog modified this recently belongs to a build in progress, not a killed one.
 REBUILD_FRESH_S = 120.0
 # How every reader opens the catalog: read-only, no file reachable (no allowed path, no temp
@@ -71,67 +67,6 @@ WAL_SUFFIX = ".wal"
 STAT_COLUMNS = " EXCLUDE (mtime_ns, created_at)"
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
-def discover(results_dir: str | os.PathLike) -> list[Path]:
-    """Every Parquet artifact under `results_dir` (with or without its recorded hash), sorted; a
-    FIFO or a device under an artifact's name is listed too, so its readers refuse it."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.rglob("*.parquet") if not p.is_dir() and not _hidden(p, root))
-
-
-def hashed_files(results_dir: str | os.PathLike) -> list[Path]:
-    """Every file that must carry a recorded BLAKE3: artifacts, report files, the catalog."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        return []
-    found = set(discover(root))
-    for page in root.rglob("*"):
-        if not page.is_dir() and not _hidden(page, root) and "report" in page.relative_to(root).parts[:-1]:
-            if not page.name.endswith(artifacts.SIDECAR_SUFFIX):
-                found.add(page)
-    # each study's dispatch table (the recommendation stage's JSON beside its parquet artifact)
-    found.update(p for p in root.glob(f"*/{DISPATCH_NAME}") if not _hidden(p, root))
-    if os.path.lexists(root / CATALOG_NAME):
-        found.add(root / CATALOG_NAME)
-    return sorted(found)
-
-
-def is_flat(results_dir: str | os.PathLike) -> bool:
-    """True for the layout of before the study matrix: artifacts directly in the results folder."""
-    root = Path(results_dir)
-    return root.is_dir() and any(p.is_file() for p in root.glob("*.parquet"))
-
-
-def study_of(path: str | os.PathLike, results_dir: str | os.PathLike, *, flat: bool) -> str:
-    """The study an artifact belongs to: the first folder below the results root."""
-    root = Path(results_dir).resolve()
-    try:
-        rel = (Path(path).parent.resolve() / Path(path).name).relative_to(root)  # a link not followed
-    except ValueError:
-        raise ValueError(f"{path}: an artifact outside the results folder {results_dir}") from None
-    if flat or len(rel.parts) < 2:
-        return FLAT_LAYOUT_STUDY
-    return rel.parts[0]
-
-
-def studies(results_dir: str | os.PathLike) -> dict[str, Path]:
-    """{study: its folder} for every study with an artifact on disk, sorted by name."""
-    root = Path(results_dir)
-    if is_flat(root):
-        return {FLAT_LAYOUT_STUDY: root}
-    out = {}
-    for path in discover(root):
-        name = study_of(path, root, flat=False)
-        if name != FLAT_LAYOUT_STUDY or len(path.relative_to(root).parts) > 1:
-            out.setdefault(name, root / name)
-    return dict(sorted(out.items()))
-
-
 def wal_file(catalog_path: str | os.PathLike) -> Path | None:
     """The write-ahead log beside the catalog, if there is one (DuckDB would replay it on open)."""
     wal = Path(str(catalog_path) + WAL_SUFFIX)
@@ -146,18 +81,49 @@ def wal_message(wal: Path) -> str:
     )
 
 
-def verify_file(catalog_path: str | os.PathLike) -> str:
-    """The catalog's BLAKE3 once it matches the recorded one and no write-ahead log lies beside it."""
+def refuse_wal(catalog_path: str | os.PathLike) -> None:
+    """ArtifactError when a write-ahead log lies beside the catalog."""
     wal = wal_file(catalog_path)
     if wal is not None:
         raise artifacts.ArtifactError(wal_message(wal))
+
+
+def verify_file(catalog_path: str | os.PathLike) -> str:
+    """The catalog's BLAKE3 once it matches the recorded one and no write-ahead log lies beside it."""
+    refuse_wal(catalog_path)
     return artifacts.verify(catalog_path)
+
+
+def connect_readonly(catalog_path: str | os.PathLike, config: dict | None = None):
+    """A read-only connection to the catalog (QUERY_CONFIG, or `config`), refused when a write-ahead
+    log lies beside it once open: DuckDB replays one as it opens a database, so a WAL planted after
+    an earlier check (verify_file) is caught here, and one planted later is never read."""
+    con = duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG if config is None else config)
+    try:
+        refuse_wal(catalog_path)
+    except artifacts.ArtifactError:
+        con.close()
+        raise
+    return con
 
 
 def open_readonly(catalog_path: str | os.PathLike):
     """A safe connection (QUERY_CONFIG) to the catalog, after checking its recorded BLAKE3."""
     verify_file(catalog_path)
-    return duckdb.connect(str(catalog_path), read_only=True, config=QUERY_CONFIG)
+    return connect_readonly(catalog_path)
+
+
+def excluded(con, schema: str = "main") -> dict[str, str]:
+    """{study: its first problem} of the study folders the catalog left out (`excluded_studies`)."""
+    rows = con.execute(f"SELECT study, problem FROM {schema}.{EXCLUDED_TABLE} ORDER BY study").fetchall()
+    return dict(rows)
+
+
+def excluded_message(study: str, problem: str) -> str:
+    return (
+        f"study {study!r} is not in the catalog: its folder does not verify ({problem}); "
+        "headroom verify lists every problem"
+    )
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -221,7 +187,7 @@ def _read_artifact(path: Path, root: Path, results_root: Path, *, flat: bool, di
     digests[path.resolve()] = digest
     stat = path.stat()
     rel = _rel(path, root)
-    study = study_of(path, results_root, flat=flat)
+    study = layout.study_of(path, results_root, flat=flat)
     try:
         table = artifacts.parse_parquet(data)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -329,21 +295,19 @@ def _collect(paths: list[Path], root: Path, results_root: Path):
 
 def other_studies(paths: list[Path], results_root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
     """The artifacts of study folders under `results_root` that `paths` do not cover and that verify
-    (headroom/core/verify.py), and (study, first problem) of each folder that does not."""
-    from headroom.core import verify  # verify reads the catalog: imported here, not at the top
-
+    (headroom/core/integrity.py), and (study, first problem) of each folder that does not."""
     covered = {_rel(p, results_root).split("/")[0] for p in paths}
-    if is_flat(results_root):
+    if layout.is_flat(results_root):
         return [], []
     found, excluded = [], []
-    for name, folder in studies(results_root).items():
+    for name, folder in layout.studies(results_root).items():
         if name in covered:
             continue
-        problems = verify.folder_problems(folder, results_root)
+        problems = integrity.folder_problems(folder, results_root)
         if problems:
             excluded.append((name, f"{problems[0]} ({len(problems)} problem(s))"))
         else:
-            found.extend(discover(folder))
+            found.extend(layout.discover(folder))
     return found, excluded
 
 
@@ -373,42 +337,86 @@ def build(paths, catalog_path: str | os.PathLike, *, project_root: str | os.Path
     }
 
 
-def _tables(con, database: str) -> set[str]:
-    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_schema = 'main'"
-    return {r[0] for r in con.execute(sql, [database]).fetchall()}
+# Every object a database holds: (what, schema, name, definition); $db is the database's name.
+_OBJECTS_SQL = """
+SELECT 'table', schema_name, table_name, sql FROM duckdb_tables() WHERE database_name = $db
+UNION ALL SELECT 'view', schema_name, view_name, sql FROM duckdb_views()
+    WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'schema', 'main', schema_name, '' FROM duckdb_schemas()
+    WHERE database_name = $db AND NOT internal
+UNION ALL SELECT replace(function_type, '_', ' '), schema_name, function_name,
+    coalesce(macro_definition, '') FROM duckdb_functions() WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'sequence', schema_name, sequence_name, sql FROM duckdb_sequences() WHERE database_name = $db
+UNION ALL SELECT 'index', schema_name, index_name, sql FROM duckdb_indexes() WHERE database_name = $db
+UNION ALL SELECT 'type', schema_name, type_name, logical_type FROM duckdb_types()
+    WHERE database_name = $db AND NOT internal
+"""
+
+
+def _objects(con, database: str) -> dict[tuple[str, str], str]:
+    """{(what, name): definition} of every table, view, schema, macro, sequence, index and type in
+    `database` (a name outside the main schema qualified by its schema)."""
+    rows = con.execute(_OBJECTS_SQL, {"db": database}).fetchall()
+    return {
+        (what, name if schema == "main" else f"{schema}.{name}"): sql or ""
+        for what, schema, name, sql in rows
+    }
+
+
+def _definition_differences(built: dict, held: dict) -> list[str]:
+    """Objects of the catalog (`held`) that a fresh build (`built`) does not make, or makes otherwise:
+    a column renamed, retyped or moved, a macro shadowing a function, a view, another schema."""
+    out = [
+        f"{w} {n!r} is not one a build makes (added inside the catalog)"
+        for w, n in sorted(held.keys() - built.keys())
+    ]
+    out += [
+        f"{w} {n!r} is missing (dropped inside the catalog)" for w, n in sorted(built.keys() - held.keys())
+    ]
+    out += [
+        f"{w} {n!r} is defined otherwise than a build defines it (edited inside the catalog): "
+        f"{held[w, n]!r}, a build's {built[w, n]!r}"
+        for w, n in sorted(built.keys() & held.keys())
+        if held[w, n] != built[w, n]
+    ]
+    return out
+
+
+def _row_differences(con, tables: list[str]) -> list[str]:
+    """Tables of `cat` whose rows differ from the fresh build's in `memory` (same definitions)."""
+    out = []
+    for t in tables:
+        cols = STAT_COLUMNS if t == "artifacts" else ""
+        extra, lost = (
+            con.execute(
+                f'SELECT count(*) FROM (SELECT *{cols} FROM {a}."{t}" EXCEPT ALL SELECT *{cols} FROM {b}."{t}")'
+            ).fetchone()[0]
+            for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
+        )
+        if extra or lost:
+            out.append(
+                f"table {t!r} differs from its artifacts ({extra} row(s) not in them, {lost} of "
+                "theirs missing): it was edited inside the catalog"
+            )
+    return out
 
 
 def table_differences(catalog_path: Path, paths: list[Path], *, project_root: Path) -> list[str]:
-    """Tables of the catalog that differ from a fresh build's over `paths` (the artifacts it lists),
-    each named with how many rows differ; `excluded_studies` is not compared (it describes other
-    folders at build time), nor the stat columns of `artifacts` (STAT_COLUMNS)."""
+    """How the catalog differs from a fresh build over `paths` (the artifacts it lists): first every
+    object it holds against a build's (tables, columns and their types, views, macros, schemas,
+    sequences, indexes, types), then, when those agree, every table's rows, each named with how
+    many rows differ. `excluded_studies`' rows are not compared (they describe other folders at
+    build time), nor the stat columns of `artifacts` (STAT_COLUMNS)."""
     rows, edges, by_kind = _collect(paths, Path(project_root), catalog_path.parent)
     con = duckdb.connect()
     try:
         _fill(con, rows, edges, by_kind)
         con.execute("ATTACH ? AS cat (READ_ONLY)", [str(catalog_path)])
-        built, held = _tables(con, "memory"), _tables(con, "cat")
-        out = [
-            f"table {t!r} is not one a build makes (added inside the catalog)" for t in sorted(held - built)
-        ]
-        out += [f"table {t!r} is missing (dropped inside the catalog)" for t in sorted(built - held)]
-        for t in sorted((built & held) - {EXCLUDED_TABLE}):
-            cols = STAT_COLUMNS if t == "artifacts" else ""
-            try:
-                extra, lost = (
-                    con.execute(
-                        f'SELECT count(*) FROM (SELECT *{cols} FROM {a}."{t}" EXCEPT ALL SELECT *{cols} FROM {b}."{t}")'
-                    ).fetchone()[0]
-                    for a, b in (("cat.main", "memory.main"), ("memory.main", "cat.main"))
-                )
-            except duckdb.Error as exc:
-                out.append(f"table {t!r} has other columns than its artifacts ({str(exc).splitlines()[0]})")
-                continue
-            if extra or lost:
-                out.append(
-                    f"table {t!r} differs from its artifacts ({extra} row(s) not in them, {lost} of "
-                    "theirs missing): it was edited inside the catalog"
-                )
-        return out
+        built, held = _objects(con, "memory"), _objects(con, "cat")
+        out = _definition_differences(built, held)
+        if out:
+            return out
+        tables = sorted(n for w, n in built if w == "table" and n != EXCLUDED_TABLE)
+        return _row_differences(con, tables)
     finally:
         con.close()

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts, contracts, defaults, identity
+from headroom.core import artifacts, contracts, defaults, identity, layout
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -103,7 +103,7 @@ def _holds_results(folder: Path) -> bool:
 def _looks_like_results(folder: Path) -> bool:
     """A results folder: empty (not run yet), named results/, or holding the catalog or recorded
     artifacts at its top or in a study folder (a shallow look: never a walk of the tree)."""
-    if folder.name == RESULTS_NAME or (folder / hcatalog.CATALOG_NAME).exists():
+    if folder.name == RESULTS_NAME or (folder / layout.CATALOG_NAME).exists():
         return True
     try:
         if next(folder.iterdir(), None) is None:
@@ -120,9 +120,14 @@ def check_results_folder(results: Path) -> None:
         return  # nothing has run there: each verb says "not run"
     if not results.is_dir():
         raise CliError(f"{results} is not a folder; --results names the pipeline's results folder")
+    if (results.parent / layout.CATALOG_NAME).exists() and not (results / layout.CATALOG_NAME).exists():
+        raise CliError(
+            f"{results} is a study folder of {results.parent}; --results names the results folder "
+            f"({results.parent}) and --study {results.name} the study"
+        )
     if not _looks_like_results(results):
         raise CliError(
-            f"{results} is not a headroom results folder (no {hcatalog.CATALOG_NAME} and no recorded "
+            f"{results} is not a headroom results folder (no {layout.CATALOG_NAME} and no recorded "
             f"artifact in it or in a study folder of it); point --results or {RESULTS_ENV} at the "
             f"pipeline's {RESULTS_NAME}/ folder"
         )
@@ -130,14 +135,14 @@ def check_results_folder(results: Path) -> None:
 
 def _rebuild_hint(results: Path) -> str:
     return (
-        f"delete {results / hcatalog.CATALOG_NAME} and rerun the pipeline "
+        f"delete {results / layout.CATALOG_NAME} and rerun the pipeline "
         "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
     )
 
 
 def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
     """The study a verb works on and its folder: `study` if given, else the only study there is."""
-    found = hcatalog.studies(results)
+    found = layout.studies(results)
     if study is not None:
         if study in found:
             return study, found[study]
@@ -157,7 +162,7 @@ def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
 # -- query ----------------------------------------------------------------------------------------
 def _verified_catalog(results: Path) -> Path:
     """The catalog path once its bytes match their recorded BLAKE3; waits out a rebuild briefly."""
-    path = results / hcatalog.CATALOG_NAME
+    path = results / layout.CATALOG_NAME
     deadline = time.monotonic() + REBUILD_WAIT_S
     while True:
         rebuilding = hcatalog.rebuild_in_progress(path)
@@ -205,12 +210,13 @@ def _open_catalog(path: Path, memory_limit: str, study: str | None):
 
     config = {**QUERY_CONFIG, "memory_limit": memory_limit}
     if study is None:
-        return duckdb.connect(str(path), read_only=True, config=config)
+        return hcatalog.connect_readonly(path, config)  # a WAL planted since the first look refused
     with tempfile.TemporaryDirectory(prefix="headroom-study-") as tmp:
         copy = Path(tmp) / "study.duckdb"
         build = {k: config[k] for k in ("autoinstall_known_extensions", "autoload_known_extensions")}
         with duckdb.connect(str(copy), config={**build, "memory_limit": memory_limit}) as con:
             con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS src (READ_ONLY)")
+            hcatalog.refuse_wal(path)  # attached: DuckDB has replayed any WAL there into `src`
             _copy_study(con, study)
         return duckdb.connect(str(copy), read_only=True, config=config)  # open: the file may go
 
@@ -219,6 +225,9 @@ def _copy_study(con, study: str) -> None:
     """Copy every table of the attached catalog `src` into the connection's own database (the
     study's copy), tables with a study column restricted to the rows of `study`."""
     known = [r[0] for r in con.execute("SELECT DISTINCT study FROM src.main.artifacts ORDER BY 1").fetchall()]
+    left_out = hcatalog.excluded(con, "src.main")
+    if study in left_out:
+        raise CliError(hcatalog.excluded_message(study, left_out[study]))
     if study not in known:
         raise CliError(
             f"unknown study {study!r}; the catalog holds: {', '.join(known) or 'none'}", EXIT_USAGE
@@ -378,6 +387,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     try:
         for line in stale_artifacts(con, _project_root(results), args.study):
             _err(f"warning: {line}; answers come from the catalog's verified copy: {_rebuild_hint(results)}")
+        for name, problem in hcatalog.excluded(con).items():  # none in a --study copy
+            _err(f"warning: {hcatalog.excluded_message(name, problem)}")
         statements = con.extract_statements(args.sql)
         if not statements:
             raise CliError("no SQL statement given", EXIT_USAGE)
@@ -649,7 +660,7 @@ def _lineage_target(args: argparse.Namespace, results: Path) -> Path:
         raise CliError(f"{args.path}: no such artifact")
     if path.is_dir():
         raise CliError(f"{path} is a folder; lineage takes one artifact (a .parquet file under {results})")
-    if path.resolve() == (results / hcatalog.CATALOG_NAME).resolve():
+    if path.resolve() == (results / layout.CATALOG_NAME).resolve():
         raise CliError(
             f"{path} is the catalog: it has no lineage of its own (it loads every artifact); its "
             '`lineage` table holds every artifact\'s edges: headroom query "SELECT * FROM lineage"'

@@ -12,6 +12,10 @@ stages are deterministic; the slack absorbs another BLAS's summation order).
 What it cannot cover, and why:
 - the measurements themselves: they are not recomputed (no GPU is assumed, and a re-measurement
   differs by noise); their lineage and hashes are what `verify` checks;
+- the params: each stage re-runs with the params its artifact recorded, so a forger who changes
+  them together with the numbers (a threshold moved until the forged verdict follows) is not
+  caught; what each artifact recorded is the catalog's `artifacts.params` column
+  (`headroom query "SELECT path, params FROM artifacts"`), to be read against the study's config;
 - the code: the stages run with the code checked out now, so a study made by other code differs
   where that code changed (rerun the pipeline first, which reruns what changed);
 - the report's figures (compared by the report's data model, report.md, not the PNG bytes), its
@@ -35,8 +39,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from headroom.core import artifacts
-from headroom.core import catalog as hcatalog
+from headroom.core import artifacts, layout
 from headroom.core.identity import MEASURED_KINDS
 
 #: The derived stages, in the order they run (each reads measured artifacts and those of the stages
@@ -44,8 +47,8 @@ from headroom.core.identity import MEASURED_KINDS
 STAGES = ("policies", "roofline", "decision", "recommendation")
 #: Outputs a stage writes beside its Parquet artifacts (rules/analysis.smk): name -> file in the folder.
 OTHER_OUTPUTS = {"recommendation": {"dispatch": "dispatch.json"}}
-#: The report's input names that are not the kind they hold (rules/analysis.smk, rule report).
-REPORT_NAMES = {"samples": "portfolio_samples"}
+#: Input names that are not the kind they hold (rules/analysis.smk: the report's `samples`).
+INPUT_NAMES = {"portfolio_samples": "samples"}
 FLOAT_RTOL = 1e-9
 #: report.md sections whose content is not derived from the artifacts (see the module doc).
 NOT_DERIVED_SECTIONS = ("## Stage wall times", "## Artifacts read")
@@ -100,19 +103,28 @@ def _job(rule: str, inputs: dict, outputs: dict, params: dict, wildcards: dict, 
     )
 
 
+def by_input_name(paths: list[Path], folder: Path) -> dict[str, str | list[str]]:
+    """Artifacts of the study folder `folder` as a stage's named inputs, paths of the working copy
+    (results/<study>/...): each named by the kind it holds (INPUT_NAMES where the rule says
+    otherwise), a list for the artifacts of one per run (those in a folder of the study folder)."""
+    named: dict[str, list[str]] = {}
+    per_run: set[str] = set()
+    for path in sorted(paths):
+        rel = path.resolve().relative_to(folder.resolve())
+        name = INPUT_NAMES.get(artifacts.kind_of_name(path), artifacts.kind_of_name(path))
+        named.setdefault(name, []).append(f"results/{folder.name}/{rel.as_posix()}")
+        if len(rel.parts) > 1:
+            per_run.add(name)
+    return {name: found if name in per_run else found[0] for name, found in named.items()}
+
+
 def _inputs_of(path: Path, prov: dict, folder: Path, root: Path) -> dict[str, str | list[str]]:
-    """A derived artifact's recorded inputs by name (each derived stage names an input by the kind
-    it holds), as paths of the working copy (results/<study>/...), and its code."""
+    """A derived artifact's recorded inputs of its own study folder by name, and its code."""
     from headroom.core.replay import lineage_input
 
-    named: dict[str, list[str]] = {}
-    for inp in sorted(prov.get("inputs", {})):
-        now = lineage_input(path, inp, root).resolve()
-        if now.is_relative_to(folder.resolve()):
-            rel = f"results/{folder.name}/{now.relative_to(folder.resolve()).as_posix()}"
-            named.setdefault(artifacts.kind_of_name(now), []).append(rel)
-    out: dict[str, str | list[str]] = {k: v if k == "portfolio" else v[0] for k, v in named.items()}
-    return {**out, "code": sorted(prov.get("code", {}))}
+    found = [lineage_input(path, inp, root).resolve() for inp in sorted(prov.get("inputs", {}))]
+    inside = [p for p in found if p.is_relative_to(folder.resolve())]
+    return {**by_input_name(inside, folder), "code": sorted(prov.get("code", {}))}
 
 
 def _script_of(prov: dict) -> str | None:
@@ -123,7 +135,7 @@ def _script_of(prov: dict) -> str | None:
 def _setup(work: Path, folder: Path, project: Path) -> Path:
     """The working copy: the study's measured artifacts (with sidecars), the code linked in."""
     dest = work / "results" / folder.name
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             for src in (path, artifacts.sidecar(path)):
                 target = dest / src.relative_to(folder)
@@ -139,7 +151,7 @@ def _derived_jobs(folder: Path, project: Path) -> tuple[list[tuple[str, Path, di
     """(rule, one of its artifacts, provenance) per derived stage in STAGES order, and the problems
     of derived artifacts that cannot be recomputed (unknown rule, no script recorded)."""
     jobs, problems, seen = [], [], set()
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             continue
         prov = artifacts.read_provenance(path)
@@ -155,7 +167,7 @@ def _derived_jobs(folder: Path, project: Path) -> tuple[list[tuple[str, Path, di
 def _outputs_of(rule: str, folder: Path) -> dict[str, str]:
     """A derived stage's artifacts in the working copy: every artifact of `folder` its rule wrote."""
     out = {}
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if (
             artifacts.kind_of_name(path) not in MEASURED_KINDS
             and artifacts.read_provenance(path).get("rule") == rule
@@ -201,7 +213,7 @@ def _without_hashes(table: pd.DataFrame) -> pd.DataFrame:
 
 def _compare(folder: Path, dest: Path) -> list[str]:
     out = []
-    for path in hcatalog.discover(folder):
+    for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             continue
         again = dest / path.relative_to(folder)
@@ -239,19 +251,6 @@ def recompute_study(folder: Path, results: Path) -> list[str]:
     return problems
 
 
-def _report_inputs(dest: Path) -> dict[str, str | list[str]]:
-    from headroom.report.build import INPUTS
-
-    rel = lambda p: p.relative_to(dest.parent.parent).as_posix()  # noqa: E731  (results/<study>/...)
-    out: dict[str, str | list[str]] = {}
-    for name in INPUTS:
-        kind = REPORT_NAMES.get(name, name)
-        found = [rel(p) for p in hcatalog.discover(dest) if artifacts.kind_of_name(p) == kind]
-        if found:
-            out[name] = found if kind.startswith("portfolio") else found[0]
-    return out
-
-
 def _sections(md: str) -> dict[str, str]:
     """report.md by section heading ('' for what comes before the first), derived sections only."""
     out, heading = {"": []}, ""
@@ -272,7 +271,8 @@ def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> li
     outputs |= {"html_blake3": f"{out}/index.html.blake3", "md_blake3": f"{out}/report.md.blake3"}
     (work / "benchmarks").mkdir()
     params = {"report": {"title": title}, "benchmarks": str(work / "benchmarks")}
-    inputs = {**_report_inputs(dest), "code": ["scripts/report.py"]}
+    # every artifact of the working copy: the report script takes those it knows (its INPUTS)
+    inputs = {**by_input_name(layout.discover(dest), dest), "code": ["scripts/report.py"]}
     job = _job("report", inputs, outputs, params, {"study": folder.name}, work)
     error = _run_script(project, work, "scripts/report.py", job)
     if error:
@@ -293,5 +293,5 @@ def _recompute_report(folder: Path, dest: Path, work: Path, project: Path) -> li
 
 def recompute_results(results: Path, folder: Path | None = None) -> list[str]:
     """recompute_study for one study folder, or for every study folder under `results`."""
-    folders = [folder] if folder is not None else list(hcatalog.studies(results).values())
+    folders = [folder] if folder is not None else list(layout.studies(results).values())
     return [p for f in folders for p in recompute_study(f, results)]

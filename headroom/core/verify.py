@@ -1,15 +1,14 @@
 """`headroom verify`: every file's bytes, every artifact's identity and lineage, and the catalog.
 
 Checked, for every study folder under results/ (or one study):
-- every artifact, report page and the catalog against its recorded BLAKE3 (a FIFO, a device or a
-  directory where one should be is refused, never read);
-- every artifact's identity (headroom/core/identity.py: kind, study, the inputs beside it) and its
-  contract (headroom/core/contracts.py: an artifact of an older schema fails);
-- every lineage edge: the input it names still exists and has the BLAKE3 recorded then;
-- recorded hashes whose file is gone;
-- the catalog: no write-ahead log beside it, every artifact it loaded unchanged on disk, and every
-  table it holds (the data tables, `artifacts`, `lineage`) equal, row for row, to what a fresh
-  build from those artifacts holds, so a table edited inside the catalog is named.
+- every file, artifact and lineage edge (headroom/core/integrity.py: recorded BLAKE3s, non-regular
+  files refused unread, identity, contract, lineage, recorded hashes whose file is gone);
+- the catalog: no write-ahead log beside it, every artifact it loaded unchanged on disk, every
+  verifying study folder held, and everything it holds equal to a fresh build from the artifacts
+  it lists: first each object's definition (tables and their columns, views, macros, schemas,
+  sequences, indexes, types: a renamed column or a macro shadowing a function is named), then
+  every table (the data tables, `artifacts`, `lineage`) row for row, so a table edited inside the
+  catalog is named.
 
 `--recompute` (headroom/core/recompute.py) also re-runs the derived stages.
 """
@@ -18,94 +17,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from headroom.core import artifacts, contracts, identity
+from headroom.core import artifacts, integrity, layout
 from headroom.core import catalog as hcatalog
-from headroom.core.replay import lineage_input
 
 
 def _rebuild_hint(results: Path) -> str:
     return (
-        f"delete {results / hcatalog.CATALOG_NAME} and rerun the pipeline "
+        f"delete {results / layout.CATALOG_NAME} and rerun the pipeline "
         "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
     )
 
 
-def _contract_problems(path: Path) -> list[str]:
-    kind = artifacts.read_kind(path)
-    if kind not in contracts.CONTRACTS:
-        return []
-    try:
-        with artifacts.open_regular(path) as fh:
-            contracts.check(kind, pq.read_table(fh))
-    except (ValueError, OSError, pa.ArrowInvalid) as exc:
-        return [f"{path}: does not meet the current {kind!r} contract (an older schema?): {exc}"]
-    return []
-
-
-def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[str]:
-    """An artifact that verified (its BLAKE3 in `current`): identity, contract, lineage edges."""
-    try:
-        prov = artifacts.read_provenance(path)
-        found = identity.problems(path, root) + _contract_problems(path)
-    except artifacts.ArtifactError as exc:  # not Parquet, though its bytes match their sidecar
-        return [str(exc)]
-    for inp, recorded in sorted(prov.get("inputs", {}).items()):
-        inp_path = lineage_input(path, inp, root).resolve()
-        if not inp_path.exists():
-            found.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
-            continue
-        try:
-            now = current.get(str(inp_path)) or artifacts.hash_file(inp_path)
-        except artifacts.ArtifactError as exc:
-            found.append(f"{path}: lineage input {inp}: {exc}")
-            continue
-        if now != recorded:
-            found.append(f"{path}: lineage input {inp} changed: recorded {recorded}, now {now}")
-    return found
-
-
-def _orphan_sidecars(scope: Path, results: Path) -> list[str]:
-    """Recorded hashes whose file is gone, or is not a regular file."""
-    out = []
-    for side in sorted(scope.rglob("*" + artifacts.SIDECAR_SUFFIX)):
-        target = Path(str(side)[: -len(artifacts.SIDECAR_SUFFIX)])
-        if hcatalog._hidden(side, results):
-            continue
-        if not target.exists():
-            out.append(f"{target}: missing; its recorded BLAKE3 ({side.name}) remains (deleted?)")
-        elif not target.is_file():
-            out.append(f"{target}: not a regular file (a FIFO, device or directory); remove it and rerun")
-    return out
-
-
-def files_problems(files: list[Path], root: Path) -> tuple[list[str], dict[str, str]]:
-    """Hash and identity problems of `files`, and {resolved path: BLAKE3} of those that verified."""
-    problems: list[str] = []
-    current: dict[str, str] = {}
-    for path in files:
-        try:
-            current[str(path.resolve())] = artifacts.verify(path)
-        except artifacts.ArtifactError as exc:
-            problems.append(str(exc))
-    for path in files:
-        if path.suffix == ".parquet" and str(path.resolve()) in current:
-            problems.extend(artifact_problems(path, root, current))
-    return problems, current
-
-
-def folder_problems(folder: Path, results: Path) -> list[str]:
-    """Everything wrong with one study folder (the catalog is not looked at)."""
-    files = [f for f in hcatalog.hashed_files(results) if f.resolve().is_relative_to(folder.resolve())]
-    problems, _ = files_problems(files, results.resolve().parent)
-    return problems + _orphan_sidecars(folder, results)
-
-
 def _stale_catalog(con, results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
     """Artifacts whose bytes differ from what the catalog loaded."""
-    path = results / hcatalog.CATALOG_NAME
+    path = results / layout.CATALOG_NAME
     problems = []
     for row_study, rel, recorded in con.execute("SELECT study, path, blake3 FROM artifacts").fetchall():
         if study and row_study != study:
@@ -126,33 +51,53 @@ def _stale_catalog(con, results: Path, root: Path, current: dict[str, str], stud
     return problems
 
 
+def _span_problems(results: Path, held: set[str], listed: dict[str, str], study: str | None) -> list[str]:
+    """The catalog's span against the study folders: it holds each one that verifies and lists
+    each other one in `excluded_studies`; none both."""
+    path, hint = results / layout.CATALOG_NAME, _rebuild_hint(results)
+    out = []
+    for name, folder in layout.studies(results).items():
+        if study is not None and name != study:
+            continue
+        if name in held:
+            if name in listed:
+                out.append(f"{path}: holds study {name!r} and lists it in excluded_studies too; {hint}")
+        elif not integrity.folder_problems(folder, results):
+            out.append(f"{path}: does not hold study {name!r}, whose folder verifies; {hint}")
+        elif name not in listed:
+            out.append(f"{path}: leaves study {name!r} out without listing it in excluded_studies; {hint}")
+    return out
+
+
 def catalog_problems(results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
-    """The catalog against the artifacts: none changed since it loaded them, and every table equal
-    to a fresh build's from the same artifacts (a table edited inside the catalog is named)."""
+    """The catalog against the artifacts: none changed since it loaded them, every study folder held
+    or listed as left out (`_span_problems`), and everything it holds equal to a fresh build's from
+    the same artifacts (`catalog.table_differences`: an object or a table edited inside it is named)."""
     import duckdb
 
-    path = results / hcatalog.CATALOG_NAME
+    path = results / layout.CATALOG_NAME
     try:
-        con = duckdb.connect(str(path), read_only=True, config=hcatalog.QUERY_CONFIG)
+        con = hcatalog.connect_readonly(path)
+    except artifacts.ArtifactError as exc:  # a write-ahead log planted since the first look
+        return [str(exc)]
     except duckdb.Error as exc:
         return [f"{path}: cannot be opened ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
     try:
         stale = _stale_catalog(con, results, root, current, study)
         rels = [r[0] for r in con.execute("SELECT path FROM artifacts ORDER BY path").fetchall()]
         held = {r[0] for r in con.execute("SELECT DISTINCT study FROM artifacts").fetchall()}
+        listed = hcatalog.excluded(con)
     except duckdb.Error as exc:
-        return [f"{path}: no artifacts table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"]
+        return [
+            f"{path}: no artifacts or excluded_studies table ({str(exc).splitlines()[0]}); {_rebuild_hint(results)}"
+        ]
     finally:
         con.close()
     if stale:
         return stale
-    forgotten = [
-        f"{path}: does not hold study {name!r}, whose folder verifies; {_rebuild_hint(results)}"
-        for name, folder in hcatalog.studies(results).items()
-        if name not in held and (study is None or name == study) and not folder_problems(folder, results)
-    ]
-    if forgotten:
-        return forgotten
+    spanned = _span_problems(results, held, listed, study)
+    if spanned:
+        return spanned
     try:
         return [
             f"{path}: {line}; {_rebuild_hint(results)}"
@@ -168,15 +113,15 @@ def verify_results(
     """(every problem found, number of files checked) for the whole results folder, or for the study
     whose folder is `folder` (the catalog's rows of that study only)."""
     root = results.resolve().parent
-    files = hcatalog.hashed_files(results)
-    catalog_file = (results / hcatalog.CATALOG_NAME).resolve()
+    files = layout.hashed_files(results)
+    catalog_file = (results / layout.CATALOG_NAME).resolve()
     if folder is not None:
         files = [
             f for f in files if f.resolve().is_relative_to(folder.resolve()) or f.resolve() == catalog_file
         ]
-    problems, current = files_problems(files, root)
-    problems += _orphan_sidecars(folder if folder is not None else results, results)
-    wal = hcatalog.wal_file(results / hcatalog.CATALOG_NAME)
+    problems, current = integrity.files_problems(files, root)
+    problems += integrity.orphan_sidecars(folder if folder is not None else results, results)
+    wal = hcatalog.wal_file(results / layout.CATALOG_NAME)
     if wal is not None:
         problems.append(hcatalog.wal_message(wal))
     elif str(catalog_file) in current:

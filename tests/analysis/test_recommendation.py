@@ -14,7 +14,7 @@ import pytest
 
 from headroom import dispatch
 from headroom.analysis import recommendation
-from headroom.core import artifacts, cli, contracts
+from headroom.core import artifacts, cli, contracts, layout
 from tests import analysis_sets as S
 from tests.recommendation_sets import recommend, write_study
 
@@ -191,10 +191,10 @@ def test_recommend_errors_name_what_is_wrong(study, tmp_path, capsys):
 
 
 def test_verify_covers_the_dispatch_table(study, tmp_path):
-    from headroom.core import catalog, verify
+    from headroom.core import verify
 
     study = shutil.copytree(study, tmp_path / "v" / "results" / "hand")
-    assert study / "dispatch.json" in catalog.hashed_files(study.parent)
+    assert study / "dispatch.json" in layout.hashed_files(study.parent)
     assert not [p for p in verify.verify_results(study.parent)[0] if "dispatch.json" in p]
     (study / "dispatch.json").write_text("{}")
     problems, _ = verify.verify_results(study.parent)

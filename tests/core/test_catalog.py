@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli, contracts
+from headroom.core import artifacts, catalog, cli, contracts, layout
 from tests.artifact_helpers import write_filled
 
 
@@ -40,7 +40,7 @@ def make_study(project: Path, folder: Path, verdict: str = "stop") -> list[Path]
 
 def build(project: Path) -> Path:
     results = project / "results"
-    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=project)
+    catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=project)
     return results
 
 
@@ -134,7 +134,7 @@ def test_catalog_rejects_an_artifact_whose_bytes_do_not_match(tmp_path):
     paths[1].write_bytes(bytes(data))
     with pytest.raises(artifacts.ArtifactHashError, match="run-1.parquet"):
         build(project)
-    assert not (project / "results" / catalog.CATALOG_NAME).exists()
+    assert not (project / "results" / layout.CATALOG_NAME).exists()
 
 
 def test_stale_check_costs_a_stat_per_artifact(flat):
@@ -177,7 +177,7 @@ def test_query_study_restricts_every_table(two_studies, capsys):
 
 
 def test_flat_layout_is_the_default_study(flat):
-    assert catalog.studies(flat) == {"default": flat}
+    assert layout.studies(flat) == {"default": flat}
 
 
 def test_gate_over_several_studies_needs_a_study(two_studies, capsys):
@@ -332,7 +332,7 @@ def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path,
     )
     monkeypatch.undo()
     counts = catalog.build(
-        catalog.discover(results / "a"), results / catalog.CATALOG_NAME, project_root=project
+        layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project
     )
     assert counts["excluded"] == ["half", "old"]
     code, out, _ = run_cli(
@@ -347,9 +347,55 @@ def test_catalog_holds_every_verifying_study_folder_and_lists_the_rest(tmp_path,
     assert lines[1].startswith("old,") and "contract" in lines[1]
 
 
+def test_query_names_the_study_folders_the_catalog_left_out(tmp_path, capsys):
+    """gate sees three study folders, the catalog holds two: query says which one is missing and why."""
+    project = tmp_path / "proj"
+    results = project / "results"
+    for name in ("a", "b", "half"):
+        make_study(project, results / name)
+    artifacts.sidecar(results / "half" / "decision.parquet").unlink()  # half-written
+    catalog.build(layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project)
+    sql = "SELECT DISTINCT study FROM decision ORDER BY 1"
+    code, out, err = run_cli(capsys, results, "query", sql, "--format", "csv")
+    assert code == 0 and out.splitlines() == ["study", "a", "b"]
+    assert "warning: study 'half'" in err and "not in the catalog" in err and "no recorded BLAKE3" in err
+    code, out, err = run_cli(capsys, results, "query", sql, "--study", "half")
+    assert code == 1 and out == ""
+    assert (
+        "study 'half' is not in the catalog: its folder does not verify" in err and "decision.parquet" in err
+    )
+    code, _, err = run_cli(capsys, results, "query", sql, "--study", "a")
+    assert code == 0 and "half" not in err
+
+
+def test_verify_checks_the_list_of_study_folders_left_out(tmp_path, capsys):
+    project = tmp_path / "proj"
+    results = project / "results"
+    for name in ("a", "half"):
+        make_study(project, results / name)
+    artifacts.sidecar(results / "half" / "decision.parquet").unlink()  # half-written
+    catalog.build(layout.discover(results / "a"), results / layout.CATALOG_NAME, project_root=project)
+    code, out, _ = run_cli(capsys, results, "verify", "--study", "a")
+    assert code == 0, out
+    _edit_catalog(
+        results, "DELETE FROM excluded_studies", "INSERT INTO excluded_studies VALUES ('a', 'forged')"
+    )
+    code, out, _ = run_cli(capsys, results, "verify")
+    assert code == 1 and "leaves study 'half' out without listing it" in out
+    assert "holds study 'a' and lists it" in out
+
+
+def test_a_study_folder_is_not_a_results_folder(two_studies, capsys):
+    """Inside a study folder every lineage edge would look broken and the catalog missing."""
+    for verb in (("verify",), ("query", "SELECT 1"), ("gate",)):
+        code, out, err = run_cli(capsys, two_studies / "azure-conv", *verb)
+        assert code == 1 and out == "", verb
+        assert "azure-conv is a study folder of" in err and "--study azure-conv" in err
+
+
 def _plant_wal(results: Path) -> Path:
     """A real write-ahead log for the catalog that changes a verdict, as a forger would make one."""
-    cat = results / catalog.CATALOG_NAME
+    cat = results / layout.CATALOG_NAME
     work = results.parent / "forge.duckdb"
     work.write_bytes(cat.read_bytes())
     con = duckdb.connect(str(work))
@@ -369,20 +415,33 @@ def test_a_planted_wal_is_refused_by_query_and_verify(flat, capsys):
     code, out, _ = run_cli(capsys, flat, "verify")
     assert code == 1 and "write-ahead log" in out
     with pytest.raises(artifacts.ArtifactError, match="write-ahead log"):
-        catalog.open_readonly(flat / catalog.CATALOG_NAME)
+        catalog.open_readonly(flat / layout.CATALOG_NAME)
+
+
+def test_a_wal_planted_after_the_check_is_refused_once_open(flat, capsys, monkeypatch):
+    """The race: a WAL planted between the readers' first look and DuckDB opening the catalog."""
+    _plant_wal(flat)
+    monkeypatch.setattr(catalog, "verify_file", artifacts.verify)  # the first look saw none
+    for study in ((), ("--study", "default")):
+        code, out, err = run_cli(
+            capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv", *study
+        )
+        assert code == 1 and "continue" not in out and "write-ahead log" in err, (study, out, err)
+    with pytest.raises(artifacts.ArtifactError, match="write-ahead log"):
+        catalog.open_readonly(flat / layout.CATALOG_NAME)
 
 
 def test_build_is_checkpointed_and_removes_a_planted_wal(flat, capsys):
     _plant_wal(flat)
     build(flat.parent)
-    assert catalog.wal_file(flat / catalog.CATALOG_NAME) is None
+    assert catalog.wal_file(flat / layout.CATALOG_NAME) is None
     code, out, _ = run_cli(capsys, flat, "query", "SELECT verdict FROM decision", "--format", "csv")
     assert code == 0 and out.splitlines() == ["verdict", "stop"]
     assert run_cli(capsys, flat, "verify")[0] == 0
 
 
 def test_verify_names_a_data_table_edited_inside_the_catalog(two_studies, capsys):
-    cat = two_studies / catalog.CATALOG_NAME
+    cat = two_studies / layout.CATALOG_NAME
     con = duckdb.connect(str(cat))
     con.execute("UPDATE decision SET verdict = 'continue' WHERE study = 'default'")
     con.execute("CHECKPOINT")
@@ -394,13 +453,54 @@ def test_verify_names_a_data_table_edited_inside_the_catalog(two_studies, capsys
 
 
 def test_verify_names_a_table_added_inside_the_catalog(flat, capsys):
-    cat = flat / catalog.CATALOG_NAME
+    cat = flat / layout.CATALOG_NAME
     con = duckdb.connect(str(cat))
     con.execute("CREATE VIEW verdicts AS SELECT 'continue' AS verdict")
     con.close()
     artifacts.record_hash(cat)
     code, out, _ = run_cli(capsys, flat, "verify")
-    assert code == 1 and "table 'verdicts' is not one a build makes" in out
+    assert code == 1 and "view 'verdicts' is not one a build makes" in out
+
+
+def _edit_catalog(results: Path, *sql: str) -> None:
+    """Edit the catalog as a forger would, then re-record its sidecar: its bytes verify."""
+    cat = results / layout.CATALOG_NAME
+    con = duckdb.connect(str(cat))
+    for statement in sql:
+        con.execute(statement)
+    con.execute("CHECKPOINT")
+    con.close()
+    artifacts.record_hash(cat)
+
+
+#: Edits inside the catalog, each with what verify names (one catalog takes them all)
+OBJECT_EDITS = [
+    (  # the rows unchanged, two column names swapped: SELECT verdict answers the reasons
+        (
+            "ALTER TABLE decision RENAME COLUMN verdict TO was_verdict",
+            "ALTER TABLE decision RENAME COLUMN reason TO verdict",
+            "ALTER TABLE decision RENAME COLUMN was_verdict TO reason",
+        ),
+        "table 'decision' is defined otherwise",
+    ),
+    (("ALTER TABLE portfolio ALTER candidate TYPE BLOB",), "table 'portfolio' is defined otherwise"),
+    (("CREATE MACRO upper(x) AS 'continue'",), "macro 'upper' is not one a build makes"),
+    (("CREATE MACRO decisions() AS TABLE SELECT 1",), "table macro 'decisions' is not one"),
+    (("CREATE SCHEMA s2", "CREATE TABLE s2.decision AS SELECT 1 AS x"), "schema 's2' is not one"),
+    (("CREATE SEQUENCE n",), "sequence 'n' is not one a build makes"),
+    (("CREATE TYPE verdicts AS ENUM ('stop')",), "type 'verdicts' is not one a build makes"),
+    (("DROP TABLE trace",), "table 'trace' is missing"),
+]
+
+
+def test_verify_names_any_object_edited_inside_the_catalog(two_studies, capsys):
+    """Not only rows: the definitions of what the catalog holds are compared with a fresh build's
+    (a shadowing macro or swapped column names change answers without changing a row)."""
+    _edit_catalog(two_studies, *(sql for edit, _ in OBJECT_EDITS for sql in edit))
+    code, out, _ = run_cli(capsys, two_studies, "verify")
+    assert code == 1
+    for _, named in OBJECT_EDITS:
+        assert named in out, (named, out)
 
 
 def test_verify_reports_a_non_parquet_artifact_in_one_line(flat, capsys):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli
+from headroom.core import artifacts, catalog, cli, layout
 from tests.artifact_helpers import write_filled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def project(tmp_path) -> Path:
     _study(root, "default", "stop")
     _study(root, "azure-conv", "continue")
     results = root / "results"
-    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=root)
+    catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=root)
     return root
 
 
@@ -473,7 +473,7 @@ def test_a_study_connection_is_as_locked_as_the_catalog(project, capsys):
     ):
         code, out, err = run(capsys, "--results", results, "query", sql, "--study", "default")
         assert code == cli.EXIT_ERROR and "query failed" in err, sql
-    assert (project / "results" / catalog.CATALOG_NAME).exists()
+    assert (project / "results" / layout.CATALOG_NAME).exists()
 
 
 def test_json_output_keeps_blob_and_infinity(project, capsys):

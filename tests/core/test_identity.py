@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, cli, identity, replay, stage
+from headroom.core import artifacts, catalog, cli, identity, layout, replay, stage
 from tests.artifact_helpers import write_filled
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200"
@@ -69,10 +69,10 @@ def test_gate_refuses_other_studys_decision(project, capsys):
 
 def test_catalog_build_refuses_other_studys_decision(project):
     copy_artifact(project / "results/b/decision.parquet", project / "results/a/decision.parquet")
-    paths = catalog.discover(project / "results/a")
+    paths = layout.discover(project / "results/a")
     with pytest.raises(identity.IdentityError, match="study 'b' inside study 'a'"):
-        catalog.build(paths, project / "results" / catalog.CATALOG_NAME, project_root=project)
-    assert not (project / "results" / catalog.CATALOG_NAME).exists()
+        catalog.build(paths, project / "results" / layout.CATALOG_NAME, project_root=project)
+    assert not (project / "results" / layout.CATALOG_NAME).exists()
 
 
 class Named(list):
@@ -132,7 +132,7 @@ def test_catalog_refuses_swapped_calibration_and_graph_sweep(project):
         Path(f"{tmp}{ext}").unlink()
     with pytest.raises(identity.IdentityError) as err:
         catalog.build(
-            catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
+            layout.discover(folder), project / "results" / layout.CATALOG_NAME, project_root=project
         )
     assert "calibration.parquet: holds a 'graph_sweep' artifact" in str(err.value)
     assert "graph_sweep.parquet: holds a 'calibration' artifact" in str(err.value)

@@ -37,11 +37,11 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 CHECKS = textwrap.dedent(
     """
     import os, sys, pandas as pd
-    from headroom.core import artifacts, catalog, config
+    from headroom.core import artifacts, catalog, config, layout
     results = sys.argv[1]
     frame = pd.DataFrame({"verdict": ["stop"], "reason": ["all three figures below their thresholds"]})
     artifacts.write(frame, f"{results}/decision.parquet", kind="decision", provenance={"rule": "decision"})
-    catalog.build(catalog.discover(results), f"{results}/catalog.duckdb", project_root=os.getcwd())
+    catalog.build(layout.discover(results), f"{results}/catalog.duckdb", project_root=os.getcwd())
     study = config.load(sys.argv[2])
     config.validate_schema(study)
     config.resolve(study, cuda_available=True)  # schema and semantic checks, as the Snakefile runs them

@@ -38,7 +38,7 @@ def test_flipped_byte_fails_verify_naming_the_file(pipeline_clone, rel):
 
 
 def test_every_artifact_kind_fails_verify_when_flipped(pipeline_clone):
-    from headroom.core.catalog import discover
+    from headroom.core.layout import discover
 
     for path in discover(pipeline_clone / "results"):
         original = path.read_bytes()

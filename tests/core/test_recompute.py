@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts, catalog, recompute
+from headroom.core import artifacts, catalog, layout, recompute
 from tests.pipeline import headroom
 
 
@@ -37,7 +37,7 @@ def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
     column = next(c for c in table.columns if c.endswith("_us") and table[c].dtype.kind == "f")
     table.loc[0, column] = table.loc[0, column] * 0.5  # a forged number, provenance and hash kept fresh
     artifacts.write(table, path, kind="policy_eval", provenance=artifacts.read_provenance(path))
-    catalog.build(catalog.discover(results), results / catalog.CATALOG_NAME, project_root=pipeline_clone)
+    catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=pipeline_clone)
     assert headroom(pipeline_clone, "verify").returncode == 0  # every byte verifies
     proc = headroom(pipeline_clone, "verify", "--recompute")
     assert proc.returncode == 1
@@ -56,3 +56,23 @@ def test_verify_recompute_names_a_forged_report_section(pipeline_clone):
     # the verdict leads the report's first section (headroom/report/sections/answer.py)
     assert proc.returncode == 1 and "report.md: section '## The answer: verdict, what to ship" in proc.stdout
     assert "Forged" in proc.stdout
+
+
+def test_a_stages_inputs_are_named_by_kind_one_per_run_as_lists(tmp_path):
+    """The report's inputs without the report's list of them (no arrow from core up to the report):
+    every artifact by the kind it holds, `samples` for portfolio_samples, per-run kinds as lists."""
+    folder = tmp_path / "results" / "s"
+    paths = [
+        folder / "trace.parquet",
+        folder / "portfolio" / "run-2.parquet",
+        folder / "portfolio" / "run-1.parquet",
+        folder / "portfolio" / "run-1-samples.parquet",
+    ]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert recompute.by_input_name(paths, folder) == {
+        "trace": "results/s/trace.parquet",
+        "portfolio": ["results/s/portfolio/run-1.parquet", "results/s/portfolio/run-2.parquet"],
+        "samples": ["results/s/portfolio/run-1-samples.parquet"],
+    }

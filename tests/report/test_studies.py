@@ -7,8 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headroom.core import artifacts
-from headroom.core import catalog as hcatalog
+from headroom.core import artifacts, layout
 from headroom.report import model, studies
 from headroom.report import ship as hship
 from tests.core.test_catalog import _write, build, make_study
@@ -34,7 +33,7 @@ def results(tmp_path):
 
 
 def test_page_sets_studies_side_by_side_with_their_environment(results):
-    paths = studies.build(results / hcatalog.CATALOG_NAME, results / "report")
+    paths = studies.build(results / layout.CATALOG_NAME, results / "report")
     md = paths["md"].read_text()
     assert (
         "| default | continue | because | cuda | NVIDIA H200 | 580.1 | 13.0 | 2.13.0 | 3.6.0 | id-default |"
@@ -56,12 +55,12 @@ def test_page_escapes_what_it_shows(results, tmp_path):
         "decision",
     )
     results = build(project)
-    page = studies.build(results / hcatalog.CATALOG_NAME, tmp_path / "out")["html"].read_text()
+    page = studies.build(results / layout.CATALOG_NAME, tmp_path / "out")["html"].read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
 def test_page_refuses_a_changed_catalog(results, tmp_path):
-    cat = results / hcatalog.CATALOG_NAME
+    cat = results / layout.CATALOG_NAME
     data = bytearray(cat.read_bytes())
     data[-50] ^= 1
     cat.write_bytes(bytes(data))
@@ -108,7 +107,7 @@ def _page(tmp_path, b_latency):
     _study(project, "a-synthetic", "t0-fused", {"t0-fused": (10.0, 10.2), "t1-fused": (11.0, 11.22)}, 0.5)
     _study(project, "b-real", "t1-fused", b_latency, 2.0)
     results = build(project)
-    return studies.build(results / hcatalog.CATALOG_NAME, results / "report")
+    return studies.build(results / layout.CATALOG_NAME, results / "report")
 
 
 def test_studies_that_disagree_get_one_kernel_when_it_serves_all_within_their_range(tmp_path):

@@ -143,7 +143,7 @@ def test_timed_calls_counted_by_sql_match_the_study(pipeline_run):
 def test_every_module_a_job_loaded_is_a_declared_code_input(pipeline_run):
     """src() derives each rule's code inputs from its script's imports; each job records the project
     modules it really loaded, and every one must be among them (else an edit would not rerun it)."""
-    from headroom.core.catalog import discover
+    from headroom.core.layout import discover
 
     checked = set()
     for path in discover(pipeline_run / "results"):
@@ -159,7 +159,7 @@ def test_every_module_a_job_loaded_is_a_declared_code_input(pipeline_run):
 
 
 def test_device_artifacts_share_one_environment_and_record_placement(pipeline_run):
-    from headroom.core.catalog import discover
+    from headroom.core.layout import discover
 
     envs, placements = set(), set()
     for path in discover(pipeline_run / "results/default"):

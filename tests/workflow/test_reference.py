@@ -69,7 +69,7 @@ def test_replay_shorthand_is_its_own_study(tmp_path):
 
 def test_reference_data_hashes_hold(tmp_path):
     from headroom.core import artifacts
-    from headroom.core.catalog import discover
+    from headroom.core.layout import discover
 
     for study in EXPECTED:
         found = discover(ROOT / "data/reference/h200" / study)

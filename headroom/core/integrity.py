@@ -1,0 +1,89 @@
+"""Whether a results folder's files are intact: each file against its recorded BLAKE3 (a FIFO, a
+device or a directory where one should be is refused, never read), each artifact's identity
+(headroom/core/identity.py: kind, study, the inputs beside it) and contract
+(headroom/core/contracts.py: an artifact of an older schema fails), each lineage edge (the input
+it names still exists with the BLAKE3 recorded then), and recorded hashes whose file is gone.
+
+The catalog spans the study folders that pass (headroom/core/catalog.py); `headroom verify`
+(headroom/core/verify.py) reports these problems and the catalog's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headroom.core import artifacts, contracts, identity, layout
+from headroom.core.replay import lineage_input
+
+
+def _contract_problems(path: Path) -> list[str]:
+    kind = artifacts.read_kind(path)
+    if kind not in contracts.CONTRACTS:
+        return []
+    try:
+        with artifacts.open_regular(path) as fh:
+            contracts.check(kind, pq.read_table(fh))
+    except (ValueError, OSError, pa.ArrowInvalid) as exc:
+        return [f"{path}: does not meet the current {kind!r} contract (an older schema?): {exc}"]
+    return []
+
+
+def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[str]:
+    """An artifact that verified (its BLAKE3 in `current`): identity, contract, lineage edges."""
+    try:
+        prov = artifacts.read_provenance(path)
+        found = identity.problems(path, root) + _contract_problems(path)
+    except artifacts.ArtifactError as exc:  # not Parquet, though its bytes match their sidecar
+        return [str(exc)]
+    for inp, recorded in sorted(prov.get("inputs", {}).items()):
+        inp_path = lineage_input(path, inp, root).resolve()
+        if not inp_path.exists():
+            found.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
+            continue
+        try:
+            now = current.get(str(inp_path)) or artifacts.hash_file(inp_path)
+        except artifacts.ArtifactError as exc:
+            found.append(f"{path}: lineage input {inp}: {exc}")
+            continue
+        if now != recorded:
+            found.append(f"{path}: lineage input {inp} changed: recorded {recorded}, now {now}")
+    return found
+
+
+def orphan_sidecars(scope: Path, results: Path) -> list[str]:
+    """Recorded hashes whose file is gone, or is not a regular file."""
+    out = []
+    for side in sorted(scope.rglob("*" + artifacts.SIDECAR_SUFFIX)):
+        target = Path(str(side)[: -len(artifacts.SIDECAR_SUFFIX)])
+        if layout.hidden(side, results):
+            continue
+        if not target.exists():
+            out.append(f"{target}: missing; its recorded BLAKE3 ({side.name}) remains (deleted?)")
+        elif not target.is_file():
+            out.append(f"{target}: not a regular file (a FIFO, device or directory); remove it and rerun")
+    return out
+
+
+def files_problems(files: list[Path], root: Path) -> tuple[list[str], dict[str, str]]:
+    """Hash and identity problems of `files`, and {resolved path: BLAKE3} of those that verified."""
+    problems: list[str] = []
+    current: dict[str, str] = {}
+    for path in files:
+        try:
+            current[str(path.resolve())] = artifacts.verify(path)
+        except artifacts.ArtifactError as exc:
+            problems.append(str(exc))
+    for path in files:
+        if path.suffix == ".parquet" and str(path.resolve()) in current:
+            problems.extend(artifact_problems(path, root, current))
+    return problems, current
+
+
+def folder_problems(folder: Path, results: Path) -> list[str]:
+    """Everything wrong with one study folder (the catalog is not looked at)."""
+    files = [f for f in layout.hashed_files(results) if f.resolve().is_relative_to(folder.resolve())]
+    problems, _ = files_problems(files, results.resolve().parent)
+    return problems + orphan_sidecars(folder, results)
