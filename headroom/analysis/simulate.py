@@ -252,9 +252,25 @@ def decide_mode(mode: str, figs: dict, thresholds: dict, confidence: float) -> d
         state = np.where(~np.isfinite(figs[f"{f}_hi"]), "no-interval", state)
         res[f"{f}_state"] = np.where(out["exceeds"][:, j], "exceeds", state)
     res["verdict"] = out["verdict"]
+    res.update(candidate_states(figs, thr))
     # the reason names the phase split when the gap exceeds and the policy figure does not
     res["names_phase_split"] = out["exceeds"][:, 0] & ~out["exceeds"][:, 1]
     return res
+
+
+def candidate_states(figs: dict, thr: dict) -> dict[str, np.ndarray]:
+    """Per candidate interval (``INTERVALS``), what each decided figure's CI alone says: '<short>_exceeds_<iv>'
+    (its lower end above the threshold: Holm's first step at the rule's level), '<short>_holds_<iv>' (the
+    upper end of its HOLD_BY figure's CI below it) and 'stop_<iv>' (every figure holds)."""
+    out = {}
+    for iv, (lo, hi) in INTERVALS.items():
+        holds = []
+        for f, short in zip(engine.DECIDED, ("gap", "policy"), strict=True):
+            out[f"{short}_exceeds_{iv}"] = figs[f + lo] > thr[f]
+            holds.append(figs[engine.HOLD_BY.get(f, f) + hi] < thr[f])
+            out[f"{short}_holds_{iv}"] = holds[-1]
+        out[f"stop_{iv}"] = np.logical_and.reduce(holds)
+    return out
 
 
 def _sem2(us: np.ndarray, model: NoiseModel) -> np.ndarray:
@@ -326,7 +342,8 @@ def _rate(x) -> tuple[float, float, float]:
     return k / n, float(lo), float(hi)
 
 
-INTERVALS = {"rule": ("_lo", "_hi"), "t_ntest": ("_lo_n", "_hi_n")}  # candidates fixed in advance
+# candidate intervals fixed in advance (``headroom.analysis.intervals``)
+INTERVALS = {"rule": ("_lo", "_hi"), "t_ntest": ("_lo_n", "_hi_n"), "boot_t": ("_lo_bt", "_hi_bt")}
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
 
@@ -350,9 +367,11 @@ def summarize(mc: pd.DataFrame) -> dict:
         "gap_holds": mc["gap_to_oracle_state"] == "holds",
         "names_phase_split": mc["names_phase_split"],
     }
-    for f in COVERED:
-        for iv in INTERVALS:
+    for iv in INTERVALS:
+        for f in COVERED:
             events[f"{f}_coverage_{iv}"] = covers(mc, f, iv)
+        for e in ("gap_exceeds", "gap_holds", "policy_exceeds", "policy_holds", "stop"):
+            events[f"{e}_{iv}"] = mc[f"{e}_{iv}"]
     for name, x in events.items():
         out[name], out[f"{name}_lo"], out[f"{name}_hi"] = _rate(x)
     for f in COVERED:
