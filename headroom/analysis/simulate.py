@@ -467,12 +467,16 @@ def validate(
     modes=("graph", "eager"),
     bootstrap_resamples: int = 200,
     design: Design = Design(),
+    power: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves)."""
-    rows, curves = [], []
+    """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves;
+    empty without ``power``)."""
+    rows, curves = [], [pd.DataFrame()]
     for mode in modes:
         s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
         rows += _scenarios(s, seeds, seed, runs)
+        if not power:
+            continue
         c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, runs, seed + 5), scales=POWER_SCALES)
         curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=s.md.us.shape[1]))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
@@ -507,6 +511,54 @@ def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
     return rows
 
 
+@dataclass
+class ProfilePart:
+    """One part of the deployment profile (a mode's invocations of one step type) ready to simulate."""
+
+    step: str
+    s: RecordedMode
+    L: engine.Layout
+    runs: int
+
+
+def profile_parts(study_dir, bootstrap_resamples=200, design: Design = Design(), seed: int = 0):
+    """The deployment profile's parts (``figures.part``) of a recorded study, each with its mode's
+    noise, costs and options; a step type the trace lacks has no part."""
+    from headroom.analysis import figures
+
+    parts = []
+    for step, mode in figures.deployment_profile().items():
+        s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
+        sub = figures.part(s.md, step)
+        if sub is not None:
+            ps = replace(s, md=sub)
+            parts.append(ProfilePart(step, ps, layout(ps), runs))
+    return parts
+
+
+def profile_rule(parts: list[ProfilePart], mcs: list[pd.DataFrame]) -> dict[str, np.ndarray]:
+    """The headline per seed: the parts' decided figures as one Holm family (``engine.rule``), as
+    ``decision`` decides it; 'exceeds' and 'holds' (S, 2 x parts) in the parts' order."""
+    family = []
+    for p, mc in zip(parts, mcs, strict=True):
+        thr = {f: float(p.s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
+        family += [
+            {
+                "estimate": mc[f].to_numpy(),
+                "se": mc[f"{f}_se"].to_numpy(),
+                "df": mc[f"{f}_df"].to_numpy(),
+                "ci_high": mc[engine.HOLD_BY.get(f, f) + "_hi"].to_numpy(),
+                "threshold": thr[f],
+            }
+            for f in engine.DECIDED
+        ]
+    return engine.rule(family, 1.0 - parts[0].s.opts.confidence)
+
+
+def _part_noise(p: ProfilePart, seeds: int, seed: int) -> np.ndarray:
+    return _noise(p.s.md, p.s.model, seeds, p.runs, seed + 17)
+
+
 def profile_mc(
     study_dir,
     *,
@@ -516,36 +568,73 @@ def profile_mc(
     bootstrap_resamples=200,
     design: Design = Design(),
 ):
-    """The deployment profile's headline on flat surfaces: each part (``figures.part``: a mode's
-    invocations of one step type) is simulated from its mode's noise, the parts' decided figures are
-    one Holm family (``engine.rule``), as ``decision`` decides the headline. The trace is fixed (test
+    """The deployment profile's headline on flat surfaces: each part simulated from its mode's noise,
+    the parts' decided figures one Holm family (``profile_rule``). The trace is fixed (test
     invocations not redrawn): rates of verdicts, not coverage. One row per noise scale."""
-    from headroom.analysis import figures
-
+    parts = profile_parts(study_dir, bootstrap_resamples, design, seed)
     rows = []
     for k in scales:
-        family = []
-        for step, mode in figures.deployment_profile().items():
-            s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
-            sub = figures.part(s.md, step)
-            ps = replace(s, md=sub)
-            mc = run_mc(
-                ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, runs, seed + 17), k, redraw=False
-            )
-            thr = {f: float(s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
-            family += [
-                {
-                    "estimate": mc[f].to_numpy(),
-                    "se": mc[f"{f}_se"].to_numpy(),
-                    "df": mc[f"{f}_df"].to_numpy(),
-                    "ci_high": mc[engine.HOLD_BY.get(f, f) + "_hi"].to_numpy(),
-                    "threshold": thr[f],
-                }
-                for f in engine.DECIDED
-            ]
-        verdict = engine.rule(family, 1.0 - s.opts.confidence)["verdict"]
-        row = {"study": s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds, "runs": runs}
+        mcs = [run_mc(p.s, p.L, flat(p.s.md), _part_noise(p, seeds, seed), k, redraw=False) for p in parts]
+        verdict = profile_rule(parts, mcs)["verdict"]
+        row = {"study": parts[0].s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds}
+        row["runs"] = parts[0].runs
         for v in ("continue", "stop"):
             row[v], row[f"{v}_lo"], row[f"{v}_hi"] = _rate(verdict == v)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def planted_part(parts: list[ProfilePart]) -> int:
+    """The part an effect is planted in: the first graph-mode part (decode-only steps by default),
+    where the profile's headline can move; else the first."""
+    return next((i for i, p in enumerate(parts) if p.s.md.mode == "graph"), 0)
+
+
+def _profile_outcome(parts, mcs, i: int) -> dict:
+    """Headline rates, and the planted part's states in the headline's family and its coverage."""
+    out = profile_rule(parts, mcs)
+    row = summarize(mcs[i])  # the planted part alone: coverage, truths, its mode's own states
+    row = {k: v for k, v in row.items() if "coverage" in k or k.endswith(("_true", "_halfwidth"))}
+    events = {
+        "continue": out["verdict"] == "continue",
+        "stop": out["verdict"] == "stop",
+        "gap_exceeds": out["exceeds"][:, 2 * i],
+        "policy_exceeds": out["exceeds"][:, 2 * i + 1],
+        "policy_holds": out["holds"][:, 2 * i + 1],
+    }
+    for name, x in events.items():
+        row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _rate(x)
+    return row
+
+
+def profile_scenarios(
+    study_dir, *, seeds=400, seed=0, bootstrap_resamples=200, design: Design = Design()
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The deployment profile's boundary nulls, coverage and power (noise 1x, test invocations redrawn):
+    an effect between learnable shape classes (``beyond_phase``) planted in one part (``planted_part``),
+    the other parts flat; sized so that the planted part's gap (its bound: the true gap) or policy
+    figure is at its threshold, and swept for the power curve (P(its policy figure exceeds in the
+    headline's family)). (scenario rows, power curve)."""
+    parts = profile_parts(study_dir, bootstrap_resamples, design, seed)
+    i = planted_part(parts)
+    p = parts[i]
+    noise = [_part_noise(q, seeds, seed) for q in parts]
+    others = [run_mc(q.s, q.L, flat(q.s.md), noise[j]) for j, q in enumerate(parts)]
+    pilot = _noise(p.s.md, p.s.model, 100, p.runs, seed + 1003)
+    base = {"study": p.s.name, "part": f"{p.s.md.mode}@{p.step}", "runs": p.runs, "seeds": seeds}
+    rows, curve = [], []
+    thr = p.s.thresholds
+    for scenario, figure, target in (
+        ("boundary-gap", "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"]),
+        ("boundary-policy", "policy_gain", thr["max_policy_gain_pct"]),
+    ):
+        e = effect_for_truth(p.s, p.L, lambda x: beyond_phase(p.s.md, x), target, figure, pilot)
+        mcs = [*others[:i], run_mc(p.s, p.L, beyond_phase(p.s.md, e), noise[i]), *others[i + 1 :]]
+        rows.append({**base, "scenario": scenario, "effect": e, **_profile_outcome(parts, mcs, i)})
+    for e in POWER_EFFECTS:
+        mcs = [*others[:i], run_mc(p.s, p.L, beyond_phase(p.s.md, e), noise[i]), *others[i + 1 :]]
+        r = _profile_outcome(parts, mcs, i)
+        keep = ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")
+        curve.append({**base, "effect": e, "true_policy_gain_pct": r["policy_gain_true"]})
+        curve[-1].update({k: r[k] for k in keep})
+    return pd.DataFrame(rows), pd.DataFrame(curve)
