@@ -85,8 +85,8 @@ def markdown(table, curves) -> str:
     lines = _head("mode", "scenario", "noise", *SHOWN)
     for _, r in table.iterrows():
         lines.append(_row([r["mode"], r["scenario"], f"{r['noise_scale']:g}x", *(_pct(r, k) for k in SHOWN)]))
-    lines += ["", *coverage_lines(table), "", *candidate_lines(table), ""]
-    lines += _head("mode", "noise", "power statement")
+    lines += ["", *coverage_lines(table), "", *candidate_lines(table)]
+    lines += ["", *_head("mode", "noise", "power statement")] if len(curves) else []
     for (m, k), c in _power_groups(curves):
         lines.append(_row([m, f"{k:g}x", sim.power_statement(c)["text"]]))
     return "\n".join(lines) + "\n"
@@ -140,11 +140,25 @@ def _parser() -> argparse.ArgumentParser:
         help="the scenarios alone: no power curves, no profile (files <study>-scenarios-<modes>.*)",
     )
     ap.add_argument(
+        "--effects-from",
+        type=Path,
+        help="a validation csv whose boundary-null effects to reuse (same study, design and --seed)",
+    )
+    ap.add_argument(
         "--profile-only",
         action="store_true",
         help="rerun only the deployment profile's Monte Carlo; the per-mode tables are read from <out>",
     )
     return ap
+
+
+def _effects(path: Path | None) -> dict | None:
+    """{(mode, scenario): effect} of the boundary nulls in an earlier validation csv."""
+    if path is None:
+        return None
+    rows = pd.read_csv(path)
+    rows = rows[rows["scenario"].str.startswith("boundary-")]
+    return {(r["mode"], r["scenario"]): float(r["effect"]) for _, r in rows.iterrows()}
 
 
 def _modes(a, design, name: str, command: str) -> tuple:
@@ -162,9 +176,11 @@ def _modes(a, design, name: str, command: str) -> tuple:
         bootstrap_resamples=a.bootstrap_resamples,
         design=design,
         power=not a.scenarios_only,
+        effects=_effects(a.effects_from),
     )
     table.round(6).to_csv(a.out / f"{name}.csv", index=False)
-    curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
+    if len(curves):
+        curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
         "command": command,
         "rule_version": engine.RULE_VERSION,

@@ -468,13 +468,17 @@ def validate(
     bootstrap_resamples: int = 200,
     design: Design = Design(),
     power: bool = True,
+    effects: dict | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves;
-    empty without ``power``)."""
+    empty without ``power``). effects: {(mode, scenario): effect} of boundary nulls already sized (an
+    earlier run's 'effect' column: the pilot is seeded, so the bisection would find the same)."""
     rows, curves = [], [pd.DataFrame()]
     for mode in modes:
         s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
-        rows += _scenarios(s, seeds, seed, runs)
+        rows += _scenarios(
+            s, seeds, seed, runs, {k[1]: v for k, v in (effects or {}).items() if k[0] == mode}
+        )
         if not power:
             continue
         c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, runs, seed + 5), scales=POWER_SCALES)
@@ -482,9 +486,10 @@ def validate(
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
+def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int, effects: dict) -> list[dict]:
     """Flat surfaces at noise 0.5-4x; the gap's and the policy figure's boundary nulls (truth exactly
-    at the threshold; the gap's truth is against the true oracle) at noise 1x."""
+    at the threshold; the gap's truth is against the true oracle) at noise 1x, sized by bisection
+    unless ``effects`` (scenario -> effect) gives the size."""
     md, L = s.md, layout(s)
     noise = _noise(md, s.model, seeds, runs, seed + 3)
     pilot = _noise(md, s.model, 100, runs, seed + 1003)
@@ -505,7 +510,7 @@ def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
         ("boundary-gap", lambda x: phase_split(md, x), "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"]),
         ("boundary-policy", lambda x: beyond_phase(md, x), "policy_gain", thr["max_policy_gain_pct"]),
     ):
-        e = effect_for_truth(s, L, make, target, figure, pilot)
+        e = effects[scenario] if scenario in effects else effect_for_truth(s, L, make, target, figure, pilot)
         mc = run_mc(s, L, make(e), noise)
         rows.append({**base, "scenario": scenario, "noise_scale": 1.0, "effect": e, **summarize(mc)})
     return rows
