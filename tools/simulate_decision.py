@@ -1,12 +1,14 @@
-"""Full Monte Carlo validation of the decision on a recorded study (issue 18 item 10).
+"""Full Monte Carlo validation of the decision on a recorded study (issue 18 items 7 and 10).
 
     PYTHONPATH=$PWD python tools/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
-writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
-curves per mode and noise scale), <out>/<study>-profile.csv (the deployment profile's headline on
-flat surfaces), <out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
-the rule version). Every figure and verdict comes from the decision engine. See
-docs/decision-validation.md.
+writes <out>/<study>.csv (one row per mode x scenario x noise scale: rates, each candidate interval's
+coverage and CI-alone states), <out>/<study>-power.csv (power curves per mode and noise scale),
+<out>/<study>-profile.csv (the deployment profile's headline on flat surfaces),
+<out>/<study>-profile-scenarios.csv and -profile-power.csv (its boundary nulls, coverage and power),
+<out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
+the rule version). --scenarios-only, --effects-from and --profile-only run parts of it. Every figure
+and verdict comes from the decision engine. See docs/decision-validation.md.
 """
 
 from __future__ import annotations
