@@ -7,7 +7,7 @@ registry policy assigns to the fit and score rows (clustered's k-means sees shap
 the lifecycle charges per invocation and candidate, the bootstrap's resamples. ``figures`` then fits
 every policy of every (seed, run) through the registry's ``fit_keyed``, charges the costs
 (``costs.charge``), selects on the validation slice, scores every ordered pair of runs and pools them
-(``interval``). ``rule`` is the decision rule over one Holm family.
+(``intervals.interval``; the validation's candidate intervals beside it, ``CANDIDATES_FOR``). ``rule`` is the decision rule over one Holm family.
 
 Fitting objective: each keyed policy takes, per key, the candidate with the least summed latency plus
 per-call charge (plan builds); switches and compiles depend on the whole sequence and are left out of
