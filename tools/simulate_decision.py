@@ -1,12 +1,14 @@
-"""Full Monte Carlo validation of the decision on a recorded study (issue 18 item 10).
+"""Full Monte Carlo validation of the decision on a recorded study (issue 18 items 7 and 10).
 
     PYTHONPATH=$PWD python tools/simulate_decision.py data/reference/h200/default-gen2 --seeds 400 --out data/validation
 
-writes <out>/<study>.csv (one row per mode x scenario x noise scale), <out>/<study>-power.csv (power
-curves per mode and noise scale), <out>/<study>-profile.csv (the deployment profile's headline on
-flat surfaces), <out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
-the rule version). Every figure and verdict comes from the decision engine. See
-docs/decision-validation.md.
+writes <out>/<study>.csv (one row per mode x scenario x noise scale: rates, each candidate interval's
+coverage and CI-alone states), <out>/<study>-power.csv (power curves per mode and noise scale),
+<out>/<study>-profile.csv (the deployment profile's headline on flat surfaces),
+<out>/<study>-profile-scenarios.csv and -profile-power.csv (its boundary nulls, coverage and power),
+<out>/<study>.md (the tables) and <out>/<study>.json (noise models, power statements, the command,
+the rule version). --scenarios-only, --effects-from and --profile-only run parts of it. Every figure
+and verdict comes from the decision engine. See docs/decision-validation.md.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import pandas as pd
 
 from headroom.analysis import engine
 from headroom.analysis import simulate as sim
@@ -27,50 +31,98 @@ def _pct(row, name: str) -> str:
 
 
 SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
-COVERAGE = (
-    "gap_to_oracle_coverage_rule",
-    "gap_to_oracle_coverage_t_ntest",
-    "policy_gain_coverage_rule",
-    "policy_gain_coverage_t_ntest",
-)
+CANDIDATES = tuple(sim.INTERVALS)  # rule, t_ntest, boot_t
+# per scenario, the CI-alone states a candidate interval is judged on (``simulate.candidate_states``)
+JUDGED = {
+    "flat": ("stop",),
+    "boundary-gap": ("gap_exceeds", "stop"),
+    "boundary-policy": ("policy_exceeds", "policy_holds"),
+}
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _head(*names) -> list[str]:
+    return [_row(names), "| --- " * len(names) + "|"]
+
+
+def _coverage(r, figure: str) -> str:
+    return " / ".join(f"{100 * r[f'{figure}_coverage_{iv}']:.1f}%" for iv in CANDIDATES)
+
+
+def coverage_lines(table, label: str = "mode") -> list[str]:
+    """Coverage of the gap and policy CIs per candidate interval, with the truth targets."""
+    lines = _head(label, "scenario", "noise", "gap CI coverage (rule / t n-1 / boot-t)",
+                  "policy CI coverage (rule / t n-1 / boot-t)", "gap truth", "policy truth")  # fmt: skip
+    for _, r in table.iterrows():
+        noise = f"{r['noise_scale']:g}x" if "noise_scale" in r else "1x"
+        lines.append(_row([r[label], r["scenario"], noise, _coverage(r, "gap_to_oracle"),
+                           _coverage(r, "policy_gain"), f"{r['gap_to_oracle_bound_true']:+.2f}%",
+                           f"{r['policy_gain_true']:+.2f}%"]))  # fmt: skip
+    return lines
+
+
+def candidate_lines(table) -> list[str]:
+    """What each candidate interval alone would decide where it matters: flat at 1x (stop), the
+    boundary nulls (exceeds, and stop or holds)."""
+    lines = _head("mode", "scenario", "state", *(f"{iv}" for iv in CANDIDATES))
+    for _, r in table.iterrows():
+        if r["scenario"] != "flat" or r["noise_scale"] == 1.0:
+            for state in JUDGED[r["scenario"]]:
+                lines.append(
+                    _row([r["mode"], r["scenario"], state, *(_pct(r, f"{state}_{iv}") for iv in CANDIDATES)])
+                )
+    return lines
+
+
+def _power_groups(curves):
+    """The power curves per (mode, noise scale); none when the power curves were not run."""
+    return curves.groupby(["mode", "noise_scale"]) if len(curves) else []
 
 
 def markdown(table, curves) -> str:
     """The validation's tables as Markdown (docs/decision-validation.md quotes them)."""
-    head = "| mode | scenario | noise | " + " | ".join(SHOWN) + " |"
-    lines = [head, "| --- " * (3 + len(SHOWN)) + "|"]
+    lines = _head("mode", "scenario", "noise", *SHOWN)
     for _, r in table.iterrows():
-        lines.append(
-            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | "
-            + " | ".join(_pct(r, k) for k in SHOWN)
-            + " |"
-        )
-    lines += [
-        "",
-        "| mode | scenario | noise | gap CI coverage (rule / t n-1) | policy CI coverage (rule / t n-1) | gap truth | policy truth |",
-        "| --- " * 7 + "|",
-    ]
-    for _, r in table.iterrows():
-        cov = [f"{100 * r[c]:.1f}%" for c in COVERAGE]
-        lines.append(
-            f"| {r['mode']} | {r['scenario']} | {r['noise_scale']:g}x | {cov[0]} / {cov[1]} | {cov[2]} / {cov[3]} | "
-            f"{r['gap_to_oracle_bound_true']:+.2f}% | {r['policy_gain_true']:+.2f}% |"
-        )
-    lines += ["", "| mode | noise | power statement |", "| --- | --- | --- |"]
-    for (m, k), c in curves.groupby(["mode", "noise_scale"]):
-        lines.append(f"| {m} | {k:g}x | {sim.power_statement(c)['text']} |")
+        lines.append(_row([r["mode"], r["scenario"], f"{r['noise_scale']:g}x", *(_pct(r, k) for k in SHOWN)]))
+    lines += ["", *coverage_lines(table), "", *candidate_lines(table)]
+    lines += ["", *_head("mode", "noise", "power statement")] if len(curves) else []
+    for (m, k), c in _power_groups(curves):
+        lines.append(_row([m, f"{k:g}x", sim.power_statement(c)["text"]]))
     return "\n".join(lines) + "\n"
 
 
-def profile_markdown(profile) -> str:
-    """The deployment profile's headline rates (flat surfaces) as Markdown."""
-    lines = ["", "| profile headline | noise | continue | stop |", "| --- | --- | --- | --- |"]
+def profile_markdown(profile, scenarios, curve) -> str:
+    """The deployment profile's headline: flat rates, boundary nulls, coverage, power (Markdown)."""
+    lines = ["", *_head("profile headline", "noise", "continue", "stop")]
     for _, r in profile.iterrows():
-        lines.append(f"| flat | {r['noise_scale']:g}x | {_pct(r, 'continue')} | {_pct(r, 'stop')} |")
+        lines.append(_row(["flat", f"{r['noise_scale']:g}x", _pct(r, "continue"), _pct(r, "stop")]))
+    shown = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
+    lines += ["", *_head("profile headline, planted part", "scenario", *shown)]
+    for _, r in scenarios.iterrows():
+        lines.append(_row([r["part"], r["scenario"], *(_pct(r, k) for k in shown)]))
+    lines += ["", *coverage_lines(scenarios, "part"), ""]
+    lines += [f"Profile power ({curve['part'].iloc[0]}, noise 1x): {sim.power_statement(curve)['text']}."]
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def _profile(a, design, name: str) -> dict:
+    """The deployment profile's Monte Carlo: writes <name>-profile*.csv; returns its power statement."""
+    profile = sim.profile_mc(
+        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
+    )
+    scenarios, curve = sim.profile_scenarios(
+        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
+    )
+    profile.round(6).to_csv(a.out / f"{name}-profile.csv", index=False)
+    scenarios.round(6).to_csv(a.out / f"{name}-profile-scenarios.csv", index=False)
+    curve.round(6).to_csv(a.out / f"{name}-profile-power.csv", index=False)
+    return {"text": profile_markdown(profile, scenarios, curve), "power": sim.power_statement(curve)["text"]}
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study", type=Path)
     ap.add_argument("--seeds", type=int, default=400)
@@ -83,38 +135,88 @@ def main(argv=None) -> int:
         type=int,
         help="trace length to simulate, resampled from the study's (default: its own)",
     )
-    a = ap.parse_args(argv)
-    for flag in ("runs", "invocations"):
-        if getattr(a, flag) is not None and getattr(a, flag) < (3 if flag == "runs" else 8):
-            ap.error(f"--{flag} {getattr(a, flag)}: needs at least {3 if flag == 'runs' else 8}")
-    design = sim.Design(a.runs, a.invocations)
+    ap.add_argument("--modes", default="graph,eager", help="modes to simulate, comma-separated")
+    ap.add_argument(
+        "--scenarios-only",
+        action="store_true",
+        help="the scenarios alone: no power curves, no profile (files <study>-scenarios-<modes>.*)",
+    )
+    ap.add_argument(
+        "--effects-from",
+        type=Path,
+        help="a validation csv whose boundary-null effects to reuse (same study, design and --seed)",
+    )
+    ap.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="rerun only the deployment profile's Monte Carlo; the per-mode tables are read from <out>",
+    )
+    return ap
+
+
+def _effects(path: Path | None) -> dict | None:
+    """{(mode, scenario): effect} of the boundary nulls in an earlier validation csv."""
+    if path is None:
+        return None
+    rows = pd.read_csv(path)
+    rows = rows[rows["scenario"].str.startswith("boundary-")]
+    return {(r["mode"], r["scenario"]): float(r["effect"]) for _, r in rows.iterrows()}
+
+
+def _modes(a, design, name: str, command: str) -> tuple:
+    """The per-mode Monte Carlo (or, with --profile-only, its files): (table, curves, meta)."""
+    if a.profile_only:
+        meta = json.loads((a.out / f"{name}.json").read_text())
+        meta["profile_command"] = command
+        return pd.read_csv(a.out / f"{name}.csv"), pd.read_csv(a.out / f"{name}-power.csv"), meta
     t0 = time.time()
     table, curves = sim.validate(
-        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
+        a.study,
+        seeds=a.seeds,
+        seed=a.seed,
+        modes=tuple(a.modes.split(",")),
+        bootstrap_resamples=a.bootstrap_resamples,
+        design=design,
+        power=not a.scenarios_only,
+        effects=_effects(a.effects_from),
     )
-    a.out.mkdir(parents=True, exist_ok=True)
-    name = a.study.name + ("" if design == sim.Design() else f"-{a.runs or 'r'}x{a.invocations or 'n'}")
     table.round(6).to_csv(a.out / f"{name}.csv", index=False)
-    curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
+    if len(curves):
+        curves.round(6).to_csv(a.out / f"{name}-power.csv", index=False)
     meta = {
-        "command": "python tools/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command,
         "rule_version": engine.RULE_VERSION,
         "seeds": a.seeds,
         "design": {"runs": int(table["runs"].iloc[0]), "invocations": int(table["invocations"].iloc[0])},
         "bootstrap_resamples": a.bootstrap_resamples,
         "noise": {m: vars(sim.load_recorded_mode(a.study, m).model) for m in ("graph", "eager")},
-        "power": {
-            f"{m}@{k}x": sim.power_statement(c)["text"]
-            for (m, k), c in curves.groupby(["mode", "noise_scale"])
-        },
+        "power": {f"{m}@{k}x": sim.power_statement(c)["text"] for (m, k), c in _power_groups(curves)},
         "seconds": round(time.time() - t0, 1),
     }
+    return table, curves, meta
+
+
+def main(argv=None) -> int:
+    ap = _parser()
+    a = ap.parse_args(argv)
+    for flag in ("runs", "invocations"):
+        if getattr(a, flag) is not None and getattr(a, flag) < (3 if flag == "runs" else 8):
+            ap.error(f"--{flag} {getattr(a, flag)}: needs at least {3 if flag == 'runs' else 8}")
+    design = sim.Design(a.runs, a.invocations)
+    name = a.study.name + ("" if design == sim.Design() else f"-{a.runs or 'r'}x{a.invocations or 'n'}")
+    if a.profile_only and not (a.out / f"{name}.csv").exists():
+        ap.error(f"--profile-only: {a.out / name}.csv is missing (run without --profile-only first)")
+    if a.scenarios_only:
+        name += "-scenarios-" + a.modes.replace(",", "-")
+    a.out.mkdir(parents=True, exist_ok=True)
+    command = "python tools/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    table, curves, meta = _modes(a, design, name, command)
+    t0 = time.time()
+    profile = {"text": ""} if a.scenarios_only else _profile(a, design, name)
+    if not a.scenarios_only:
+        meta["profile_power"], meta["profile_seconds"] = profile["power"], round(time.time() - t0, 1)
     (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
-    profile = sim.profile_mc(
-        a.study, seeds=a.seeds, seed=a.seed, bootstrap_resamples=a.bootstrap_resamples, design=design
-    )
-    profile.round(6).to_csv(a.out / f"{name}-profile.csv", index=False)
-    (a.out / f"{name}.md").write_text(markdown(table, curves) + profile_markdown(profile))
+    (a.out / f"{name}.md").write_text(markdown(table, curves) + profile["text"])
     print(json.dumps(meta, indent=2, default=float))
     return 0
 

@@ -43,6 +43,14 @@ class LifecycleCosts:
         not measured; 0 for a candidate without plans (native, generation 1)."""
         return self.plan_us_by_shape.get((candidate, shape_key), self.plan_us.get(candidate, 0.0))
 
+    def plan_charges(self, mode: str, names, shape_keys, n: int, layers_per_forward: int) -> np.ndarray:
+        """(n, C) plan charge per call: each candidate's plan for the invocation's own shape over the
+        layers of a forward pass; 0 under graph replay (the plan is built at capture)."""
+        if mode == "graph" or not self.plan_us or not shape_keys:
+            return np.zeros((n, len(names)))
+        per = [[self.plan_for(c, s) for c in names] for s in shape_keys]
+        return np.array(per, dtype=float) / layers_per_forward
+
     def switch_for(self, mode: str) -> float:
         return self.switch_us_by_mode.get(mode, self.switch_us)
 

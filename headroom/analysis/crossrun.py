@@ -16,7 +16,7 @@ Uncertainty (``Estimate``): the pooled figure is the mean over the R(R-1) ordere
 error adds (i) a jackknife over runs (leave one run out, pool the pairs of the others; covers
 run-to-run variance and the run-dependent fitting and selection) and (ii) a paired bootstrap over test
 invocations (covers test-invocation sampling; one set of resamples for every pair and policy). The
-interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``engine.interval``,
+interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``intervals.interval``,
 the decision's own; docs/decision-validation.md measures its coverage). A jackknife needs R >= 3; with
 fewer runs a figure has no interval and its mode no decision.
 """
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from headroom.analysis import registry
+from headroom.analysis import intervals, registry
 from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.core import contracts, defaults
 
@@ -215,12 +215,17 @@ class Fit:
     fitted: object = None
 
 
+def plan_charges(md: ModeData, costs: LifecycleCosts, opts: Options) -> np.ndarray:
+    """(n, C) plan charge per call of a mode's trace (``LifecycleCosts.plan_charges``), as the engine
+    charges it."""
+    shapes = md.features["shape_key"].astype(str).tolist() if "shape_key" in md.features else []
+    return costs.plan_charges(md.mode, md.names, shapes, md.us.shape[1], opts.layers_per_forward)
+
+
 def _charges(md: ModeData, costs: LifecycleCosts, opts: Options):
     """(phase codes (n,), plan charge per call (n, C)) as the engine charges them."""
-    from headroom.analysis import engine
-
     phase = (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64)
-    return phase, engine._plan(md, costs, opts)
+    return phase, plan_charges(md, costs, opts)
 
 
 def _cost(policy, choice, cols, rows, md: ModeData, costs: LifecycleCosts, opts: Options):
@@ -368,9 +373,7 @@ FigureFn = Callable[[Mapping[str, np.ndarray], Mapping[str, float], int], np.nda
 
 def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: float) -> Estimate:
     """Mean over ordered pairs; SE from a jackknife over runs plus a test-invocation bootstrap
-    (``engine.interval``, the decision's own interval)."""
-    from headroom.analysis import engine
-
+    (``intervals.interval``, the decision's own interval)."""
     per_pair, per_boot = [], []
     for vectors, costs in pairs.values():
         n = len(next(iter(vectors.values())))
@@ -382,7 +385,7 @@ def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: f
     index = {r: i for i, r in enumerate(runs)}
     A = np.array([index[a] for a, _ in pairs], np.int64)
     B = np.array([index[b] for _, b in pairs], np.int64)
-    iv = engine.interval(confidence, np.array([per_pair]), np.array([per_boot]), A, B, len(runs))
+    iv = intervals.interval(confidence, np.array([per_pair]), np.array([per_boot]), A, B, len(runs))
     return Estimate(*(float(iv[k][0]) for k in ("", "_lo", "_hi", "_se", "_df")), len(per_pair))
 
 

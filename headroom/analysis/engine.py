@@ -7,7 +7,7 @@ registry policy assigns to the fit and score rows (clustered's k-means sees shap
 the lifecycle charges per invocation and candidate, the bootstrap's resamples. ``figures`` then fits
 every policy of every (seed, run) through the registry's ``fit_keyed``, charges the costs
 (``costs.charge``), selects on the validation slice, scores every ordered pair of runs and pools them
-(``interval``). ``rule`` is the decision rule over one Holm family.
+(``intervals.interval``; the validation's candidate intervals beside it, ``CANDIDATES_FOR``). ``rule`` is the decision rule over one Holm family.
 
 Fitting objective: each keyed policy takes, per key, the candidate with the least summed latency plus
 per-call charge (plan builds); switches and compiles depend on the whole sequence and are left out of
@@ -17,14 +17,13 @@ for deviating). Scoring charges everything (``costs.charge``).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from itertools import permutations
 
 import numpy as np
 from scipy import stats
 
-from headroom.analysis import crossrun, registry
+from headroom.analysis import crossrun, intervals, registry
 from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.analysis.crossrun import ModeData, Options
 
@@ -84,16 +83,6 @@ def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Opt
     return Keys(codes, score, len(uniques))
 
 
-def _plan(md: ModeData, costs: LifecycleCosts, opts: Options) -> np.ndarray:
-    """(n, C) plan charge per call: each candidate's plan for the invocation's own shape over the
-    layers of a forward pass; 0 under graph replay (the plan is built at capture)."""
-    shapes = md.features["shape_key"].astype(str).tolist() if "shape_key" in md.features else []
-    if md.mode == "graph" or not costs.plan_us or not shapes:
-        return np.zeros(md.us.shape[1:])
-    per = [[costs.plan_for(c, s) for c in md.names] for s in shapes]
-    return np.array(per, dtype=float) / opts.layers_per_forward
-
-
 def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: float, seed: int) -> Layout:
     """What the procedure fixes before it sees a timing (see the module docstring)."""
     n = md.us.shape[1]
@@ -128,7 +117,7 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
         runtime if graph else (),
         keys,
         (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64),
-        _plan(md, costs, opts),
+        crossrun.plan_charges(md, costs, opts),
         dispatch,
         switch,
         dispatch["regret-aware"] + switch,
@@ -271,30 +260,6 @@ def pairs(R: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([a for a, _ in ab], np.int64), np.array([b for _, b in ab], np.int64)
 
 
-def interval(confidence: float, per_pair, per_boot, A, B, R: int) -> dict[str, np.ndarray]:
-    """Estimate, SE (a jackknife over runs plus the invocation bootstrap's variance), Welch-Satterthwaite
-    df (the run part has R - 1) and the t interval of one figure from its per-pair (S, P) and
-    per-resample (S, P, B) values. With fewer than 3 runs: no interval (NaN)."""
-    S = per_pair.shape[0]
-    est = per_pair.mean(axis=1) if per_pair.shape[1] else np.full(S, np.nan)
-    if R < 3:
-        nan = np.full(S, np.nan)
-        return {"": est, "_lo": nan, "_hi": nan, "_se": nan, "_df": np.zeros(S)}
-    loo = np.stack([per_pair[:, (A != r) & (B != r)].mean(axis=1) for r in range(R)], axis=1)
-    var_runs = (R - 1) / R * ((loo - loo.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a phase: NaN, left out
-        boot = np.nanmean(per_boot, axis=1) if per_boot.shape[-1] else np.zeros((S, 0))
-        ok = np.isfinite(boot).sum(axis=1) > 1
-        var_inv = np.nan_to_num(np.where(ok, np.nanvar(boot, axis=1, ddof=1), 0.0))
-    se = np.sqrt(var_runs + var_inv)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(var_runs > 0, (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)), np.inf)
-    df = np.maximum(R - 1, np.minimum(df, 1e6))
-    half = stats.t.ppf(0.5 + confidence / 2.0, df) * se
-    return {"": est, "_lo": est - half, "_hi": est + half, "_se": se, "_df": df}
-
-
 def _pct(a, b, of):
     return lambda G, N: 100.0 * (a(G, N) - b(G, N)) / of(G, N)
 
@@ -342,8 +307,8 @@ def _phase_picks(L: Layout, b: Batch, picks: dict) -> dict:
 
 def _sums(score, picks, mask, boot):
     """Gross and net sums per pick (``score(name, choice, charge)`` -> per-invocation gross and net):
-    per pair (S, P) and, with ``boot``, per resample (S, P, B)."""
-    G, N, GB, NB = {}, {}, {}, {}
+    per pair (S, P); with ``boot``, per resample (S, P, B) and the per-invocation values (S, P, n)."""
+    G, N, GB, NB, X, XN = {}, {}, {}, {}, {}, {}
     for k, (ch, co) in picks.items():
         gross, net = score(k, ch, co)
         if mask is not None:
@@ -351,7 +316,26 @@ def _sums(score, picks, mask, boot):
         G[k], N[k] = gross.sum(-1), net.sum(-1)
         if boot is not None:
             GB[k], NB[k] = gross @ boot.T, net @ boot.T
-    return G, N, GB, NB
+            X[k], XN[k] = gross, net
+    return G, N, GB, NB, X, XN
+
+
+# the figures given the candidate intervals beside the rule's (the decided ones and their bounds)
+CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
+
+
+def _candidates(L: Layout, fn, sums, iv: dict, per_boot, n_test: int, R: int) -> dict:
+    """The validation's candidate intervals of one figure (``intervals``): '_lo_n'/'_hi_n' (t on
+    n_test - 1 df), '_lo_bt'/'_hi_bt' (bootstrap-t)."""
+    G, N, GB, NB, X, XN = sums
+    lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
+    out = {"_lo_n": lo_n, "_hi_n": hi_n}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u0 = intervals.linear_terms(fn, (G, N), (X, XN))
+        ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
+    bt = intervals.bootstrap_t(L.confidence, iv, per_boot, u0, ub, L.boot, R)
+    out["_lo_bt"], out["_hi_bt"] = bt
+    return out
 
 
 def _pair_scorer(ut, A, B):
@@ -401,16 +385,16 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, n
             sums[code] = _sums(_pair_scorer(ut, A, B), picks, mask, L.boot)
             if tt is not None:
                 true_sums[code] = _sums(_truth_scorer(tt, L.cols["free"]), picks, mask, None)
-        G, Nn, GB, NB = sums[code]
+        G, Nn, GB, NB = sums[code][:4]
         with np.errstate(invalid="ignore", divide="ignore"):  # a seed without a phase: NaN
             per_pair, per_boot = fn(G, Nn), fn(GB, NB)
             if tt is not None:
                 out[name + "_true"] = fn(*true_sums[code][:2]).mean(axis=1)
-        iv = interval(L.confidence, per_pair, per_boot, A, B, R)
-        out.update({name + k: v for k, v in iv.items()})
-        # a candidate interval the validation reports beside the rule's: the same SE, t on n_test - 1 df
-        half = stats.t.ppf(0.5 + L.confidence / 2.0, max(N - nt - 1, 1)) * iv["_se"]
-        out[name + "_lo_n"], out[name + "_hi_n"] = iv[""] - half, iv[""] + half
+        iv = intervals.interval(L.confidence, per_pair, per_boot, A, B, R)
+        out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
+        if name in CANDIDATES_FOR:
+            cand = _candidates(L, fn, sums[code], iv, per_boot, N - nt, R)
+            out.update({name + k: v for k, v in cand.items()})
     same = [_gather(ut, picks[k][0]).sum(-1) for k in ("global", "oracle")]
     out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)
     return out

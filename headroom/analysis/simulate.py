@@ -252,9 +252,25 @@ def decide_mode(mode: str, figs: dict, thresholds: dict, confidence: float) -> d
         state = np.where(~np.isfinite(figs[f"{f}_hi"]), "no-interval", state)
         res[f"{f}_state"] = np.where(out["exceeds"][:, j], "exceeds", state)
     res["verdict"] = out["verdict"]
+    res.update(candidate_states(figs, thr))
     # the reason names the phase split when the gap exceeds and the policy figure does not
     res["names_phase_split"] = out["exceeds"][:, 0] & ~out["exceeds"][:, 1]
     return res
+
+
+def candidate_states(figs: dict, thr: dict) -> dict[str, np.ndarray]:
+    """Per candidate interval (``INTERVALS``), what each decided figure's CI alone says: '<short>_exceeds_<iv>'
+    (its lower end above the threshold: Holm's first step at the rule's level), '<short>_holds_<iv>' (the
+    upper end of its HOLD_BY figure's CI below it) and 'stop_<iv>' (every figure holds)."""
+    out = {}
+    for iv, (lo, hi) in INTERVALS.items():
+        holds = []
+        for f, short in zip(engine.DECIDED, ("gap", "policy"), strict=True):
+            out[f"{short}_exceeds_{iv}"] = figs[f + lo] > thr[f]
+            holds.append(figs[engine.HOLD_BY.get(f, f) + hi] < thr[f])
+            out[f"{short}_holds_{iv}"] = holds[-1]
+        out[f"stop_{iv}"] = np.logical_and.reduce(holds)
+    return out
 
 
 def _sem2(us: np.ndarray, model: NoiseModel) -> np.ndarray:
@@ -326,7 +342,8 @@ def _rate(x) -> tuple[float, float, float]:
     return k / n, float(lo), float(hi)
 
 
-INTERVALS = {"rule": ("_lo", "_hi"), "t_ntest": ("_lo_n", "_hi_n")}  # candidates fixed in advance
+# candidate intervals fixed in advance (``headroom.analysis.intervals``)
+INTERVALS = {"rule": ("_lo", "_hi"), "t_ntest": ("_lo_n", "_hi_n"), "boot_t": ("_lo_bt", "_hi_bt")}
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
 
@@ -350,9 +367,11 @@ def summarize(mc: pd.DataFrame) -> dict:
         "gap_holds": mc["gap_to_oracle_state"] == "holds",
         "names_phase_split": mc["names_phase_split"],
     }
-    for f in COVERED:
-        for iv in INTERVALS:
+    for iv in INTERVALS:
+        for f in COVERED:
             events[f"{f}_coverage_{iv}"] = covers(mc, f, iv)
+        for e in ("gap_exceeds", "gap_holds", "policy_exceeds", "policy_holds", "stop"):
+            events[f"{e}_{iv}"] = mc[f"{e}_{iv}"]
     for name, x in events.items():
         out[name], out[f"{name}_lo"], out[f"{name}_hi"] = _rate(x)
     for f in COVERED:
@@ -448,20 +467,29 @@ def validate(
     modes=("graph", "eager"),
     bootstrap_resamples: int = 200,
     design: Design = Design(),
+    power: bool = True,
+    effects: dict | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves)."""
-    rows, curves = [], []
+    """The acceptance scenarios of issue 18 item 10 on one recorded study: (scenarios, power curves;
+    empty without ``power``). effects: {(mode, scenario): effect} of boundary nulls already sized (an
+    earlier run's 'effect' column: the pilot is seeded, so the bisection would find the same)."""
+    rows, curves = [], [pd.DataFrame()]
     for mode in modes:
         s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
-        rows += _scenarios(s, seeds, seed, runs)
+        rows += _scenarios(
+            s, seeds, seed, runs, {k[1]: v for k, v in (effects or {}).items() if k[0] == mode}
+        )
+        if not power:
+            continue
         c = power_curve(s, layout(s), _noise(s.md, s.model, seeds, runs, seed + 5), scales=POWER_SCALES)
         curves.append(c.assign(study=s.name, mode=mode, runs=runs, invocations=s.md.us.shape[1]))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
+def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int, effects: dict) -> list[dict]:
     """Flat surfaces at noise 0.5-4x; the gap's and the policy figure's boundary nulls (truth exactly
-    at the threshold; the gap's truth is against the true oracle) at noise 1x."""
+    at the threshold; the gap's truth is against the true oracle) at noise 1x, sized by bisection
+    unless ``effects`` (scenario -> effect) gives the size."""
     md, L = s.md, layout(s)
     noise = _noise(md, s.model, seeds, runs, seed + 3)
     pilot = _noise(md, s.model, 100, runs, seed + 1003)
@@ -482,10 +510,58 @@ def _scenarios(s: RecordedMode, seeds: int, seed: int, runs: int) -> list[dict]:
         ("boundary-gap", lambda x: phase_split(md, x), "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"]),
         ("boundary-policy", lambda x: beyond_phase(md, x), "policy_gain", thr["max_policy_gain_pct"]),
     ):
-        e = effect_for_truth(s, L, make, target, figure, pilot)
+        e = effects[scenario] if scenario in effects else effect_for_truth(s, L, make, target, figure, pilot)
         mc = run_mc(s, L, make(e), noise)
         rows.append({**base, "scenario": scenario, "noise_scale": 1.0, "effect": e, **summarize(mc)})
     return rows
+
+
+@dataclass
+class ProfilePart:
+    """One part of the deployment profile (a mode's invocations of one step type) ready to simulate."""
+
+    step: str
+    s: RecordedMode
+    L: engine.Layout
+    runs: int
+
+
+def profile_parts(study_dir, bootstrap_resamples=200, design: Design = Design(), seed: int = 0):
+    """The deployment profile's parts (``figures.part``) of a recorded study, each with its mode's
+    noise, costs and options; a step type the trace lacks has no part."""
+    from headroom.analysis import figures
+
+    parts = []
+    for step, mode in figures.deployment_profile().items():
+        s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
+        sub = figures.part(s.md, step)
+        if sub is not None:
+            ps = replace(s, md=sub)
+            parts.append(ProfilePart(step, ps, layout(ps), runs))
+    return parts
+
+
+def profile_rule(parts: list[ProfilePart], mcs: list[pd.DataFrame]) -> dict[str, np.ndarray]:
+    """The headline per seed: the parts' decided figures as one Holm family (``engine.rule``), as
+    ``decision`` decides it; 'exceeds' and 'holds' (S, 2 x parts) in the parts' order."""
+    family = []
+    for p, mc in zip(parts, mcs, strict=True):
+        thr = {f: float(p.s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
+        family += [
+            {
+                "estimate": mc[f].to_numpy(),
+                "se": mc[f"{f}_se"].to_numpy(),
+                "df": mc[f"{f}_df"].to_numpy(),
+                "ci_high": mc[engine.HOLD_BY.get(f, f) + "_hi"].to_numpy(),
+                "threshold": thr[f],
+            }
+            for f in engine.DECIDED
+        ]
+    return engine.rule(family, 1.0 - parts[0].s.opts.confidence)
+
+
+def _part_noise(p: ProfilePart, seeds: int, seed: int) -> np.ndarray:
+    return _noise(p.s.md, p.s.model, seeds, p.runs, seed + 17)
 
 
 def profile_mc(
@@ -497,36 +573,73 @@ def profile_mc(
     bootstrap_resamples=200,
     design: Design = Design(),
 ):
-    """The deployment profile's headline on flat surfaces: each part (``figures.part``: a mode's
-    invocations of one step type) is simulated from its mode's noise, the parts' decided figures are
-    one Holm family (``engine.rule``), as ``decision`` decides the headline. The trace is fixed (test
+    """The deployment profile's headline on flat surfaces: each part simulated from its mode's noise,
+    the parts' decided figures one Holm family (``profile_rule``). The trace is fixed (test
     invocations not redrawn): rates of verdicts, not coverage. One row per noise scale."""
-    from headroom.analysis import figures
-
+    parts = profile_parts(study_dir, bootstrap_resamples, design, seed)
     rows = []
     for k in scales:
-        family = []
-        for step, mode in figures.deployment_profile().items():
-            s, runs = design.apply(load_recorded_mode(study_dir, mode, bootstrap_resamples), seed)
-            sub = figures.part(s.md, step)
-            ps = replace(s, md=sub)
-            mc = run_mc(
-                ps, layout(ps), flat(sub), _noise(sub, s.model, seeds, runs, seed + 17), k, redraw=False
-            )
-            thr = {f: float(s.thresholds[decision.THRESHOLD_OF[f]]) for f in engine.DECIDED}
-            family += [
-                {
-                    "estimate": mc[f].to_numpy(),
-                    "se": mc[f"{f}_se"].to_numpy(),
-                    "df": mc[f"{f}_df"].to_numpy(),
-                    "ci_high": mc[engine.HOLD_BY.get(f, f) + "_hi"].to_numpy(),
-                    "threshold": thr[f],
-                }
-                for f in engine.DECIDED
-            ]
-        verdict = engine.rule(family, 1.0 - s.opts.confidence)["verdict"]
-        row = {"study": s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds, "runs": runs}
+        mcs = [run_mc(p.s, p.L, flat(p.s.md), _part_noise(p, seeds, seed), k, redraw=False) for p in parts]
+        verdict = profile_rule(parts, mcs)["verdict"]
+        row = {"study": parts[0].s.name, "scenario": "flat", "noise_scale": k, "seeds": seeds}
+        row["runs"] = parts[0].runs
         for v in ("continue", "stop"):
             row[v], row[f"{v}_lo"], row[f"{v}_hi"] = _rate(verdict == v)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def planted_part(parts: list[ProfilePart]) -> int:
+    """The part an effect is planted in: the first graph-mode part (decode-only steps by default),
+    where the profile's headline can move; else the first."""
+    return next((i for i, p in enumerate(parts) if p.s.md.mode == "graph"), 0)
+
+
+def _profile_outcome(parts, mcs, i: int) -> dict:
+    """Headline rates, and the planted part's states in the headline's family and its coverage."""
+    out = profile_rule(parts, mcs)
+    row = summarize(mcs[i])  # the planted part alone: coverage, truths, its mode's own states
+    row = {k: v for k, v in row.items() if "coverage" in k or k.endswith(("_true", "_halfwidth"))}
+    events = {
+        "continue": out["verdict"] == "continue",
+        "stop": out["verdict"] == "stop",
+        "gap_exceeds": out["exceeds"][:, 2 * i],
+        "policy_exceeds": out["exceeds"][:, 2 * i + 1],
+        "policy_holds": out["holds"][:, 2 * i + 1],
+    }
+    for name, x in events.items():
+        row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _rate(x)
+    return row
+
+
+def profile_scenarios(
+    study_dir, *, seeds=400, seed=0, bootstrap_resamples=200, design: Design = Design()
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The deployment profile's boundary nulls, coverage and power (noise 1x, test invocations redrawn):
+    an effect between learnable shape classes (``beyond_phase``) planted in one part (``planted_part``),
+    the other parts flat; sized so that the planted part's gap (its bound: the true gap) or policy
+    figure is at its threshold, and swept for the power curve (P(its policy figure exceeds in the
+    headline's family)). (scenario rows, power curve)."""
+    parts = profile_parts(study_dir, bootstrap_resamples, design, seed)
+    i = planted_part(parts)
+    p = parts[i]
+    noise = [_part_noise(q, seeds, seed) for q in parts]
+    others = [run_mc(q.s, q.L, flat(q.s.md), noise[j]) for j, q in enumerate(parts)]
+    pilot = _noise(p.s.md, p.s.model, 100, p.runs, seed + 1003)
+    base = {"study": p.s.name, "part": f"{p.s.md.mode}@{p.step}", "runs": p.runs, "seeds": seeds}
+    rows, curve = [], []
+    thr = p.s.thresholds
+    for scenario, figure, target in (
+        ("boundary-gap", "gap_to_oracle_bound", thr["max_gap_to_oracle_pct"]),
+        ("boundary-policy", "policy_gain", thr["max_policy_gain_pct"]),
+    ):
+        e = effect_for_truth(p.s, p.L, lambda x: beyond_phase(p.s.md, x), target, figure, pilot)
+        mcs = [*others[:i], run_mc(p.s, p.L, beyond_phase(p.s.md, e), noise[i]), *others[i + 1 :]]
+        rows.append({**base, "scenario": scenario, "effect": e, **_profile_outcome(parts, mcs, i)})
+    for e in POWER_EFFECTS:
+        mcs = [*others[:i], run_mc(p.s, p.L, beyond_phase(p.s.md, e), noise[i]), *others[i + 1 :]]
+        r = _profile_outcome(parts, mcs, i)
+        keep = ("policy_exceeds", "policy_exceeds_lo", "policy_exceeds_hi", "continue")
+        curve.append({**base, "effect": e, "true_policy_gain_pct": r["policy_gain_true"]})
+        curve[-1].update({k: r[k] for k in keep})
+    return pd.DataFrame(rows), pd.DataFrame(curve)

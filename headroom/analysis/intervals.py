@@ -1,0 +1,123 @@
+"""The intervals of a pooled cross-run figure, batched over a leading seed axis.
+
+A figure is the mean over ordered pairs of runs (fitted on a, scored on b) of a function of sums over
+the test invocations. Its uncertainty has two parts: a jackknife over runs (the run part, R - 1
+degrees of freedom) and a bootstrap over test invocations (the invocation part). Three candidate
+intervals, fixed in advance and all computed (docs/decision-validation.md compares them):
+
+* ``interval`` (the rule's): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
+  Welch-Satterthwaite (at least R - 1).
+* ``t_ntest``: the same SE, t on n_test - 1 degrees of freedom.
+* ``bootstrap_t``: the invocation part studentized. Each resample's statistic is divided by its own
+  linearized SE (``linear_var``: the delta method on the resample's sums), the pivot's quantiles set
+  the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
+  denominator); the run part's t(R - 1) half-width is added to each in quadrature.
+
+This module sits below both the engine and the study-level ``crossrun`` (neither imports the other
+for it).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import stats
+
+
+def run_variance(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, R: int) -> np.ndarray:
+    """The run part: jackknife variance over runs of the pair mean; per_pair (S, P, ...) -> (S, ...)."""
+    loo = np.stack([per_pair[:, (A != r) & (B != r)].mean(axis=1) for r in range(R)], axis=1)
+    return (R - 1) / R * ((loo - loo.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+
+
+def interval(confidence: float, per_pair, per_boot, A, B, R: int) -> dict[str, np.ndarray]:
+    """Estimate, SE (a jackknife over runs plus the invocation bootstrap's variance), Welch-Satterthwaite
+    df (the run part has R - 1) and the t interval of one figure from its per-pair (S, P) and
+    per-resample (S, P, B) values; '_var_runs' the run part. With fewer than 3 runs: no interval (NaN)."""
+    S = per_pair.shape[0]
+    est = per_pair.mean(axis=1) if per_pair.shape[1] else np.full(S, np.nan)
+    if R < 3:
+        nan = np.full(S, np.nan)
+        return {"": est, "_lo": nan, "_hi": nan, "_se": nan, "_df": np.zeros(S), "_var_runs": nan}
+    var_runs = run_variance(per_pair, A, B, R)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a phase: NaN, left out
+        boot = np.nanmean(per_boot, axis=1) if per_boot.shape[-1] else np.zeros((S, 0))
+        ok = np.isfinite(boot).sum(axis=1) > 1
+        var_inv = np.nan_to_num(np.where(ok, np.nanvar(boot, axis=1, ddof=1), 0.0))
+    se = np.sqrt(var_runs + var_inv)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(var_runs > 0, (var_runs + var_inv) ** 2 / (var_runs**2 / (R - 1)), np.inf)
+    df = np.maximum(R - 1, np.minimum(df, 1e6))
+    half = stats.t.ppf(0.5 + confidence / 2.0, df) * se
+    return {"": est, "_lo": est - half, "_hi": est + half, "_se": se, "_df": df, "_var_runs": var_runs}
+
+
+def t_ntest(confidence: float, iv: dict, n_test: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): the rule's estimate and SE, t on n_test - 1 degrees of freedom."""
+    half = stats.t.ppf(0.5 + confidence / 2.0, max(n_test - 1, 1)) * iv["_se"]
+    return iv[""] - half, iv[""] + half
+
+
+class _Reads(dict):
+    """A dict that records which keys a figure function reads."""
+
+    def __init__(self, data, seen: set, label: str):
+        super().__init__(data)
+        self.seen, self.label = seen, label
+
+    def __getitem__(self, k):
+        self.seen.add((self.label, k))
+        return super().__getitem__(k)
+
+
+def _gradient(fn, sums: tuple[dict, dict]) -> dict:
+    """{(0 | 1, pick): d fn / d sum} at ``sums`` (G, N), forward differences on each sum fn reads."""
+    seen: set = set()
+    base = fn(_Reads(sums[0], seen, 0), _Reads(sums[1], seen, 1))
+    grad = {}
+    for which, k in sorted(seen, key=str):
+        x = sums[which][k]
+        h = 1e-7 * np.maximum(np.abs(x), 1e-9)
+        bumped = [dict(sums[0]), dict(sums[1])]
+        bumped[which][k] = x + h
+        grad[(which, k)] = (fn(*bumped) - base) / h
+    return grad
+
+
+def linear_terms(fn, sums: tuple[dict, dict], per_inv: tuple[dict, dict]) -> np.ndarray:
+    """Each test invocation's linear term in the pair mean of ``fn``: u (S, [B,] n) from sums (S, P[, B])
+    and per-invocation values per_inv (G, N) of (S, P, n)."""
+    u = 0.0
+    for (which, k), g in _gradient(fn, sums).items():
+        x = per_inv[which][k]
+        sub = "sp,spn->sn" if g.ndim == 2 else "spb,spn->sbn"
+        u = u + np.einsum(sub, np.nan_to_num(g), x) / g.shape[1]
+    return np.asarray(u)
+
+
+def linear_var(u: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+    """The delta-method bootstrap variance of the figure: sum_i w_i (u_i - u_bar)^2 with w the
+    resample's counts (B, n) (u (S, B, n)), or w = 1 (u (S, n))."""
+    if counts is None:
+        return ((u - u.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
+    ubar = (u * counts).sum(axis=-1, keepdims=True) / counts.sum(axis=-1)[:, None]
+    return (counts * (u - ubar) ** 2).sum(axis=-1)
+
+
+def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
+    """(lo, hi) of the studentized candidate (module docstring); per_boot (S, P, B), u0 (S, n) and ub
+    (S, B, n) the linear terms at the sample and at each resample, counts (B, n)."""
+    est, alpha = iv[""], 1.0 - confidence
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # resamples without a phase: NaN, left out
+        theta = np.nanmean(per_boot, axis=1)  # (S, B)
+        pivot = (theta - est[:, None]) / np.sqrt(linear_var(ub, counts))
+        pivot = np.where(np.isfinite(pivot), pivot, np.nan)
+        q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
+    se_inv = np.sqrt(linear_var(u0))
+    run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(iv["_var_runs"])
+    lo = est - np.hypot(np.maximum(q_hi, 0.0) * se_inv, run_half)
+    hi = est + np.hypot(np.maximum(-q_lo, 0.0) * se_inv, run_half)
+    return lo, hi

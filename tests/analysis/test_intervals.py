@@ -1,0 +1,93 @@
+"""The candidate intervals of a pooled figure (headroom.analysis.intervals): the delta method agrees
+with the bootstrap it approximates, and the studentized interval follows a skewed ratio where the
+symmetric t interval cannot."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headroom.analysis import engine, intervals
+
+
+def _ratio(G, N):
+    return 100.0 * (G["a"] - G["b"]) / G["b"]
+
+
+def _study(rng, S=1, R=3, n=40, skew=False):
+    """Per-invocation values of two picks for every ordered pair (S, P, n), the same in every pair (no
+    run part), and bootstrap counts. skew: a few large invocations carry most of the difference."""
+    A, B = engine.pairs(R)
+    size = rng.lognormal(0.0, 1.0 if skew else 0.1, size=(S, 1, n))
+    gain = rng.lognormal(0.0, 1.0, size=(S, 1, n)) * 0.01 if skew else 0.02 * rng.standard_normal((S, 1, n))
+    b = np.broadcast_to(size, (S, len(A), n)).copy()
+    a = b * (1.01 + np.broadcast_to(gain * size, b.shape))
+    idx = rng.integers(0, n, size=(500, n))
+    counts = np.zeros((500, n))
+    np.add.at(counts, (np.repeat(np.arange(500), n), idx.ravel()), 1.0)
+    return {"a": a, "b": b}, counts, A, B, R
+
+
+def _figure(per_inv, counts, A, B, R, confidence=0.95):
+    G = {k: v.sum(-1) for k, v in per_inv.items()}
+    GB = {k: v @ counts.T for k, v in per_inv.items()}
+    per_pair, per_boot = _ratio(G, {}), _ratio(GB, {})
+    iv = intervals.interval(confidence, per_pair, per_boot, A, B, R)
+    u0 = intervals.linear_terms(_ratio, (G, {}), (per_inv, {}))
+    ub = intervals.linear_terms(_ratio, (GB, {}), (per_inv, {}))
+    return iv, per_boot, u0, ub
+
+
+def test_the_delta_method_variance_matches_the_bootstrap_variance():
+    per_inv, counts, A, B, R = _study(np.random.default_rng(0))
+    iv, per_boot, u0, _ = _figure(per_inv, counts, A, B, R)
+    boot_var = per_boot.mean(axis=1).var(axis=1, ddof=1)
+    assert intervals.linear_var(u0) == pytest.approx(boot_var, rel=0.2)
+
+
+def test_linear_terms_need_the_sums_the_figure_reads():
+    per_inv, counts, *_ = _study(np.random.default_rng(1))
+    G = {k: v.sum(-1) for k, v in per_inv.items()}
+    grad = intervals._gradient(_ratio, (G, {}))
+    assert set(grad) == {(0, "a"), (0, "b")}
+    assert grad[(0, "a")] == pytest.approx(100.0 / G["b"], rel=1e-4)
+
+
+def test_bootstrap_t_is_the_t_interval_on_a_symmetric_figure_and_skews_on_a_skewed_one():
+    sym = _study(np.random.default_rng(2), n=200)
+    iv, per_boot, u0, ub = _figure(*sym)
+    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, sym[1], sym[-1])
+    assert lo[0] == pytest.approx(iv["_lo"][0], abs=0.15 * (iv["_hi"][0] - iv["_lo"][0]))
+    assert hi[0] == pytest.approx(iv["_hi"][0], abs=0.15 * (iv["_hi"][0] - iv["_lo"][0]))
+    skew = _study(np.random.default_rng(3), n=24, skew=True)
+    iv, per_boot, u0, ub = _figure(*skew)
+    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, skew[1], skew[-1])
+    assert lo[0] < iv[""][0] < hi[0]
+    assert (hi[0] - iv[""][0]) != pytest.approx(iv[""][0] - lo[0], rel=0.05)
+
+
+def test_without_three_runs_no_candidate_has_an_interval():
+    per_inv, counts, A, B, R = _study(np.random.default_rng(4), R=2)
+    iv, per_boot, u0, ub = _figure(per_inv, counts, A, B, R)
+    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, counts, R)
+    assert np.isnan(iv["_lo"]).all() and np.isnan(lo).all() and np.isnan(hi).all()
+
+
+def _imports(module: str) -> set[str]:
+    tree = ast.parse(Path(f"headroom/analysis/{module}.py").read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return names
+
+
+def test_crossrun_and_the_intervals_stand_below_the_engine():
+    """Issue 21: crossrun imported the engine (its interval, its plan charges) at call time."""
+    for low in ("crossrun", "intervals", "costs"):
+        assert not any("engine" in name for name in _imports(low)), low
