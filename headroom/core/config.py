@@ -28,7 +28,8 @@ SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy,
 STUDIES_DIR = PROJECT_ROOT / "config" / "studies"
 REFERENCE_DIR = PROJECT_ROOT / "data" / "reference"
 #: A study name is a folder name under results/ and a wildcard value: no slashes, no dots first.
-STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+#: Matched against the whole name (`fullmatch`: `$` would let a trailing newline through).
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 #: Keys that describe the run (which studies, which GPUs of this host), not one study.
 RUN_KEYS = ("studies", "local_gpus")
 #: Set by the planning process for the jobs it submits (a cluster job re-reads the workflow on its
@@ -357,7 +358,7 @@ def study_names(config: dict[str, Any]) -> list[str]:
     study `--config replay=DIR` names. Duplicates and names that cannot be folders are refused."""
     if config.get("replay"):
         name = replay_study_name(config["replay"])
-        if not STUDY_NAME.match(name):
+        if not STUDY_NAME.fullmatch(name):
             raise ConfigError(
                 f"config key 'replay': {config['replay']!r} would replay as study {name!r}, but a study name "
                 "must be letters, digits, '-' or '_' (it names the folder results/<study>/); copy or rename "
@@ -369,7 +370,7 @@ def study_names(config: dict[str, Any]) -> list[str]:
         raise ConfigError(f"config key 'studies': expected a list of study names, got {names!r}")
     seen = set()
     for name in names:
-        if not STUDY_NAME.match(name):
+        if not STUDY_NAME.fullmatch(name):
             raise ConfigError(
                 f"config key 'studies': study name {name!r} must be letters, digits, '-' or '_' "
                 "(it names the folder results/<study>/)"
