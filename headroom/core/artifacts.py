@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -212,6 +213,31 @@ def write_sidecar(path: str | os.PathLike, digest: str) -> None:
     """Record `digest` as the BLAKE3 of `path` (atomically)."""
     path = Path(path)
     _atomic_bytes(sidecar(path), f"{digest}  {path.name}\n".encode())
+
+
+def copy_verified(src: str | os.PathLike, dest: str | os.PathLike) -> str:
+    """Copy an artifact and its sidecar byte for byte (a replay's import) and return its BLAKE3: the
+    source verified, the copy hashed again, both renamed into place (the sidecar first) from
+    temporary files named as write() names them, so a killed copy leaves only what the next run of
+    its job removes (clean_temp_files)."""
+    digest = verify(src)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _mkstemp(dest)
+    try:
+        with open_regular(src) as fin, os.fdopen(fd, "wb") as fout:
+            shutil.copyfileobj(fin, fout, _CHUNK_BYTES)
+            fout.flush()
+            os.fsync(fout.fileno())
+        if hash_file(tmp) != digest:
+            raise ArtifactError(f"{src}: copy to {dest} changed its bytes")
+        _atomic_bytes(sidecar(dest), read_regular(sidecar(src)))
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(dest.parent)
+    return digest
 
 
 def record_hash(path: str | os.PathLike) -> str:

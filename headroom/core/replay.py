@@ -129,6 +129,41 @@ def code_conflicts(folder: Path, names: list[str]) -> list[str]:
     return [f"{a} and {b} were made by different code ({', '.join(m)})" for (a, b), m in pairs.items()]
 
 
+#: What a recorded artifact says it was measured for and in: (provenance reader, how it is named).
+IDENTITIES = {
+    "study": (lambda prov: (prov.get("wildcards") or {}).get("study"), "for study"),
+    "environment": (lambda prov: prov.get("environment"), "in environment"),
+}
+
+
+def identity_conflicts(folder: Path, names: list[str]) -> list[str]:
+    """Artifacts of `folder` recorded for another study, or in another environment (GPU model, driver,
+    versions), than the folder's other artifacts. One run records one study and one environment in
+    every artifact's provenance; an artifact recorded before the study layout names no study (that
+    is its identity too), and an artifact of a rule without a device names no environment."""
+    provs = {name: artifacts.read_provenance(folder / name) for name in names}
+    out = []
+    for key, (value_of, words) in IDENTITIES.items():
+        groups: dict[object, list[str]] = {}
+        for name, prov in provs.items():
+            value = value_of(prov)
+            if value is not None or key == "study":
+                groups.setdefault(value, []).append(name)
+        if len(groups) < 2:
+            continue
+        label = {
+            v: f"{words} {v!r}" if v is not None else "for no study (before results/<study>/)" for v in groups
+        }
+        major = max(groups, key=lambda v: len(groups[v]))
+        out += [
+            f"{', '.join(groups[v])} was recorded {label[v]}, {groups[major][0]} (and the folder's other "
+            f"artifacts) {label[major]}"
+            for v in groups
+            if v != major
+        ]
+    return out
+
+
 def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str]:
     """{name: BLAKE3} of a recorded folder's artifacts, each verified and of the kind its name says."""
     digests = {}
@@ -153,7 +188,8 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
     who = f"study {study!r}: " if study else ""
     names = recorded_names(folder)
     digests = _kinds_and_hashes(folder, names, who)
-    mixed = manifest_conflicts(folder, digests) + code_conflicts(folder, names)
+    mixed = manifest_conflicts(folder, digests) + identity_conflicts(folder, names)
+    mixed += code_conflicts(folder, names)
     for name in names:
         for inp, recorded in artifacts.read_provenance(folder / name).get("inputs", {}).items():
             source = _recorded_as(inp, folder, set(names))
@@ -199,14 +235,4 @@ def copy_project(dest: str | Path, src: str | Path = PROJECT_ROOT) -> Path:
 
 def import_artifact(recorded: str | Path, dest: str | Path) -> str:
     """Copy `recorded` (and its hash sidecar) to `dest`, byte for byte; fail on a hash mismatch."""
-    digest = artifacts.verify(recorded)
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copyfile(recorded, tmp)
-    if artifacts.hash_file(tmp) != digest:
-        tmp.unlink()
-        raise artifacts.ArtifactError(f"{recorded}: copy to {dest} changed its bytes")
-    shutil.copyfile(artifacts.sidecar(recorded), artifacts.sidecar(dest))
-    tmp.replace(dest)
-    return digest
+    return artifacts.copy_verified(recorded, dest)

@@ -219,3 +219,63 @@ def test_calibrate_reads_the_environment(tmp_path):
     text = (Path(__file__).resolve().parents[2] / "rules" / "measure.smk").read_text()
     calibrate = text.split("rule calibrate:")[1].split("\nrule ")[0]
     assert 'environment=f"{S}/environment.parquet"' in calibrate.split("output:")[0]
+
+
+def _hand_recorded(folder: Path, study: str, environment: str) -> Path:
+    """A recorded folder written by study `study` in environment `environment` (one portfolio run)."""
+    names = [f"{n}.parquet" for n in replay.MEASURED] + [
+        "portfolio/run-1.parquet",
+        "portfolio/run-1-samples.parquet",
+    ]
+    for name in names:
+        kind = artifacts.kind_of_name(folder / name)
+        env = {"environment": environment} if kind != "candidates" else {}  # candidates: no device
+        write_filled(folder / name, pd.DataFrame(), kind, None, wildcards={"study": study}, code={}, **env)
+    return folder
+
+
+def test_replay_refuses_a_calibration_of_another_study_naming_both_studies(tmp_path):
+    """A generation-1 calibration (recorded by study g1, without the environment edge) copied into a
+    generation-2 results folder: its recorded study is not the folder's."""
+    g1 = _hand_recorded(tmp_path / "results/g1", "g1", "e0")
+    g2 = _hand_recorded(tmp_path / "results/g2", "g2", "e0")
+    assert replay.check_recorded(g2)
+    copy_artifact(g1 / "calibration.parquet", g2 / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="mixes artifacts of different runs") as err:
+        replay.check_recorded(g2, study="replay-g2")
+    assert "calibration.parquet was recorded for study 'g1'" in str(err.value)
+    assert "study 'g2'" in str(err.value)
+
+
+def test_replay_refuses_an_environment_of_another_machine_naming_both_environments(tmp_path):
+    g1 = _hand_recorded(tmp_path / "a/results/same", "same", "e1")
+    g2 = _hand_recorded(tmp_path / "b/results/same", "same", "e2")
+    copy_artifact(g1 / "environment.parquet", g2 / "environment.parquet")
+    with pytest.raises(replay.ReplayError) as err:
+        replay.check_recorded(g2)
+    assert "environment.parquet was recorded in environment 'e1'" in str(err.value)
+    assert "environment 'e2'" in str(err.value)
+
+
+def test_readers_refuse_a_measured_artifact_of_another_run_in_a_replayed_folder(tmp_path, monkeypatch):
+    """After a replay, a generation-1 calibration (or one measured elsewhere) copied into the study
+    folder: the stage reading it and the catalog build refuse it, naming both identities."""
+    project = tmp_path / "proj"
+    folder = _hand_recorded(project / "results/replay-g2", "g2", "e0")
+    other = _hand_recorded(tmp_path / "old/results/g1", "g1", "e9")
+    assert all(identity.problems(p, project) == [] for p in catalog.discover(folder))
+    copy_artifact(other / "calibration.parquet", folder / "calibration.parquet")
+    found = " ".join(identity.problems(folder / "calibration.parquet", project))
+    assert (
+        "calibration.parquet: recorded for study 'g1', but its folder's environment.parquet for study 'g2'"
+        in found
+    )
+    assert "in environment 'e9'" in found and "in environment 'e0'" in found
+    monkeypatch.chdir(project)
+    job = fake_job("replay-g2", {"calibration": "results/replay-g2/calibration.parquet"})
+    with pytest.raises(SystemExit, match="for study 'g1'"):
+        stage.run_stage(job, lambda s: None)
+    with pytest.raises(identity.IdentityError, match="for study 'g1'"):
+        catalog.build(
+            catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
+        )
