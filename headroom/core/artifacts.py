@@ -339,6 +339,18 @@ def kind_of_name(path: str | os.PathLike) -> str:
     return path.stem
 
 
+def run_problem(path: str | os.PathLike, provenance: dict[str, Any]) -> str | None:
+    """Why a portfolio run's file holds another run (run-1.parquet copied over run-2.parquet: the same
+    kind, the run its rule recorded in `wildcards.run` another), or None."""
+    if kind_of_name(path) not in ("portfolio", "portfolio_samples"):
+        return None
+    named = Path(path).stem.split("-")[1]
+    recorded = (provenance.get("wildcards") or {}).get("run")
+    if recorded is None or str(recorded) == named:
+        return None
+    return f"holds portfolio run {recorded}, not the run {named} its name says"
+
+
 def temp_files(path: str | os.PathLike) -> list[Path]:
     """Temporary files of interrupted writes of `path` (and of its sidecar), as write() names them."""
     path = Path(path)

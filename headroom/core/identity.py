@@ -7,7 +7,7 @@ job's inputs, `headroom gate`, the catalog build, `headroom verify`) also checks
 identity from its provenance:
 
 - kind: the kind recorded in the file (`headroom.kind`) is the kind its name says
-  (`artifacts.kind_of_name`);
+  (`artifacts.kind_of_name`), and a portfolio run is the run its name says (`artifacts.run_problem`);
 - study: an artifact the pipeline derived (policies, decision, roofline, ...) was made for the study
   whose folder it lies in (`wildcards.study`); measured artifacts may come from another study (a
   replay imports them byte for byte), so they are held to their folder's environment.parquet
@@ -104,6 +104,9 @@ def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[s
             f"{path}: holds a {kind!r} artifact (rule {prov.get('rule')}), not the {expected!r} its "
             "name says; delete it and its sidecar and rerun the pipeline, which writes the right one"
         )
+    run = artifacts.run_problem(path, prov)
+    if run:
+        out.append(f"{path}: {run}; delete it and its sidecar and rerun the pipeline")
     study = folder_study(path, project_root)
     if study is None:
         return out

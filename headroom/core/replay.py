@@ -171,8 +171,11 @@ def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str
         try:
             digests[name] = artifacts.verify(folder / name)
             kind = artifacts.read_kind(folder / name)
+            run = artifacts.run_problem(name, artifacts.read_provenance(folder / name))
         except (artifacts.ArtifactError, OSError) as exc:
             raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
+        if run:
+            raise ReplayError(f"{who}replay folder {folder}: {name} {run}")
         if kind is not None and kind != artifacts.kind_of_name(name):
             raise ReplayError(
                 f"{who}replay folder {folder}: {name} holds a {kind!r} artifact, not the "

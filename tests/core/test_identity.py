@@ -230,7 +230,8 @@ def _hand_recorded(folder: Path, study: str, environment: str) -> Path:
     for name in names:
         kind = artifacts.kind_of_name(folder / name)
         env = {"environment": environment} if kind != "candidates" else {}  # candidates: no device
-        write_filled(folder / name, pd.DataFrame(), kind, None, wildcards={"study": study}, code={}, **env)
+        wildcards = {"study": study, **({"run": "1"} if "portfolio" in name else {})}
+        write_filled(folder / name, pd.DataFrame(), kind, None, wildcards=wildcards, code={}, **env)
     return folder
 
 
@@ -279,3 +280,39 @@ def test_readers_refuse_a_measured_artifact_of_another_run_in_a_replayed_folder(
         catalog.build(
             catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
         )
+
+
+# -- a portfolio run copied over another run: the same kind, another identity ----------------------
+def test_readers_and_replay_refuse_a_portfolio_run_copied_over_another(tmp_path):
+    project = tmp_path / "proj"
+    folder = project / "results/s"
+    for run in (1, 2):
+        write_filled(
+            folder / f"portfolio/run-{run}.parquet",
+            pd.DataFrame({"run": [run]}),
+            "portfolio",
+            None,
+            wildcards={"study": "s", "run": str(run)},
+        )
+    assert identity.problems(folder / "portfolio/run-2.parquet", project) == []
+    copy_artifact(folder / "portfolio/run-1.parquet", folder / "portfolio/run-2.parquet")
+    found = identity.problems(folder / "portfolio/run-2.parquet", project)
+    assert found and "run-2.parquet: holds portfolio run 1, not the run 2 its name says" in found[0]
+    recorded = _hand_recorded(tmp_path / "rec/results/g", "g", "e0")
+    write_filled(
+        recorded / "portfolio/run-2.parquet",
+        pd.DataFrame(),
+        "portfolio",
+        None,
+        wildcards={"study": "g", "run": "2"},
+    )
+    write_filled(
+        recorded / "portfolio/run-2-samples.parquet",
+        pd.DataFrame(),
+        "portfolio_samples",
+        None,
+        wildcards={"study": "g", "run": "2"},
+    )
+    copy_artifact(recorded / "portfolio/run-1-samples.parquet", recorded / "portfolio/run-2-samples.parquet")
+    with pytest.raises(replay.ReplayError, match="run-2-samples.parquet holds portfolio run 1"):
+        replay.check_recorded(recorded)
