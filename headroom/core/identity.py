@@ -39,13 +39,18 @@ class IdentityError(artifacts.ArtifactError):
 
 
 def folder_study(path: str | os.PathLike, project_root: str | os.PathLike) -> str | None:
-    """The study folder an artifact lies in (results/<study>/...), None outside one."""
-    results = Path(project_root).resolve() / "results"
-    path = Path(path).parent.resolve() / Path(path).name  # a symlink is where it lies, not its target
-    if not path.is_relative_to(results):
-        return None
-    rel = path.relative_to(results).parts
-    return rel[0] if len(rel) > 1 else None
+    """The study folder an artifact lies in (results/<study>/...), None outside one. Where it lies,
+    not where links lead: results/c linked to results/b is study c's folder (a results folder that
+    is itself a link, to a data disk, is matched by its target too)."""
+    results = Path(project_root) / "results"
+    for base, here in (
+        (Path(os.path.abspath(results)), Path(os.path.abspath(path))),
+        (results.resolve(), Path(path).parent.resolve() / Path(path).name),
+    ):
+        if here.is_relative_to(base):
+            rel = here.relative_to(base).parts
+            return rel[0] if len(rel) > 1 else None
+    return None
 
 
 def _lineage_problems(path: Path, prov: dict[str, Any], root: Path, study: str) -> list[str]:

@@ -316,3 +316,16 @@ def test_readers_and_replay_refuse_a_portfolio_run_copied_over_another(tmp_path)
     copy_artifact(recorded / "portfolio/run-1-samples.parquet", recorded / "portfolio/run-2-samples.parquet")
     with pytest.raises(replay.ReplayError, match="run-2-samples.parquet holds portfolio run 1"):
         replay.check_recorded(recorded)
+
+
+def test_a_study_folder_linked_to_another_studys_is_not_that_study(project):
+    """results/c -> results/b: the decision read through c is b's; a folder is where it lies."""
+    (project / "results/c").symlink_to(project / "results/b")
+    found = identity.problems(project / "results/c/decision.parquet", project)
+    assert any("study 'b' inside study 'c'" in line for line in found), found
+    assert identity.problems(project / "results/b/decision.parquet", project) == []
+    linked = project.parent / "elsewhere"  # a results folder on a data disk, linked in: still fine
+    (project / "results").rename(linked)
+    (project / "results").symlink_to(linked)
+    assert identity.problems(project / "results/a/decision.parquet", project) == []
+    assert identity.problems(linked / "a/decision.parquet", project) == []
