@@ -39,6 +39,7 @@ try:
         for _study in STUDIES.values():
             if _study.get("replay"):
                 hreplay.check_recorded(_study["replay"], study=_study["name"])
+                hreplay.check_imported(_study["replay"], f"{R}/{_study['name']}", study=_study["name"])
         os.environ[hconfig.DEVICES_ENV] = hconfig.devices_env(STUDIES)
     MEASURED_STUDIES = [n for n, s in STUDIES.items() if not s.get("replay")]
     REPLAY_STUDIES = [n for n, s in STUDIES.items() if s.get("replay")]

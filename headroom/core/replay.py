@@ -209,6 +209,31 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
     return names
 
 
+def check_imported(folder: str | Path, study_dir: str | Path, *, study: str = "") -> None:
+    """The artifacts a replay already imported into `study_dir` (results/<study>/) are the recorded
+    folder's, byte for byte: one copied in from another run (a generation-1 calibration in a
+    generation-2 replay) is refused before the plan rebuilds anything from it, naming it and both
+    BLAKE3s. Compared by their sidecars (a file that no longer matches its own fails its read)."""
+    folder, study_dir = Path(folder), Path(study_dir)
+    wrong = []
+    for name in recorded_names(folder):
+        here = study_dir / name
+        if not artifacts.sidecar(here).is_file():
+            continue  # not imported yet (or deleted): the replay rule imports it
+        try:
+            mine, recorded = artifacts.recorded_hash(here), artifacts.recorded_hash(folder / name)
+        except artifacts.ArtifactError as exc:
+            raise ReplayError(f"study {study!r}: {exc}") from None
+        if mine != recorded:
+            wrong.append(f"{here} has BLAKE3 {mine[:16]}, the recorded {folder / name} {recorded[:16]}")
+    if wrong:
+        raise ReplayError(
+            f"study {study!r} replays {folder}, but its folder holds artifacts of another run: "
+            + "; ".join(wrong)
+            + ". Delete them (and their sidecars) and rerun: the replay imports the recorded ones"
+        )
+
+
 #: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
 NOT_COPIED = {
     "results",

@@ -329,3 +329,45 @@ def test_a_study_folder_linked_to_another_studys_is_not_that_study(project):
     (project / "results").symlink_to(linked)
     assert identity.problems(project / "results/a/decision.parquet", project) == []
     assert identity.problems(linked / "a/decision.parquet", project) == []
+
+
+# -- item 4 after a replay: an artifact of another run copied over an imported one ----------------
+def _imported(recorded: Path, study_dir: Path) -> None:
+    """What the replay rule leaves: every recorded artifact copied byte for byte."""
+    for name in replay.recorded_names(recorded):
+        (study_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        copy_artifact(recorded / name, study_dir / name)
+
+
+def test_a_replayed_folder_holding_another_runs_calibration_is_refused_naming_both_hashes(tmp_path):
+    recorded = _hand_recorded(tmp_path / "rec", "g2", "e0")
+    other = _hand_recorded(tmp_path / "old", "g1", "e0")
+    study_dir = tmp_path / "results/replay-rec"
+    replay.check_imported(recorded, study_dir)  # nothing imported yet: the replay imports it all
+    _imported(recorded, study_dir)
+    replay.check_imported(recorded, study_dir, study="replay-rec")
+    copy_artifact(other / "calibration.parquet", study_dir / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="holds artifacts of another run") as err:
+        replay.check_imported(recorded, study_dir, study="replay-rec")
+    mine, theirs = (artifacts.recorded_hash(f / "calibration.parquet") for f in (study_dir, recorded))
+    assert f"{study_dir / 'calibration.parquet'} has BLAKE3 {mine[:16]}" in str(err.value)
+    assert f"the recorded {recorded / 'calibration.parquet'} {theirs[:16]}" in str(err.value)
+
+
+def test_the_plan_refuses_a_generation1_calibration_in_a_generation2_replay(tmp_path):
+    """The gen-1 reference calibration copied into a replayed gen-2 study: its provenance names no
+    study or environment (recorded before either), so the plan compares it with the recorded one."""
+    from tests.pipeline import copy_project, snakemake
+
+    project = copy_project(tmp_path / "p")
+    study_dir = project / "results/replay-h200-default-gen2"
+    _imported(REFERENCE / "default-gen2", study_dir)
+    copy_artifact(REFERENCE / "default/calibration.parquet", study_dir / "calibration.parquet")
+    before = (study_dir / "calibration.parquet").read_bytes()
+    proc = snakemake(
+        project, "-n", "--config", "studies=[replay-h200-default-gen2]", check=False, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "holds artifacts of another run" in out, out[-2000:]
+    assert "replay-h200-default-gen2/calibration.parquet has BLAKE3" in out
+    assert (study_dir / "calibration.parquet").read_bytes() == before
