@@ -16,6 +16,7 @@ from headroom.core import artifacts as hartifacts
 from headroom.core import config as hconfig
 from headroom.core import replay as hreplay
 from headroom.core import sources
+from headroom.trace import source as htsource
 
 hconfig.make_importable(workflow.basedir)
 R = "results"
@@ -26,13 +27,19 @@ try:
         # A job on a cluster node re-reads this file: take the planning process's devices (passed
         # in the environment, which sbatch exports) instead of looking at this node's hardware.
         _recorded = json.loads(os.environ.get(hconfig.DEVICES_ENV, "{}"))
-        STUDIES = hconfig.plan_studies(config, workflow.config_settings.config, recorded_devices=_recorded)
+        STUDIES = hconfig.plan_studies(
+            config,
+            workflow.config_settings.config,
+            recorded_devices=_recorded,
+            check_source=htsource.check,
+        )
     else:
         hconfig.check_results_dir(R)
-        STUDIES = hconfig.plan_studies(config, workflow.config_settings.config)
+        STUDIES = hconfig.plan_studies(config, workflow.config_settings.config, check_source=htsource.check)
         for _study in STUDIES.values():
             if _study.get("replay"):
                 hreplay.check_recorded(_study["replay"], study=_study["name"])
+                hreplay.check_imported(_study["replay"], f"{R}/{_study['name']}", study=_study["name"])
         os.environ[hconfig.DEVICES_ENV] = hconfig.devices_env(STUDIES)
     MEASURED_STUDIES = [n for n, s in STUDIES.items() if not s.get("replay")]
     REPLAY_STUDIES = [n for n, s in STUDIES.items() if s.get("replay")]
@@ -146,7 +153,7 @@ from headroom.trace.invocations import resolve_source
 
 def trace_source(wildcards):
     """The request log is an input (its BLAKE3 lands in the provenance); the synthetic source has
-    none. The plan has checked it (headroom.core.config.check_trace_source)."""
+    none. The plan has checked it (headroom.trace.source.check, passed to plan_studies)."""
     source = resolve_source(STUDIES[wildcards.study]["trace"].get("source", "synthetic"))
     return [str(source)] if source else []
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -214,6 +215,31 @@ def write_sidecar(path: str | os.PathLike, digest: str) -> None:
     _atomic_bytes(sidecar(path), f"{digest}  {path.name}\n".encode())
 
 
+def copy_verified(src: str | os.PathLike, dest: str | os.PathLike) -> str:
+    """Copy an artifact and its sidecar byte for byte (a replay's import) and return its BLAKE3: the
+    source verified, the copy hashed again, both renamed into place (the sidecar first) from
+    temporary files named as write() names them, so a killed copy leaves only what the next run of
+    its job removes (clean_temp_files)."""
+    digest = verify(src)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _mkstemp(dest)
+    try:
+        with open_regular(src) as fin, os.fdopen(fd, "wb") as fout:
+            shutil.copyfileobj(fin, fout, _CHUNK_BYTES)
+            fout.flush()
+            os.fsync(fout.fileno())
+        if hash_file(tmp) != digest:
+            raise ArtifactError(f"{src}: copy to {dest} changed its bytes")
+        _atomic_bytes(sidecar(dest), read_regular(sidecar(src)))
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(dest.parent)
+    return digest
+
+
 def record_hash(path: str | os.PathLike) -> str:
     """Record the BLAKE3 of a file written elsewhere (a report page, a figure) in its sidecar."""
     digest = hash_file(path)
@@ -311,6 +337,18 @@ def kind_of_name(path: str | os.PathLike) -> str:
     if path.parent.name == "portfolio" and _RUN.fullmatch(path.stem):
         return "portfolio"
     return path.stem
+
+
+def run_problem(path: str | os.PathLike, provenance: dict[str, Any]) -> str | None:
+    """Why a portfolio run's file holds another run (run-1.parquet copied over run-2.parquet: the same
+    kind, the run its rule recorded in `wildcards.run` another), or None."""
+    if kind_of_name(path) not in ("portfolio", "portfolio_samples"):
+        return None
+    named = Path(path).stem.split("-")[1]
+    recorded = (provenance.get("wildcards") or {}).get("run")
+    if recorded is None or str(recorded) == named:
+        return None
+    return f"holds portfolio run {recorded}, not the run {named} its name says"
 
 
 def temp_files(path: str | os.PathLike) -> list[Path]:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy,
 STUDIES_DIR = PROJECT_ROOT / "config" / "studies"
 REFERENCE_DIR = PROJECT_ROOT / "data" / "reference"
 #: A study name is a folder name under results/ and a wildcard value: no slashes, no dots first.
-STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+#: Matched against the whole name (`fullmatch`: `$` would let a trailing newline through).
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 #: Keys that describe the run (which studies, which GPUs of this host), not one study.
 RUN_KEYS = ("studies", "local_gpus")
 #: Set by the planning process for the jobs it submits (a cluster job re-reads the workflow on its
@@ -41,6 +43,11 @@ SUPPORTED_HEAD_DIMS = (32, 64, 128)
 #: support it), and the CUDA kernels are written for 16-bit inputs.
 DEVICE_DTYPES = {"interpret": ("float16", "float32"), "cuda": ("float16", "bfloat16")}
 MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
+
+
+#: How a study's request log is checked at plan time: its `trace:` section in, ValueError out.
+#: The trace floor's `headroom.trace.source.check`, passed in by the plan (rules/common.smk).
+SourceCheck = Callable[[dict[str, Any]], object]
 
 
 class ConfigError(ValueError):
@@ -245,9 +252,12 @@ def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
         )
 
 
-def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> dict[str, Any]:
+def resolve(
+    config: dict[str, Any], *, cuda_available: bool | None = None, check_source: SourceCheck | None = None
+) -> dict[str, Any]:
     """Validate `config` and return the study: device resolved, smoke overlay applied for the
-    interpreter, and checked again (schema and semantics) after the overlay.
+    interpreter, and checked again (schema and semantics) after the overlay. `check_source`: the
+    request-log check the plan passes in (`check_trace_source`).
 
     `replay` studies keep the configured (GPU) settings: their measurements were made elsewhere."""
     validate_schema(config)
@@ -275,37 +285,30 @@ def resolve(config: dict[str, Any], *, cuda_available: bool | None = None) -> di
         with _named_in(overlay):
             validate_schema(study)
             check_semantics({**study, "device": device})
-            check_trace_source(study)
+            check_trace_source(study, check_source)
         if config["trace"]["source"] != study["trace"]["source"]:
-            check_trace_source(config)
+            check_trace_source(config, check_source)
     study["device"] = device
     if device == "cuda":
         check_semantics(study)
-        check_trace_source(study)
+        check_trace_source(study, check_source)
     return study
 
 
-def check_trace_source(study: dict[str, Any], base_dir: str | os.PathLike = ".") -> Path | None:
-    """The study's request log (None: synthetic), checked where the plan runs, before any job: a
-    missing file, a directory, a FIFO or device, an unreadable or empty file, a name that is not
-    .csv/.parquet or a header without the mapped columns is refused here, so Snakemake never
-    deletes the old trace for a job that cannot run. Relative paths: from base_dir (the project
-    root, where Snakemake and the trace job run). A log outside the project is allowed (logs
-    live on data disks); its BLAKE3 is recorded in the trace's provenance."""
-    from headroom.trace import invocations, requests
-
-    if study["trace"]["source"] == "synthetic":
-        return None  # (an installed wheel validates such a study without the default config)
+def check_trace_source(study: dict[str, Any], check: SourceCheck | None) -> None:
+    """The study's request log checked by `check`, the trace floor's `headroom.trace.source.check`
+    that the plan passes in (rules/common.smk: core imports nothing above itself), before any job;
+    its ValueError becomes a ConfigError naming `trace.source`. None: not checked (a caller that
+    builds no trace); the synthetic source needs no check."""
+    if check is None or study["trace"]["source"] == "synthetic":
+        return
     try:
-        cfg = invocations.settings(study["trace"])
-        path = invocations.resolve_source(cfg["source"], base_dir)
-        requests.check_log(path, cfg["columns"])
+        check(study["trace"])
     except ValueError as exc:
         msg = str(exc)
         raise ConfigError(
             msg if msg.startswith("config key") else f"config key 'trace.source': {msg}"
         ) from None
-    return path
 
 
 _KEY_IN_MESSAGE = re.compile(r"config key '([^']+)'")
@@ -357,7 +360,7 @@ def study_names(config: dict[str, Any]) -> list[str]:
     study `--config replay=DIR` names. Duplicates and names that cannot be folders are refused."""
     if config.get("replay"):
         name = replay_study_name(config["replay"])
-        if not STUDY_NAME.match(name):
+        if not STUDY_NAME.fullmatch(name):
             raise ConfigError(
                 f"config key 'replay': {config['replay']!r} would replay as study {name!r}, but a study name "
                 "must be letters, digits, '-' or '_' (it names the folder results/<study>/); copy or rename "
@@ -369,7 +372,7 @@ def study_names(config: dict[str, Any]) -> list[str]:
         raise ConfigError(f"config key 'studies': expected a list of study names, got {names!r}")
     seen = set()
     for name in names:
-        if not STUDY_NAME.match(name):
+        if not STUDY_NAME.fullmatch(name):
             raise ConfigError(
                 f"config key 'studies': study name {name!r} must be letters, digits, '-' or '_' "
                 "(it names the folder results/<study>/)"
@@ -454,9 +457,11 @@ def plan_studies(
     cuda_available: bool | None = None,
     recorded_devices: dict[str, str] | None = None,
     results: str | os.PathLike = "results",
+    check_source: SourceCheck | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every study of the run, resolved once: {name: study}. `recorded_devices` (the planning
-    process's resolution, read back by a cluster job) wins over looking at this machine."""
+    process's resolution, read back by a cluster job) wins over looking at this machine;
+    `check_source` checks each measured study's request log (`check_trace_source`)."""
     studies = {}
     for name in study_names(config):
         try:
@@ -464,7 +469,7 @@ def plan_studies(
             if recorded_devices and name in recorded_devices and raw.get("device") == "auto":
                 device = recorded_devices[name]
                 raw = {**raw, "device": device if device != "replay" else "auto"}
-            study = resolve(raw, cuda_available=cuda_available)
+            study = resolve(raw, cuda_available=cuda_available, check_source=check_source)
         except ConfigError as exc:
             msg = str(exc)
             raise ConfigError(

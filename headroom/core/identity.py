@@ -7,10 +7,12 @@ job's inputs, `headroom gate`, the catalog build, `headroom verify`) also checks
 identity from its provenance:
 
 - kind: the kind recorded in the file (`headroom.kind`) is the kind its name says
-  (`artifacts.kind_of_name`);
+  (`artifacts.kind_of_name`), and a portfolio run is the run its name says (`artifacts.run_problem`);
 - study: an artifact the pipeline derived (policies, decision, roofline, ...) was made for the study
   whose folder it lies in (`wildcards.study`); measured artifacts may come from another study (a
-  replay imports them byte for byte) and are held to their lineage instead;
+  replay imports them byte for byte), so they are held to their folder's environment.parquet
+  instead: recorded for the same study, in the same environment (`replay.IDENTITIES`), and to their
+  lineage;
 - lineage: every input it recorded that is an artifact of its study folder still has the BLAKE3
   recorded then, so an artifact made from another run's files is refused (the calibration records
   the environment it was measured in, so a calibration of another run is refused too).
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from headroom.core import artifacts
-from headroom.core.replay import MEASURED, lineage_input
+from headroom.core.replay import IDENTITIES, MEASURED, lineage_input
 
 #: Kinds measured on a device (or imported by a replay): their study is the one that measured them.
 MEASURED_KINDS = frozenset(MEASURED) | {"portfolio", "portfolio_samples"}
@@ -37,13 +39,18 @@ class IdentityError(artifacts.ArtifactError):
 
 
 def folder_study(path: str | os.PathLike, project_root: str | os.PathLike) -> str | None:
-    """The study folder an artifact lies in (results/<study>/...), None outside one."""
-    results = Path(project_root).resolve() / "results"
-    path = Path(path).parent.resolve() / Path(path).name  # a symlink is where it lies, not its target
-    if not path.is_relative_to(results):
-        return None
-    rel = path.relative_to(results).parts
-    return rel[0] if len(rel) > 1 else None
+    """The study folder an artifact lies in (results/<study>/...), None outside one. Where it lies,
+    not where links lead: results/c linked to results/b is study c's folder (a results folder that
+    is itself a link, to a data disk, is matched by its target too)."""
+    results = Path(project_root) / "results"
+    for base, here in (
+        (Path(os.path.abspath(results)), Path(os.path.abspath(path))),
+        (results.resolve(), Path(path).parent.resolve() / Path(path).name),
+    ):
+        if here.is_relative_to(base):
+            rel = here.relative_to(base).parts
+            return rel[0] if len(rel) > 1 else None
+    return None
 
 
 def _lineage_problems(path: Path, prov: dict[str, Any], root: Path, study: str) -> list[str]:
@@ -66,6 +73,27 @@ def _lineage_problems(path: Path, prov: dict[str, Any], root: Path, study: str) 
     return out
 
 
+def _measured_problems(path: Path, prov: dict[str, Any], root: Path, study: str) -> list[str]:
+    """A measured artifact recorded for another study or in another environment than its folder's
+    environment.parquet (a generation-1 calibration copied into a generation-2 replay, say)."""
+    env = root.resolve() / "results" / study / "environment.parquet"
+    if path.resolve() == env or not env.is_file():
+        return []
+    try:
+        env_prov = artifacts.read_provenance(env)
+    except artifacts.ArtifactError:
+        return []  # the environment's own check names it
+    out = []
+    for key, (value_of, words) in IDENTITIES.items():
+        mine, theirs = value_of(prov), value_of(env_prov)
+        if mine != theirs and (key == "study" or None not in (mine, theirs)):
+            out.append(
+                f"{path}: recorded {words} {mine!r}, but its folder's {env.name} {words} {theirs!r}: it "
+                "belongs to another run; delete it and its sidecar and rerun (or replay the folder again)"
+            )
+    return out
+
+
 def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[str]:
     """Every way the artifact at `path` is not what its name and folder say (see the module doc)."""
     path = Path(path)
@@ -81,6 +109,9 @@ def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[s
             f"{path}: holds a {kind!r} artifact (rule {prov.get('rule')}), not the {expected!r} its "
             "name says; delete it and its sidecar and rerun the pipeline, which writes the right one"
         )
+    run = artifacts.run_problem(path, prov)
+    if run:
+        out.append(f"{path}: {run}; delete it and its sidecar and rerun the pipeline")
     study = folder_study(path, project_root)
     if study is None:
         return out
@@ -90,6 +121,8 @@ def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[s
             f"{path}: an artifact of study {recorded!r} inside study {study!r}'s folder; delete it and "
             "its sidecar and rerun the pipeline, which makes this study's own"
         )
+    if (kind or expected) in MEASURED_KINDS:
+        out += _measured_problems(path, prov, Path(project_root), study)
     return out + _lineage_problems(path, prov, Path(project_root), study)
 
 

@@ -129,6 +129,41 @@ def code_conflicts(folder: Path, names: list[str]) -> list[str]:
     return [f"{a} and {b} were made by different code ({', '.join(m)})" for (a, b), m in pairs.items()]
 
 
+#: What a recorded artifact says it was measured for and in: (provenance reader, how it is named).
+IDENTITIES = {
+    "study": (lambda prov: (prov.get("wildcards") or {}).get("study"), "for study"),
+    "environment": (lambda prov: prov.get("environment"), "in environment"),
+}
+
+
+def identity_conflicts(folder: Path, names: list[str]) -> list[str]:
+    """Artifacts of `folder` recorded for another study, or in another environment (GPU model, driver,
+    versions), than the folder's other artifacts. One run records one study and one environment in
+    every artifact's provenance; an artifact recorded before the study layout names no study (that
+    is its identity too), and an artifact of a rule without a device names no environment."""
+    provs = {name: artifacts.read_provenance(folder / name) for name in names}
+    out = []
+    for key, (value_of, words) in IDENTITIES.items():
+        groups: dict[object, list[str]] = {}
+        for name, prov in provs.items():
+            value = value_of(prov)
+            if value is not None or key == "study":
+                groups.setdefault(value, []).append(name)
+        if len(groups) < 2:
+            continue
+        label = {
+            v: f"{words} {v!r}" if v is not None else "for no study (before results/<study>/)" for v in groups
+        }
+        major = max(groups, key=lambda v: len(groups[v]))
+        out += [
+            f"{', '.join(groups[v])} was recorded {label[v]}, {groups[major][0]} (and the folder's other "
+            f"artifacts) {label[major]}"
+            for v in groups
+            if v != major
+        ]
+    return out
+
+
 def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str]:
     """{name: BLAKE3} of a recorded folder's artifacts, each verified and of the kind its name says."""
     digests = {}
@@ -136,8 +171,11 @@ def _kinds_and_hashes(folder: Path, names: list[str], who: str) -> dict[str, str
         try:
             digests[name] = artifacts.verify(folder / name)
             kind = artifacts.read_kind(folder / name)
+            run = artifacts.run_problem(name, artifacts.read_provenance(folder / name))
         except (artifacts.ArtifactError, OSError) as exc:
             raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
+        if run:
+            raise ReplayError(f"{who}replay folder {folder}: {name} {run}")
         if kind is not None and kind != artifacts.kind_of_name(name):
             raise ReplayError(
                 f"{who}replay folder {folder}: {name} holds a {kind!r} artifact, not the "
@@ -153,7 +191,8 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
     who = f"study {study!r}: " if study else ""
     names = recorded_names(folder)
     digests = _kinds_and_hashes(folder, names, who)
-    mixed = manifest_conflicts(folder, digests) + code_conflicts(folder, names)
+    mixed = manifest_conflicts(folder, digests) + identity_conflicts(folder, names)
+    mixed += code_conflicts(folder, names)
     for name in names:
         for inp, recorded in artifacts.read_provenance(folder / name).get("inputs", {}).items():
             source = _recorded_as(inp, folder, set(names))
@@ -168,6 +207,31 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
             + ". Replay a folder recorded by one study (tools/import_reference.py writes one)."
         )
     return names
+
+
+def check_imported(folder: str | Path, study_dir: str | Path, *, study: str = "") -> None:
+    """The artifacts a replay already imported into `study_dir` (results/<study>/) are the recorded
+    folder's, byte for byte: one copied in from another run (a generation-1 calibration in a
+    generation-2 replay) is refused before the plan rebuilds anything from it, naming it and both
+    BLAKE3s. Compared by their sidecars (a file that no longer matches its own fails its read)."""
+    folder, study_dir = Path(folder), Path(study_dir)
+    wrong = []
+    for name in recorded_names(folder):
+        here = study_dir / name
+        if not artifacts.sidecar(here).is_file():
+            continue  # not imported yet (or deleted): the replay rule imports it
+        try:
+            mine, recorded = artifacts.recorded_hash(here), artifacts.recorded_hash(folder / name)
+        except artifacts.ArtifactError as exc:
+            raise ReplayError(f"study {study!r}: {exc}") from None
+        if mine != recorded:
+            wrong.append(f"{here} has BLAKE3 {mine[:16]}, the recorded {folder / name} {recorded[:16]}")
+    if wrong:
+        raise ReplayError(
+            f"study {study!r} replays {folder}, but its folder holds artifacts of another run: "
+            + "; ".join(wrong)
+            + ". Delete them (and their sidecars) and rerun: the replay imports the recorded ones"
+        )
 
 
 #: What a private copy of the project leaves out: outputs, caches, VCS and wheelhouse folders.
@@ -199,14 +263,4 @@ def copy_project(dest: str | Path, src: str | Path = PROJECT_ROOT) -> Path:
 
 def import_artifact(recorded: str | Path, dest: str | Path) -> str:
     """Copy `recorded` (and its hash sidecar) to `dest`, byte for byte; fail on a hash mismatch."""
-    digest = artifacts.verify(recorded)
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copyfile(recorded, tmp)
-    if artifacts.hash_file(tmp) != digest:
-        tmp.unlink()
-        raise artifacts.ArtifactError(f"{recorded}: copy to {dest} changed its bytes")
-    shutil.copyfile(artifacts.sidecar(recorded), artifacts.sidecar(dest))
-    tmp.replace(dest)
-    return digest
+    return artifacts.copy_verified(recorded, dest)

@@ -367,12 +367,15 @@ def add_parser(sub: Any) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from headroom.core import cli
     from headroom.core import config as hconfig
+    from headroom.trace import source as htsource
 
     try:
         config = hconfig.load(PROJECT_ROOT / "config" / "config.yaml")
         names = args.studies or ([args.study] if getattr(args, "study", None) else config["studies"])
         model = fit(references(Path(args.references)))
-        studies = hconfig.plan_studies({**config, "studies": list(names)}, cuda_available=True)
+        studies = hconfig.plan_studies(
+            {**config, "studies": list(names)}, cuda_available=True, check_source=htsource.check
+        )
         texts = [plan_text(plan_study(name, study, model)) for name, study in studies.items()]
         if args.validate:
             texts += [plan_text(reference_plan(ref, model)) for ref in model.refs]

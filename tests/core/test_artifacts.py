@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -223,3 +224,33 @@ def test_a_non_parquet_decision_is_one_line(study):
         proc = _cli(args, study)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1 and "Traceback" not in out and "not a readable Parquet artifact" in out
+
+
+def test_an_interrupted_replay_import_leaves_no_temporary_the_next_run_cannot_find(tmp_path, monkeypatch):
+    """A replay's import killed before its rename: whatever it left is a temporary file of the
+    output's (artifacts.temp_files), which the job's next run removes; an exception removes it."""
+    from headroom.core import replay
+
+    src = tmp_path / "rec" / "trace.parquet"
+    digest = artifacts.write(_frame(seed=1), src, kind="k", provenance=PROV)
+    dest = tmp_path / "results" / "s" / "trace.parquet"
+    real = os.replace
+
+    def killed(a, b):
+        if Path(b) == dest:
+            left.update(p for p in dest.parent.iterdir() if p.name.endswith(".tmp"))
+            found.update(artifacts.temp_files(dest))
+            raise KeyboardInterrupt
+        return real(a, b)
+
+    left: set[Path] = set()
+    found: set[Path] = set()
+    monkeypatch.setattr(os, "replace", killed)
+    monkeypatch.setattr(Path, "replace", lambda self, target: killed(self, target))
+    with pytest.raises(KeyboardInterrupt):
+        replay.import_artifact(src, dest)
+    assert left and left <= found  # what the job's next run removes
+    assert not any(p.exists() for p in left) and not dest.exists()
+    monkeypatch.undo()
+    assert replay.import_artifact(src, dest) == digest == artifacts.verify(dest)
+    assert artifacts.sidecar(dest).read_bytes() == artifacts.sidecar(src).read_bytes()

@@ -235,12 +235,19 @@ def test_snakemake_takes_a_nested_numeric_config_value(tmp_path):
     assert proc.returncode != 0 and "max_gap_to_oracle_pct" in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("name", ["wé ird;$(touch PWNED)", "a.b", "sp ace"])
+@pytest.mark.parametrize("name", ["wé ird;$(touch PWNED)", "a.b", "sp ace", "newline\n"])
 def test_a_replay_folder_whose_name_is_no_study_name_is_refused(tmp_path, name):
     folder = tmp_path / name
     folder.mkdir()
     with pytest.raises(hconfig.ConfigError, match=r"config key 'replay'.*study name"):
         hconfig.study_names({"replay": str(folder)})
+
+
+@pytest.mark.parametrize("name", ["default\n", "a\nb", "ok\r"])
+def test_a_study_name_with_a_line_break_is_refused(name):
+    """The rule is matched against the whole name: a trailing newline is no study name either."""
+    with pytest.raises(hconfig.ConfigError, match=r"config key 'studies'.*must be letters"):
+        hconfig.study_names({"studies": [name]})
 
 
 def test_snakemake_refuses_a_replay_folder_named_against_the_rule_and_leaves_results_untouched(tmp_path):

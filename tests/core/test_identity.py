@@ -219,3 +219,155 @@ def test_calibrate_reads_the_environment(tmp_path):
     text = (Path(__file__).resolve().parents[2] / "rules" / "measure.smk").read_text()
     calibrate = text.split("rule calibrate:")[1].split("\nrule ")[0]
     assert 'environment=f"{S}/environment.parquet"' in calibrate.split("output:")[0]
+
+
+def _hand_recorded(folder: Path, study: str, environment: str) -> Path:
+    """A recorded folder written by study `study` in environment `environment` (one portfolio run)."""
+    names = [f"{n}.parquet" for n in replay.MEASURED] + [
+        "portfolio/run-1.parquet",
+        "portfolio/run-1-samples.parquet",
+    ]
+    for name in names:
+        kind = artifacts.kind_of_name(folder / name)
+        env = {"environment": environment} if kind != "candidates" else {}  # candidates: no device
+        wildcards = {"study": study, **({"run": "1"} if "portfolio" in name else {})}
+        write_filled(folder / name, pd.DataFrame(), kind, None, wildcards=wildcards, code={}, **env)
+    return folder
+
+
+def test_replay_refuses_a_calibration_of_another_study_naming_both_studies(tmp_path):
+    """A generation-1 calibration (recorded by study g1, without the environment edge) copied into a
+    generation-2 results folder: its recorded study is not the folder's."""
+    g1 = _hand_recorded(tmp_path / "results/g1", "g1", "e0")
+    g2 = _hand_recorded(tmp_path / "results/g2", "g2", "e0")
+    assert replay.check_recorded(g2)
+    copy_artifact(g1 / "calibration.parquet", g2 / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="mixes artifacts of different runs") as err:
+        replay.check_recorded(g2, study="replay-g2")
+    assert "calibration.parquet was recorded for study 'g1'" in str(err.value)
+    assert "study 'g2'" in str(err.value)
+
+
+def test_replay_refuses_an_environment_of_another_machine_naming_both_environments(tmp_path):
+    g1 = _hand_recorded(tmp_path / "a/results/same", "same", "e1")
+    g2 = _hand_recorded(tmp_path / "b/results/same", "same", "e2")
+    copy_artifact(g1 / "environment.parquet", g2 / "environment.parquet")
+    with pytest.raises(replay.ReplayError) as err:
+        replay.check_recorded(g2)
+    assert "environment.parquet was recorded in environment 'e1'" in str(err.value)
+    assert "environment 'e2'" in str(err.value)
+
+
+def test_readers_refuse_a_measured_artifact_of_another_run_in_a_replayed_folder(tmp_path, monkeypatch):
+    """After a replay, a generation-1 calibration (or one measured elsewhere) copied into the study
+    folder: the stage reading it and the catalog build refuse it, naming both identities."""
+    project = tmp_path / "proj"
+    folder = _hand_recorded(project / "results/replay-g2", "g2", "e0")
+    other = _hand_recorded(tmp_path / "old/results/g1", "g1", "e9")
+    assert all(identity.problems(p, project) == [] for p in catalog.discover(folder))
+    copy_artifact(other / "calibration.parquet", folder / "calibration.parquet")
+    found = " ".join(identity.problems(folder / "calibration.parquet", project))
+    assert (
+        "calibration.parquet: recorded for study 'g1', but its folder's environment.parquet for study 'g2'"
+        in found
+    )
+    assert "in environment 'e9'" in found and "in environment 'e0'" in found
+    monkeypatch.chdir(project)
+    job = fake_job("replay-g2", {"calibration": "results/replay-g2/calibration.parquet"})
+    with pytest.raises(SystemExit, match="for study 'g1'"):
+        stage.run_stage(job, lambda s: None)
+    with pytest.raises(identity.IdentityError, match="for study 'g1'"):
+        catalog.build(
+            catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
+        )
+
+
+# -- a portfolio run copied over another run: the same kind, another identity ----------------------
+def test_readers_and_replay_refuse_a_portfolio_run_copied_over_another(tmp_path):
+    project = tmp_path / "proj"
+    folder = project / "results/s"
+    for run in (1, 2):
+        write_filled(
+            folder / f"portfolio/run-{run}.parquet",
+            pd.DataFrame({"run": [run]}),
+            "portfolio",
+            None,
+            wildcards={"study": "s", "run": str(run)},
+        )
+    assert identity.problems(folder / "portfolio/run-2.parquet", project) == []
+    copy_artifact(folder / "portfolio/run-1.parquet", folder / "portfolio/run-2.parquet")
+    found = identity.problems(folder / "portfolio/run-2.parquet", project)
+    assert found and "run-2.parquet: holds portfolio run 1, not the run 2 its name says" in found[0]
+    recorded = _hand_recorded(tmp_path / "rec/results/g", "g", "e0")
+    write_filled(
+        recorded / "portfolio/run-2.parquet",
+        pd.DataFrame(),
+        "portfolio",
+        None,
+        wildcards={"study": "g", "run": "2"},
+    )
+    write_filled(
+        recorded / "portfolio/run-2-samples.parquet",
+        pd.DataFrame(),
+        "portfolio_samples",
+        None,
+        wildcards={"study": "g", "run": "2"},
+    )
+    copy_artifact(recorded / "portfolio/run-1-samples.parquet", recorded / "portfolio/run-2-samples.parquet")
+    with pytest.raises(replay.ReplayError, match="run-2-samples.parquet holds portfolio run 1"):
+        replay.check_recorded(recorded)
+
+
+def test_a_study_folder_linked_to_another_studys_is_not_that_study(project):
+    """results/c -> results/b: the decision read through c is b's; a folder is where it lies."""
+    (project / "results/c").symlink_to(project / "results/b")
+    found = identity.problems(project / "results/c/decision.parquet", project)
+    assert any("study 'b' inside study 'c'" in line for line in found), found
+    assert identity.problems(project / "results/b/decision.parquet", project) == []
+    linked = project.parent / "elsewhere"  # a results folder on a data disk, linked in: still fine
+    (project / "results").rename(linked)
+    (project / "results").symlink_to(linked)
+    assert identity.problems(project / "results/a/decision.parquet", project) == []
+    assert identity.problems(linked / "a/decision.parquet", project) == []
+
+
+# -- item 4 after a replay: an artifact of another run copied over an imported one ----------------
+def _imported(recorded: Path, study_dir: Path) -> None:
+    """What the replay rule leaves: every recorded artifact copied byte for byte."""
+    for name in replay.recorded_names(recorded):
+        (study_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        copy_artifact(recorded / name, study_dir / name)
+
+
+def test_a_replayed_folder_holding_another_runs_calibration_is_refused_naming_both_hashes(tmp_path):
+    recorded = _hand_recorded(tmp_path / "rec", "g2", "e0")
+    other = _hand_recorded(tmp_path / "old", "g1", "e0")
+    study_dir = tmp_path / "results/replay-rec"
+    replay.check_imported(recorded, study_dir)  # nothing imported yet: the replay imports it all
+    _imported(recorded, study_dir)
+    replay.check_imported(recorded, study_dir, study="replay-rec")
+    copy_artifact(other / "calibration.parquet", study_dir / "calibration.parquet")
+    with pytest.raises(replay.ReplayError, match="holds artifacts of another run") as err:
+        replay.check_imported(recorded, study_dir, study="replay-rec")
+    mine, theirs = (artifacts.recorded_hash(f / "calibration.parquet") for f in (study_dir, recorded))
+    assert f"{study_dir / 'calibration.parquet'} has BLAKE3 {mine[:16]}" in str(err.value)
+    assert f"the recorded {recorded / 'calibration.parquet'} {theirs[:16]}" in str(err.value)
+
+
+def test_the_plan_refuses_a_generation1_calibration_in_a_generation2_replay(tmp_path):
+    """The gen-1 reference calibration copied into a replayed gen-2 study: its provenance names no
+    study or environment (recorded before either), so the plan compares it with the recorded one."""
+    from tests.pipeline import copy_project, snakemake
+
+    project = copy_project(tmp_path / "p")
+    study_dir = project / "results/replay-h200-default-gen2"
+    _imported(REFERENCE / "default-gen2", study_dir)
+    copy_artifact(REFERENCE / "default/calibration.parquet", study_dir / "calibration.parquet")
+    before = (study_dir / "calibration.parquet").read_bytes()
+    proc = snakemake(
+        project, "-n", "--config", "studies=[replay-h200-default-gen2]", check=False, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "holds artifacts of another run" in out, out[-2000:]
+    assert "replay-h200-default-gen2/calibration.parquet has BLAKE3" in out
+    assert (study_dir / "calibration.parquet").read_bytes() == before

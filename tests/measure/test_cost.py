@@ -97,3 +97,14 @@ def test_overhead_splits_per_cell_and_per_call_once_runs_differ_in_calls_per_cel
     np.testing.assert_allclose(
         cost._overhead(same_ratio), [same_ratio[:, 2].sum() / same_ratio[:, 0].sum(), 0]
     )
+
+
+def test_plan_verb_checks_each_studys_request_log_as_the_dag_does(monkeypatch, capsys):
+    from headroom.trace import source
+
+    def refuse(trace_cfg, *args, **kwargs):
+        raise ValueError(f"trace.source: {trace_cfg.get('source')} is not a regular file")
+
+    monkeypatch.setattr(source, "check", refuse)
+    assert cli.main(["plan", "azure-conv"]) == cli.EXIT_USAGE
+    assert "AzureLLMInferenceTrace_conv.csv is not a regular file" in capsys.readouterr().err

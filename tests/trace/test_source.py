@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from headroom.core import config as hconfig
+from headroom.trace import source as htsource
 from tests.pipeline import ROOT, clone_run, copy_project, planned_rules, snakemake
 
 BASE = hconfig.load(ROOT / "config/config.yaml")
@@ -33,7 +34,7 @@ def log(tmp_path) -> Path:
 
 def _refused(source, match: str, cuda: bool = True) -> None:
     with pytest.raises(hconfig.ConfigError, match=match) as exc:
-        hconfig.resolve(_study(str(source)), cuda_available=cuda)
+        hconfig.resolve(_study(str(source)), cuda_available=cuda, check_source=htsource.check)
     assert "config key 'trace.source'" in str(exc.value) and str(source) in str(exc.value), str(exc.value)
 
 
@@ -85,7 +86,7 @@ def test_a_log_without_read_permission_is_refused_at_plan_time(log):
 
 def test_a_log_outside_the_project_is_accepted(log):
     # logs live on data disks: an absolute path anywhere is fine once it is a readable request log
-    study = hconfig.resolve(_study(str(log)), cuda_available=True)
+    study = hconfig.resolve(_study(str(log)), cuda_available=True, check_source=htsource.check)
     assert study["trace"]["source"] == str(log)
 
 
@@ -93,7 +94,19 @@ def test_the_smoke_overlays_log_is_named_under_its_key(tmp_path):
     cfg = _study("synthetic")
     cfg["smoke"]["trace"]["source"] = str(tmp_path / "gone.csv")
     with pytest.raises(hconfig.ConfigError, match=r"config key 'smoke.trace.source'.*no such file"):
-        hconfig.resolve(cfg, cuda_available=False)
+        hconfig.resolve(cfg, cuda_available=False, check_source=htsource.check)
+
+
+def test_the_plan_passes_the_trace_floors_check_to_core(tmp_path):
+    """Core imports nothing above itself (tests/core/test_floors.py): the Snakefile's plan hands
+    the trace floor's check to plan_studies, so a missing log still fails a dry run, naming it."""
+    project = copy_project(tmp_path / "p")
+    (project / "config/studies/withlog.yaml").write_text("trace: {source: data/logs/gone.csv}\n")
+    proc = snakemake(project, "--dry-run", "--config", "studies=[withlog]", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config key 'trace.source'" in out and "data/logs/gone.csv" in out, out[
+        -2000:
+    ]
 
 
 # -- end to end: the trace rule of a study reading a log, run once and cloned ---------------------
