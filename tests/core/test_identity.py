@@ -264,7 +264,7 @@ def test_readers_refuse_a_measured_artifact_of_another_run_in_a_replayed_folder(
     project = tmp_path / "proj"
     folder = _hand_recorded(project / "results/replay-g2", "g2", "e0")
     other = _hand_recorded(tmp_path / "old/results/g1", "g1", "e9")
-    assert all(identity.problems(p, project) == [] for p in catalog.discover(folder))
+    assert all(identity.problems(p, project) == [] for p in layout.discover(folder))
     copy_artifact(other / "calibration.parquet", folder / "calibration.parquet")
     found = " ".join(identity.problems(folder / "calibration.parquet", project))
     assert (
@@ -278,7 +278,7 @@ def test_readers_refuse_a_measured_artifact_of_another_run_in_a_replayed_folder(
         stage.run_stage(job, lambda s: None)
     with pytest.raises(identity.IdentityError, match="for study 'g1'"):
         catalog.build(
-            catalog.discover(folder), project / "results" / catalog.CATALOG_NAME, project_root=project
+            layout.discover(folder), project / "results" / layout.CATALOG_NAME, project_root=project
         )
 
 
