@@ -13,6 +13,12 @@ from headroom.core.replay import copy_project  # noqa: F401  (re-exported for th
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+#: Jobs a test's run takes at once: every core, at most 2 (CI's machine). Without a GPU (no
+#: nvidia-smi, as tests/conftest.py decides the interpreter) a study runs on the interpreter and its
+#: "GPU" jobs hold no device, so they share the cores too; with one, GPU jobs keep `gpu=1`, one at a
+#: time as the README runs them, so timings stay uncontended.
+CORES = min(2, os.cpu_count() or 1)
+GPU_SLOTS = 1 if shutil.which("nvidia-smi") else CORES
 
 
 def clone_run(src: Path, dest: Path) -> Path:
@@ -33,7 +39,7 @@ def snakemake(
 ) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         # targets first: `--resources` takes every following word up to the next option
-        [*SNAKEMAKE, *args, "--cores", "1", "--resources", "gpu=1"],
+        [*SNAKEMAKE, *args, "--cores", str(CORES), "--resources", f"gpu={GPU_SLOTS}"],
         cwd=project,
         env=env(),
         capture_output=True,

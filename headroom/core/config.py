@@ -262,11 +262,13 @@ def resolve(
     `replay` studies keep the configured (GPU) settings: their measurements were made elsewhere."""
     validate_schema(config)
     requested = config["device"]
-    if cuda_available is not None and requested == "auto":
+    replay = config.get("replay")
+    if replay:
+        device = "replay"  # measured elsewhere: this machine's GPU is not asked (no torch import)
+    elif cuda_available is not None and requested == "auto":
         device = "cuda" if cuda_available else "interpret"
     else:
         device = resolve_device(requested)
-    replay = config.get("replay")
     study = {k: copy.deepcopy(v) for k, v in config.items() if k != "smoke"}
     if replay:
         replay_dir = Path(replay)
@@ -275,7 +277,6 @@ def resolve(
         if not replay_dir.is_dir():
             raise ConfigError(f"config key 'replay': {replay!r} is not a directory of recorded artifacts")
         study["replay"] = str(replay_dir)
-        device = "replay"
     elif device == "interpret":
         # The configured (GPU) study must be valid too, even when this machine runs only its smoke
         # overlay: a bad value must not wait for the first GPU run to be found.

@@ -41,8 +41,16 @@ def _package_inits(module: str, root: Path) -> list[Path]:
     ]
 
 
-def _imported_modules(path: Path, root: Path) -> set[str]:
-    """Dotted names a file imports (absolute and relative), including `from pkg import module`."""
+def _imported_modules(path: Path, root: Path) -> frozenset[str]:
+    """Dotted names a file imports (absolute and relative), including `from pkg import module`:
+    parsed once per file version (a workflow's rules share most of their modules; parsing each
+    file anew for every rule's closure was half of planning a DAG)."""
+    st = path.stat()
+    return _parsed_imports(path, root, st.st_mtime_ns, st.st_size)
+
+
+@cache
+def _parsed_imports(path: Path, root: Path, mtime_ns: int, size: int) -> frozenset[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     # the package a relative import is anchored at: headroom/core/x.py and headroom/core/__init__.py
     # are both in headroom.core
@@ -60,7 +68,7 @@ def _imported_modules(path: Path, root: Path) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             out.add(base)
             out.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return {m for m in out if m}
+    return frozenset(m for m in out if m)
 
 
 @cache

@@ -1,5 +1,5 @@
 """The study matrix on a real Slurm: a single-node cluster from Debian's packages (slurm-wlm, munge;
-.ci/run installs them), no accounting database, one fake `gpu` generic resource. A tiny CPU smoke
+.ci/run installs them), no accounting database, two fake `gpu` generic resources. A tiny CPU smoke
 study and a replay study run through snakemake-executor-plugin-slurm with profiles/slurm, end to
 end; `headroom verify` passes and Slurm's own records show the jobs ran as Slurm jobs, the tiny
 study's GPU jobs with its overlay's node constraint."""
@@ -25,6 +25,8 @@ pytestmark = pytest.mark.slow
 DAEMONS = ("munged", "slurmctld", "slurmd")
 FEATURE = "headroomgpu"  # the node's feature; the tiny study's overlay asks for it (slurm.constraint)
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
+FAKE_GPU_FILES = ("/dev/null", "/dev/zero")  # the node's "GPUs": character devices every host has
+FAKE_GPUS = len(FAKE_GPU_FILES)
 
 
 def _why_not() -> str | None:
@@ -66,12 +68,13 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 GresTypes=gpu
-NodeName={host} CPUs={os.cpu_count()} RealMemory={mem_mb - 512} Gres=gpu:1 Feature={FEATURE} State=UNKNOWN
+NodeName={host} CPUs={os.cpu_count()} RealMemory={mem_mb - 512} Gres=gpu:{FAKE_GPUS} Feature={FEATURE} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
     )
-    # the GPU rules ask for gpu=1; the node declares one (fake) GPU so sbatch accepts them
-    (folder / "gres.conf").write_text("Name=gpu Count=1 File=/dev/null\n")
+    # the GPU rules ask for gpu=1; the node declares fake GPUs (one device file each) so sbatch
+    # accepts them, two so that two GPU jobs run at once (--jobs 2), as on a node with two GPUs
+    (folder / "gres.conf").write_text("".join(f"Name=gpu File={dev}\n" for dev in FAKE_GPU_FILES))
     for sub in ("state", "spool"):
         (folder / sub).mkdir()
     return conf
@@ -82,6 +85,20 @@ def _pid(path: Path) -> int | None:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _cancel_jobs(wait_s: float = 30) -> None:
+    """Cancel what is still queued or running on the test's cluster (a run that failed or timed
+    out leaves jobs whose steps would outlive the daemons), and wait for them to end."""
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    if not queued:
+        return
+    subprocess.run(["scancel", *queued], capture_output=True)
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        if not subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
+            return
+        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +141,7 @@ def slurm(tmp_path_factory):
             pytest.skip(f"the single-node Slurm did not come up (node state {state!r}):\n{log}")
         yield folder
     finally:
+        _cancel_jobs()
         for name in ("slurmctld", "slurmd"):
             pid = _pid(folder / f"{name}.pid")
             if pid and pid not in started:
