@@ -20,6 +20,7 @@ Other files a reviewer reads (the report, the catalog) get a sidecar too (`recor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -194,19 +195,27 @@ def write(
 
     fd, tmp = _mkstemp(path)
     os.close(fd)
-    try:
+    with _into_place(tmp, path):
         # Fixed writer settings: identical data gives identical bytes.
         pq.write_table(table, tmp, compression="zstd", use_dictionary=True, write_statistics=True)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         digest = hash_file(tmp)
         _atomic_bytes(sidecar(path), f"{digest}  {path.name}\n".encode())
+    return digest
+
+
+@contextlib.contextmanager
+def _into_place(tmp: str, path: Path):
+    """Around the writing of `tmp` (a temporary file beside `path`, its sidecar written inside the
+    block, first): on success renamed onto `path` and the folder synced; on any failure, removed."""
+    try:
+        yield
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
-    return digest
 
 
 def write_sidecar(path: str | os.PathLike, digest: str) -> None:
@@ -224,7 +233,7 @@ def copy_verified(src: str | os.PathLike, dest: str | os.PathLike) -> str:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _mkstemp(dest)
-    try:
+    with _into_place(tmp, dest):
         with open_regular(src) as fin, os.fdopen(fd, "wb") as fout:
             shutil.copyfileobj(fin, fout, _CHUNK_BYTES)
             fout.flush()
@@ -232,11 +241,6 @@ def copy_verified(src: str | os.PathLike, dest: str | os.PathLike) -> str:
         if hash_file(tmp) != digest:
             raise ArtifactError(f"{src}: copy to {dest} changed its bytes")
         _atomic_bytes(sidecar(dest), read_regular(sidecar(src)))
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(dest.parent)
     return digest
 
 
