@@ -76,7 +76,7 @@ def test_query_output_formats(pipeline_run):
 
 
 def test_interpreter_run_is_no_decision_and_says_so(pipeline_run):
-    proc = headroom(pipeline_run, "--results", "results/default", "gate")
+    proc = headroom(pipeline_run, "--results", "results", "--study", "default", "gate")
     assert proc.returncode == 4, proc.stdout
     assert proc.stdout.startswith("no-decision")
     first = (pipeline_run / "results/default/report/report.md").read_text().lstrip().splitlines()[0]

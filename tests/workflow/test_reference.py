@@ -44,7 +44,7 @@ def test_reference_study_replays_to_its_verdict(replayed, study):
     verdict, code = EXPECTED[study]
     proc = headroom(replayed, "verify")
     assert proc.returncode == 0, proc.stdout
-    proc = headroom(replayed, "--results", f"results/replay-h200-{study}", "gate")
+    proc = headroom(replayed, "--results", "results", "--study", f"replay-h200-{study}", "gate")
     assert proc.returncode == code and proc.stdout.startswith(verdict), proc.stdout
     md = (replayed / f"results/replay-h200-{study}/report/report.md").read_text()
     assert f"**Verdict: {verdict}.**" in "\n".join(md.splitlines()[:5])
