@@ -16,7 +16,8 @@
   the cost of the very object that is scored; computed on every call, it is an upper bound, since a
   server that memoizes the answer per exact shape pays the exact-key figure after first sight.
 - switch: on a few invocations, per-call time of an A,B,A,B,... sequence minus the mean of A,A,...
-  and B,B,... medians, in eager and (with CUDA) graph mode.
+  and B,B,... medians, in eager and (with CUDA) graph mode, with ``switch_work_l2`` L2s written
+  between any two calls of all three sequences (:func:`work_between`).
 - plan: µs to build a generation-2 candidate's plan (kernels.plan: input checks, split plan,
   scratch buffers, compiled launchers) for each distinct trace shape, its kernels already
   compiled: what a serving engine pays once per batch shape and spreads over the layers of a
@@ -32,7 +33,7 @@ Long format, one row per figure; columns:
     total cold compile seconds), cache_bytes (compile and cache rows: its cache bytes),
     specializations (compile: kernels compiled), specialization_s ('; '-joined seconds, same order
     as shape_key), toolchain_s (compile), first_call_s (compile: summed first calls), alternating_us,
-    same_us, penalty_pct (switch), raw_ns, baseline_ns (dispatch), n (calls or lookups behind the
+    same_us, penalty_pct, work_bytes (switch: bytes written between two calls), raw_ns, baseline_ns (dispatch), n (calls or lookups behind the
     figure), compile_workers, status ('ok' | 'skipped' | 'failed'), reason, device.
 Exactly one compile and one cache row per candidate, so ``candidate, compile_s, cache_bytes`` of
 either kind is the per-candidate table of the lifecycle contract (docs/architecture.md).
