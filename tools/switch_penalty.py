@@ -27,7 +27,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headroom.core import artifacts, defaults  # noqa: E402
+from headroom.core import artifacts, defaults, format  # noqa: E402
 from headroom.measure import inputs, lifecycle, timing  # noqa: E402
 from headroom.measure.correctness import admitted  # noqa: E402
 
@@ -80,13 +80,18 @@ def summary(df: pd.DataFrame) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| work between calls (L2s) | mode | pairs | penalty µs: median [q1, q3] | penalty % | vs first setting (paired median µs) |"
+    head = (
+        "| work between calls (L2s) | mode | pairs | penalty: median [q1, q3] | penalty % (median) "
+        "| vs first setting (paired median) |"
+    )
     lines = [head, "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        spread = format.delta_ci(
+            r["penalty_us_median"], r["penalty_us_q1"], r["penalty_us_q3"], "us", digits=2
+        )
         lines.append(
-            f"| {r['work_l2']:g} | {r['mode']} | {r['n']} | {r['penalty_us_median']:+.2f} "
-            f"[{r['penalty_us_q1']:+.2f}, {r['penalty_us_q3']:+.2f}] | {r['penalty_pct_median']:+.1f}% "
-            f"| {r['paired_diff_us_median']:+.2f} |"
+            f"| {r['work_l2']:g} | {r['mode']} | {r['n']} | {spread} | {format.pct(r['penalty_pct_median'], 1)} "
+            f"| {format.delta(r['paired_diff_us_median'], 'us', digits=2)} |"
         )
     return "\n".join(lines)
 

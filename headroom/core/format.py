@@ -223,18 +223,27 @@ def column_format(name: str, values) -> Callable[[object], str]:
     return number_format(values)
 
 
-def delta_ci(delta, lo, hi, unit: str = "%") -> str:
+def _delta_style(unit: str, digits: int | None) -> tuple[int, str]:
+    """(digits, suffix) of a difference: percentage points, a speedup's ×, else µs."""
+    d, shown = (2, " pp") if unit == "%" else (3, TIMES) if unit in ("x", TIMES) else (1, f" {MICRO}")
+    return (d if digits is None else digits), shown
+
+
+def delta_ci(delta, lo, hi, unit: str = "%", digits: int | None = None) -> str:
     """A difference of two figures with its CI, always signed: ``+1.23 pp [+0.10, +2.36]`` for
-    percentages (percentage points), ``-0.050× [-0.081, -0.019]`` for speedups; ``n/a`` when missing."""
+    percentages (percentage points), ``-0.050× [-0.081, -0.019]`` for speedups, ``+3.0 µs [+0.1,
+    +15.3]`` for latencies; ``n/a`` when missing."""
     if _missing(delta) or _missing(lo) or _missing(hi):
         return "n/a"
-    digits, shown = (2, " pp") if unit == "%" else (3, TIMES) if unit in ("x", TIMES) else (1, f" {MICRO}")
+    digits, shown = _delta_style(unit, digits)
     a, b, c = (_signed(float(v), digits) for v in (delta, lo, hi))
     return f"{a}{shown} [{b}, {c}]"
 
 
-def delta(value, unit: str = "%") -> str:
-    """A difference alone, always signed: ``+0.12 pp`` (of percentages), ``-0.050×`` (of speedups)."""
+def delta(value, unit: str = "%", digits: int | None = None) -> str:
+    """A difference alone, always signed: ``+0.12 pp`` (of percentages), ``-0.050×`` (of speedups),
+    ``+3.0 µs`` (of latencies)."""
     if _missing(value):
         return "n/a"
-    return f"{_signed(float(value), 2)} pp" if unit == "%" else f"{_signed(float(value), 3)}{TIMES}"
+    digits, shown = _delta_style(unit, digits)
+    return f"{_signed(float(value), digits)}{shown}"

@@ -65,3 +65,11 @@ def test_rates_durations_and_headers_say_their_unit():
     assert f.header("working_set_bytes") == "working set" and f.header("shape_key") == "shape key"
     assert f.column_format("cache_bytes", [1.0])(60 * 2**20) == "60.00 MiB"
     assert f.column_format("rows", [1, 2])(20000) == "20,000"
+
+
+def test_a_difference_is_signed_in_its_own_unit():
+    assert f.delta(0.123) == "+0.12 pp" and f.delta(-0.05, "x") == "-0.050×"
+    assert f.delta(1.5, "us") == "+1.5 µs" and f.delta(-0.001, "us", digits=2) == "0.00 µs"  # never -0.00
+    assert f.delta_ci(1.0, 0.1, 2.36) == "+1.00 pp [+0.10, +2.36]"
+    assert f.delta_ci(11.82, 2.19, 30.81, "us", digits=2) == "+11.82 µs [+2.19, +30.81]"
+    assert f.delta(float("nan")) == "n/a" and f.delta_ci(1.0, None, 2.0) == "n/a"
