@@ -47,15 +47,15 @@ def _recorded():
     return read("trace"), portfolio, read("lifecycle"), read("candidates")
 
 
-def _fitted_table(tmp_path: Path):
-    """(loaded table, the global kernel, held-out rows, (estimate, ci_low, ci_high) of the engine's
+def _fitted_table(tmp_path: Path, recorded: tuple):
+    """From the `recorded` reference: (loaded table, the global kernel, held-out rows, (estimate, ci_low, ci_high) of the engine's
     gain, the table's recorded gain per run)."""
     from headroom import dispatch
     from headroom.analysis import engine, recommendation, registry
     from headroom.analysis.policies import checked_modes
     from headroom.core import defaults
 
-    trace, portfolio, lifecycle, candidates = _recorded()
+    trace, portfolio, lifecycle, candidates = recorded
     options = defaults.section("policies")
     train_fraction, seed = options.pop("train_fraction"), options.pop("seed")
     opts, costs, modes = checked_modes(trace, portfolio, lifecycle, train_fraction, options)
@@ -128,8 +128,9 @@ def test_the_tables_choices_gain_what_the_runs_say_on_held_out_shapes(tmp_path):
     from headroom.core import defaults
     from headroom.measure import runner, timing
 
-    table, kernel, held_out, (estimate, lo, hi), recorded = _fitted_table(tmp_path)
-    settings, n_sets = _regime(_recorded()[1])
+    reference = _recorded()  # (trace, portfolio, lifecycle, candidates), read once
+    table, kernel, held_out, (estimate, lo, hi), recorded = _fitted_table(tmp_path, reference)
+    settings, n_sets = _regime(reference[1])
     warmup = defaults.value("portfolio", "warmup_reps")
     harness = timing.Harness("cuda", warmup=warmup, **settings)
     first = held_out.iloc[0]
