@@ -270,9 +270,11 @@ def _family_entry(r, threshold: float) -> dict:
 
 
 def _hold_high(r) -> float:
-    """The upper CI end a decided figure needs below its threshold to hold (``engine.HOLD_BY``)."""
-    high = r.get("hold_high", np.nan)
-    return float(high) if pd.notna(high) else float(r["ci_high"])
+    """The upper CI end a decided figure needs below its threshold to hold: its bound's for a figure
+    of ``engine.HOLD_BY`` (NaN, the bound without an upper end, never holds), else its own."""
+    if r["figure"] in engine.HOLD_BY:
+        return float(r.get("hold_high", np.nan))
+    return float(r["ci_high"])
 
 
 def _out_of_reach(r) -> bool:

@@ -297,3 +297,11 @@ def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused
     assert decision.Thresholds.of({"max_policy_gain_pct": 5.0}).max_policy_gain_pct == 5.0
     with pytest.raises(TypeError, match="max_gap_pct"):
         decision.Thresholds.of({"max_gap_pct": 1.0})
+
+
+def test_a_gap_whose_bound_has_no_upper_end_cannot_hold_on_its_own_interval():
+    # The gap holds on its bound's upper end (engine.HOLD_BY); where the bound has none (bootstrap-t
+    # unbounded by tied resamples), the cross-run gap's own CI, biased down, must not stand in for it.
+    row = {"figure": "gap_to_oracle", "ci_high": 0.2, "hold_high": np.nan}
+    assert np.isnan(decision._hold_high(row))
+    assert decision._hold_high({"figure": "policy_gain", "ci_high": 0.3, "hold_high": np.nan}) == 0.3
