@@ -5,10 +5,12 @@ the test invocations. Its uncertainty has two parts: a jackknife over runs (the 
 degrees of freedom) and a bootstrap over test invocations (the invocation part). Three candidate
 intervals, fixed in advance and all computed (docs/decision-validation.md compares them):
 
-* ``interval`` (the rule's): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
-  Welch-Satterthwaite (at least R - 1).
+* ``interval`` (Welch t; decision v3's rule, and since decision-v3.1 the interval of every figure the
+  rule does not hold on): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
+  Welch-Satterthwaite (at least R - 1). Its SE and df give every figure's t p-value.
 * ``t_ntest``: the same SE, t on n_test - 1 degrees of freedom.
-* ``bootstrap_t``: the invocation part studentized. Each resample's statistic is divided by its own
+* ``bootstrap_t`` (the rule's since decision-v3.1, for the decided figures and the gap's bound:
+  ``engine.CANDIDATES_FOR``): the invocation part studentized. Each resample's statistic is divided by its own
   linearized SE (``linear_var``: the delta method on the resample's sums), the pivot's quantiles set
   the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
   denominator); the run part's t(R - 1) half-width is added to each in quadrature.
