@@ -110,12 +110,15 @@ def linear_var(u: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
 
 def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
     """(lo, hi) of the studentized candidate (module docstring); per_boot (S, P, B), u0 (S, n) and ub
-    (S, B, n) the linear terms at the sample and at each resample, counts (B, n)."""
+    (S, B, n) the linear terms at the sample and at each resample, counts (B, n). A resample whose
+    figure equals the sample's has pivot 0, its SE zero or not (a figure constant over the invocations
+    gets est +/- the run part, not NaN); one that differs with a zero SE is left out (NaN)."""
     est, alpha = iv[""], 1.0 - confidence
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples without a phase: NaN, left out
         theta = np.nanmean(per_boot, axis=1)  # (S, B)
-        pivot = (theta - est[:, None]) / np.sqrt(linear_var(ub, counts))
+        dev = theta - est[:, None]
+        pivot = np.where(dev == 0.0, 0.0, dev / np.sqrt(linear_var(ub, counts)))
         pivot = np.where(np.isfinite(pivot), pivot, np.nan)
         q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
     se_inv = np.sqrt(linear_var(u0))
