@@ -333,3 +333,15 @@ def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     pol = _fig(between, "policy_gain")
     assert (pol["ci_low"], pol["ci_high"]) == pytest.approx((f["policy_gain_lo"][0], f["policy_gain_hi"][0]))
     assert pol["se"] == pytest.approx(f["policy_gain_se"][0])
+
+
+def test_a_noise_free_surface_has_bootstrap_t_intervals_and_stops():
+    # runs differ by a constant factor, invocations not at all: on decode-only steps every resample's
+    # figure is the sample's with a zero SE (0/0: pivot 0), so the bootstrap-t interval is the point
+    def lat(k, t, f, r, m, i):
+        return S.BASE_US[k] * (0.8 if f else 1.0) * (1.0 + 0.05 * t) * (1.0 + 0.01 * r)
+
+    d = _decide(lat, seq="ACBC" * 8, modes=("graph", "eager"))
+    decided = d[d["decided"]]
+    assert decided["ci_high"].notna().all() and (decided["state"] == "holds").all()
+    assert d["verdict"].iloc[0] == "stop"
