@@ -198,7 +198,7 @@ def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
     assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
     assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
     assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
-    assert (d["rule_version"] == "decision-v3.1").all()
+    assert (d["rule_version"] == "decision-v3.1.1").all()
 
 
 def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
@@ -285,7 +285,7 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     row = rows.iloc[0]
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
-    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1").all()
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1.1").all()
 
 
 def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
