@@ -21,7 +21,9 @@ DTYPES = kernels.SUPPORTED_DTYPES
 # (rel, abs) bounds on ||out - ref|| / ||ref|| and max |out - ref| against the float64 reference:
 # the studies' own table, config `correctness.tolerances` (float32, float16, bfloat16), the one the
 # correctness gate and the benchmark read
-TOLERANCES = {getattr(torch, d): tol for d, tol in correctness.tolerances(defaults.section("correctness")).items()}
+TOLERANCES = {
+    getattr(torch, d): tol for d, tol in correctness.tolerances(defaults.section("correctness")).items()
+}
 
 
 def random_qkv(batch, heads_q, heads_kv, q_len, kv_len, head_dim, dtype, generator, *, strided=False):
