@@ -8,7 +8,8 @@ for every candidate of both generations (config/config.yaml's tiles x each gener
 placements, headroom/measure/candidates.py) on fixed shapes and seeds -- prefill, a chunk over a
 cache (q_len < kv_len) and split-KV decode, generation 2's decode with both merges (reduction
 launch: DEFAULT_VARIANT; in the decode kernel) -- and every tile of generation 3 (the varlen
-decode, kernels.plan_decode_varlen) on a ragged batch (KV_LENS), records:
+decode, kernels.plan_decode_varlen) on a ragged batch (KV_LENS), and the decodes once more on a
+cache too short to split (SPLIT=False), records:
   out:      BLAKE3 of the output's bytes, run as the studies run it (generation 1:
             attention(fused=...), generation 2: plan(...).run);
   launches: each launch's kernel name and grid;
@@ -42,22 +43,32 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SEED = 20261201
 SM90_SMS = 132  # the H200's SM count: the decode split plan the IR is compiled for on CPU
-# (B, Hq, Hkv, Sq, Skv, D, rotate_k) per shape; decode over a rotated cache, splits > 1 in both
+# (B, Hq, Hkv, Sq, Skv, D, rotate_k) per shape; decode over a rotated cache, splits > 1 in both;
+# decode1 / varlen1: keys too few to split (kernels/split.py: fewer than 2 * MIN_SPLIT_KEYS, the
+# interpreter's 2 * 16), the kernels' SPLIT=False specialisation; varlen / varlen1: generation 3
 SHAPES = {
     "cuda": {
         "prefill": (1, 4, 2, 192, 192, 128, True),
         "chunk": (1, 4, 2, 64, 320, 128, True),
         "decode": (2, 4, 2, 1, 1024, 128, False),
+        "decode1": (2, 4, 2, 1, 256, 128, False),
+        "varlen": (2, 4, 2, 1, 1024, 128, False),
+        "varlen1": (2, 4, 2, 1, 256, 128, False),
     },
     "cpu": {
         "prefill": (1, 4, 2, 40, 40, 64, True),
         "chunk": (1, 4, 2, 16, 72, 64, True),
         "decode": (1, 4, 2, 1, 64, 64, False),
+        "decode1": (1, 4, 2, 1, 16, 64, False),
+        "varlen": (2, 4, 2, 1, 64, 64, False),
+        "varlen1": (2, 4, 2, 1, 16, 64, False),
     },
 }
-SHAPES["cuda"]["varlen"] = SHAPES["cuda"]["decode"]
-SHAPES["cpu"]["varlen"] = (2, 4, 2, 1, 64, 64, False)
-KV_LENS = {"cuda": (1024, 517), "cpu": (64, 37)}  # generation 3: the valid keys of each sequence
+# generation 3: the valid keys of each sequence of a varlen shape (a ragged batch)
+KV_LENS = {
+    "cuda": {"varlen": (1024, 517), "varlen1": (256, 131)},
+    "cpu": {"varlen": (64, 37), "varlen1": (16, 9)},
+}
 DTYPE = {"cuda": "bfloat16", "cpu": "float16"}
 
 
@@ -73,7 +84,7 @@ def cases() -> list[dict]:
     for generation, placements in ((1, GENERATION_1_PLACEMENTS), (2, ROPE_PLACEMENTS)):
         for rope in placements:
             for i, tile in enumerate(tiles):
-                for shape in ("prefill", "chunk", "decode"):
+                for shape in ("prefill", "chunk", "decode", "decode1"):
                     merges = (
                         ("default", "in_kernel") if generation == 2 and shape == "decode" else ("default",)
                     )
@@ -85,9 +96,9 @@ def cases() -> list[dict]:
                             )
                         )
     for i, tile in enumerate(tiles):
-        out.append(
-            dict(key=f"g3/varlen/t{i}/varlen/default", generation=3, rope="varlen", tile=tile, shape="varlen")
-        )
+        for shape in ("varlen", "varlen1"):
+            key = f"g3/varlen/t{i}/{shape}/default"
+            out.append(dict(key=key, generation=3, rope="varlen", tile=tile, shape=shape, merge="default"))
     return out
 
 
@@ -156,7 +167,7 @@ def _plan(case: dict, device: str, q, k, v, cos, sin):
     tile = kernels.Tile(**case["tile"])
     rotate_k = SHAPES[device][case["shape"]][6]
     if case["generation"] == 3:
-        lens = torch_lens(device, q.device)
+        lens = torch_lens(device, case["shape"], q.device)
         return tile, rotate_k, {}, kernels.plan_decode_varlen(q, k, v, cos, sin, lens, tile=tile)
     if case["generation"] == 1:
         how = {"fused": case["rope"] == "fused"}
@@ -168,11 +179,13 @@ def _plan(case: dict, device: str, q, k, v, cos, sin):
     return tile, rotate_k, how, kernels.plan(q, k, v, cos, sin, tile=tile, rotate_k=rotate_k, **how)
 
 
-def torch_lens(shapes: str, device) -> object:
-    """Generation 3's (B,) int32 kv_lens for the shapes' ragged batch."""
+def torch_lens(shapes: str, shape: str, device) -> object:
+    """Generation 3's (B,) int32 kv_lens of a varlen shape (KV_LENS); None for the others."""
     import torch
 
-    return torch.tensor(KV_LENS[shapes], dtype=torch.int32, device=device)
+    if shape not in KV_LENS[shapes]:
+        return None
+    return torch.tensor(KV_LENS[shapes][shape], dtype=torch.int32, device=device)
 
 
 def _specs(p) -> list:
@@ -197,14 +210,14 @@ def run_case(case: dict, device: str, what: str) -> dict:
         if case["generation"] == 1:
             out = kernels.attention(q, k, v, cos, sin, tile=tile, rotate_k=rotate_k, **how)
         elif case["generation"] == 3:
-            out = p.run(q, k, v, cos, sin, torch_lens(shapes, q.device))
+            out = p.run(q, k, v, cos, sin, torch_lens(shapes, case["shape"], q.device))
         else:
             out = p.run(q, k, v, cos, sin)
         result["out"] = _blake3(out.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
     if what in ("ir", "both"):
         tensors = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, **p._scratch}
         tensors["out"] = torch.empty_like(q)
-        tensors["kv_lens"] = torch_lens(shapes, q.device)
+        tensors["kv_lens"] = torch_lens(shapes, case["shape"], q.device)
         resolve = _module(kernels, "launch", "_launch").resolve
         result["ir"] = [
             _ir(spec, {n: resolve(x, tensors) for n, x in spec.args.items()}, device) for spec in specs

@@ -17,15 +17,31 @@ _spec.loader.exec_module(bit_identity)
 def test_cases_cover_every_candidate_of_every_generation_and_both_merges():
     tiles = len(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["tiles"])
     keys = [c["key"] for c in bit_identity.cases()]
-    assert len(keys) == len(set(keys)) == tiles * (2 * 3 + 3 * 4 + 1)
-    assert {k.split("/")[3] for k in keys} == {"prefill", "chunk", "decode", "varlen"}
-    assert sum(k.startswith("g3/varlen/") for k in keys) == tiles  # generation 3: every tile
-    for shapes, lens in bit_identity.KV_LENS.items():  # a ragged batch: one sequence shorter
-        batch, kv_len = bit_identity.SHAPES[shapes]["varlen"][0], bit_identity.SHAPES[shapes]["varlen"][4]
-        assert len(lens) == batch and max(lens) == kv_len and min(lens) < kv_len
+    assert len(keys) == len(set(keys)) == tiles * (2 * 4 + 3 * 5 + 2)
+    assert {k.split("/")[3] for k in keys} == {"prefill", "chunk", "decode", "decode1", "varlen", "varlen1"}
     assert sum(k.startswith("g2/") and k.endswith("decode/in_kernel") for k in keys) == 3 * tiles
+    assert sum(k.startswith("g3/varlen/") for k in keys) == 2 * tiles  # generation 3: every tile
     for shapes in bit_identity.SHAPES.values():
         assert shapes["chunk"][3] < shapes["chunk"][4] and shapes["decode"][3] == 1
+    for shapes, lens in bit_identity.KV_LENS.items():  # ragged batches: one sequence shorter
+        for shape, kv_lens in lens.items():
+            batch, kv_len = bit_identity.SHAPES[shapes][shape][0], bit_identity.SHAPES[shapes][shape][4]
+            assert len(kv_lens) == batch and max(kv_lens) == kv_len and min(kv_lens) < kv_len
+
+
+def test_decode_shapes_split_and_do_not_split_as_named():
+    """decode / varlen split the keys on both devices, decode1 / varlen1 never (SPLIT=False)."""
+    from kernels import split
+
+    gpu = (bit_identity.SM90_SMS, split.MIN_SPLIT_KEYS, split.SPLIT_ALIGN_KEYS)
+    for device, (sm_count, min_keys, align) in (("cuda", gpu), ("cpu", (4, 16, 16))):  # cpu: kernels.mode
+        for shape in ("decode", "decode1", "varlen", "varlen1"):
+            batch, _, heads_kv, _, kv_len, _, _ = bit_identity.SHAPES[device][shape]
+            programs = batch * heads_kv  # one row block: group * Sq = 2 rows
+            splits, _ = split.decode_split_plan(
+                programs, kv_len, sm_count, min_split_keys=min_keys, align_keys=align
+            )
+            assert (splits > 1) == (not shape.endswith("1")), (device, shape, splits)
 
 
 def test_ir_is_hashed_without_locations_or_debug_info():
