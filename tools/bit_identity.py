@@ -46,24 +46,15 @@ SM90_SMS = 132  # the H200's SM count: the decode split plan the IR is compiled 
 # (B, Hq, Hkv, Sq, Skv, D, rotate_k) per shape; decode over a rotated cache, splits > 1 in both;
 # decode1 / varlen1: keys too few to split (kernels/split.py: fewer than 2 * MIN_SPLIT_KEYS, the
 # interpreter's 2 * 16), the kernels' SPLIT=False specialisation; varlen / varlen1: generation 3
-SHAPES = {
-    "cuda": {
-        "prefill": (1, 4, 2, 192, 192, 128, True),
-        "chunk": (1, 4, 2, 64, 320, 128, True),
-        "decode": (2, 4, 2, 1, 1024, 128, False),
-        "decode1": (2, 4, 2, 1, 256, 128, False),
-        "varlen": (2, 4, 2, 1, 1024, 128, False),
-        "varlen1": (2, 4, 2, 1, 256, 128, False),
-    },
-    "cpu": {
-        "prefill": (1, 4, 2, 40, 40, 64, True),
-        "chunk": (1, 4, 2, 16, 72, 64, True),
-        "decode": (1, 4, 2, 1, 64, 64, False),
-        "decode1": (1, 4, 2, 1, 16, 64, False),
-        "varlen": (2, 4, 2, 1, 64, 64, False),
-        "varlen1": (2, 4, 2, 1, 16, 64, False),
-    },
-}
+_SHAPE_TABLE = (  # shape, on cuda, on cpu
+    ("prefill", (1, 4, 2, 192, 192, 128, True), (1, 4, 2, 40, 40, 64, True)),
+    ("chunk", (1, 4, 2, 64, 320, 128, True), (1, 4, 2, 16, 72, 64, True)),
+    ("decode", (2, 4, 2, 1, 1024, 128, False), (1, 4, 2, 1, 64, 64, False)),
+    ("decode1", (2, 4, 2, 1, 256, 128, False), (1, 4, 2, 1, 16, 64, False)),
+    ("varlen", (2, 4, 2, 1, 1024, 128, False), (2, 4, 2, 1, 64, 64, False)),
+    ("varlen1", (2, 4, 2, 1, 256, 128, False), (2, 4, 2, 1, 16, 64, False)),
+)
+SHAPES = {device: {row[0]: row[1 + d] for row in _SHAPE_TABLE} for d, device in enumerate(("cuda", "cpu"))}
 # generation 3: the valid keys of each sequence of a varlen shape (a ragged batch)
 KV_LENS = {
     "cuda": {"varlen": (1024, 517), "varlen1": (256, 131)},
