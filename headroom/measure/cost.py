@@ -233,7 +233,7 @@ class _Replay:
 
 
 @dataclass
-class Plan:
+class JobPlan:
     """One study's jobs (stage, count, predicted seconds each), timed cells and the facts behind."""
 
     study: str
@@ -257,7 +257,7 @@ def _stage_jobs(model: Model, candidates: int, shapes: int, runs: int, run_s: fl
     return jobs + [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
 
 
-def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
+def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     """The jobs, timed cells and predicted seconds of one resolved study (config.plan_studies)."""
     from headroom.measure import candidates as hcandidates
     from headroom.measure import portfolio
@@ -265,7 +265,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
 
     if study.get("replay"):
         jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
-        return Plan(name, jobs, 0, {"replay": study["replay"]})
+        return JobPlan(name, jobs, 0, {"replay": study["replay"]})
     trace = invocations.build_trace(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
     built = hcandidates.build(
         study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
@@ -295,7 +295,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
     }
     jobs = _stage_jobs(model, n_cand, facts["shapes"], runs, run_s)
-    return Plan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
+    return JobPlan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
 
 
 def _run_s(
@@ -310,19 +310,19 @@ def _run_s(
     return model.start_s + pairs * per_pair
 
 
-def reference_plan(ref: Reference, model: Model) -> Plan:
+def reference_plan(ref: Reference, model: Model) -> JobPlan:
     """The model's plan of a recorded study as it was run (its recorded samples per cell)."""
     pairs = ref.invocations * ref.candidates
     run_s = _run_s(model, pairs, ref.samples_per_cell, ref.calls_per_sample, ref.mean_set_bytes / 1e6)
     jobs = _stage_jobs(model, ref.candidates, ref.shapes, len(ref.run_s), run_s)
     facts = {"measured_s": sum(ref.stage_s.values()) + sum(ref.run_s)}
-    return Plan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
+    return JobPlan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
 
 
 # -- text and the verb -----------------------------------------------------------------------------
 
 
-def plan_text(plan: Plan) -> str:
+def plan_text(plan: JobPlan) -> str:
     f = plan.facts
     if "replay" in f:
         head = f"study {plan.study}: replay of {f['replay']} (no GPU jobs)"
