@@ -46,6 +46,11 @@ FIXED_STAGES = (
 )  # fmt: skip
 GPU_STAGES = frozenset({"environment", "calibrate", "correctness", "lifecycle", "graph_sweep", "portfolio"})
 _LINEAR = ("correctness", "lifecycle")
+# (reference, stage) times no term of the model explains, left out of that stage's fit (they would
+# pull every other reference's): azure-conv-gen2-6x100's correctness took 271 s (94 shapes, ~3 s each)
+# where the others' fit predicts ~55 s; the earlier references' correctness times (22-65 s) follow
+# neither the shape count nor the shapes' work (B Hq Sq Skv D). A plan of a study like it is short.
+UNEXPLAINED = frozenset({("azure-conv-gen2-6x100", "correctness")})
 
 
 def bench_s(path: Path) -> float:
@@ -155,8 +160,11 @@ def fit(refs: list[Reference]) -> Model:
 
     fixed = {s: float(np.mean([r.stage_s[s] for r in refs if s in r.stage_s])) for s in FIXED_STAGES}
     fixed = {s: v for s, v in fixed.items() if math.isfinite(v)}
-    x = np.array([[1.0, r.candidates, r.candidates * r.shapes] for r in refs])
-    linear = {stage: nnls(x, np.array([r.stage_s[stage] for r in refs]))[0] for stage in _LINEAR}
+    linear = {}
+    for stage in _LINEAR:
+        fitted = [r for r in refs if (r.name, stage) not in UNEXPLAINED]
+        x = np.array([[1.0, r.candidates, r.candidates * r.shapes] for r in fitted])
+        linear[stage] = nnls(x, np.array([r.stage_s[stage] for r in fitted]))[0]
     dropped = frozenset().union(*(_dropped(r) for r in refs))
     start = float(np.mean([r.start_s for r in refs]))
     overhead = _overhead(np.array([o for r in refs for o in r.overheads], dtype=np.float64))
