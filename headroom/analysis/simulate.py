@@ -295,7 +295,8 @@ def run_mc(
     scored on the truth — is the expected figure over new test invocations of the same workload,
     the population the CI's invocation bootstrap speaks for. Without it the trace is fixed and the
     target is the figure on these very test invocations. sem2: the medians' squared standard errors
-    (default: ``_sem2``), e.g. a recorded study's own."""
+    (default: ``_sem2`` of the noise at ``scale``: noise x k carries standard errors x k), e.g. a
+    recorded study's own."""
     parts = []
     rng = np.random.default_rng(REDRAW_SEED)
     nt, n = L.n_train, L.n
@@ -311,7 +312,7 @@ def run_mc(
             us = t[:, None] * z
         else:
             us = truth[None, None] * z
-        s2 = _sem2(us, s.model) if sem2 is None else sem2[i : i + batch]
+        s2 = _sem2(us, s.model.scaled(scale)) if sem2 is None else sem2[i : i + batch]
         figs = engine.figures(L, engine.Batch(us, s2, rows), t)
         figs = {k: v for k, v in figs.items() if k not in keep}
         parts.append(pd.DataFrame({**figs, **decide_mode(s.md.mode, figs, s.thresholds, s.opts.confidence)}))

@@ -88,6 +88,25 @@ def test_simulated_medians_carry_their_standard_error(study):
     assert sim._sem2(us, s.model) == pytest.approx((s.model.within_sd * 100.0) ** 2)
 
 
+def test_scaled_noise_carries_scaled_standard_errors(study, monkeypatch):
+    """At noise x k every simulated median's standard error is k x the study's within-run sd (the
+    residual it is part of is scaled by k): regret-aware sees the noise it is fitted under. (Before,
+    the engine got the 1x standard error at every scale.)"""
+    s, L = study
+    seen = []
+    real = engine.figures
+
+    def spy(L, b, truth=None):
+        seen.append((b.us, b.sem2))
+        return real(L, b, truth)
+
+    monkeypatch.setattr(engine, "figures", spy)
+    for k in (0.5, 1.0, 4.0):
+        sim.run_mc(s, L, sim.flat(s.md), sim._noise(s.md, s.model, 2, 3, 1), k, redraw=False)
+        us, sem2 = seen[-1]
+        assert np.sqrt(sem2) == pytest.approx(k * s.model.within_sd * us, rel=1e-12), k
+
+
 # ----------------------------------------------------------------------------------------------
 # Reduced Monte Carlo: the acceptance bounds (the full run: tools/simulate_decision.py)
 # ----------------------------------------------------------------------------------------------
