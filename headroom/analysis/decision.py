@@ -1,4 +1,4 @@
-"""The decision rule (v3, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
+"""The decision rule (v3.1, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
 the deployment profile (the headline).
 
 Figures (``headroom.analysis.figures``, computed by ``headroom.analysis.engine``; cross-run: chosen on
@@ -21,12 +21,15 @@ was not timed), the headline combines the modes: continue when any continues, st
 Rule within a family (alpha = 1 - confidence; ``engine.rule``):
 
 1. Off the GPU (environment device not 'cuda'): ``no-decision`` everywhere.
-2. A figure *exceeds* when Holm's step-down procedure over the family's p-values of "figure <=
-   threshold" rejects its null at family-wise level alpha; a family with an exceeding figure is
-   ``continue``.
+2. A figure *exceeds* when Holm's step-down procedure over the family's t p-values of "figure <=
+   threshold" (the Welch SE and df: ``se``, ``df``) rejects its null at family-wise level alpha; a
+   family with an exceeding figure is ``continue``.
 3. A figure *holds* when its CI lies wholly below its threshold — for the gap, the CI of
    ``gap_to_oracle_bound``, which is biased up (``engine.HOLD_BY``); ``stop`` when every decided figure
    holds (an intersection-union test: no multiplicity correction, since every figure must reject).
+   The decided figures' and the bound's CI (``ci_low``/``ci_high``, ``hold_high``) is bootstrap-t
+   (``engine.CANDIDATES_FOR``; decision v3 held on the Welch t interval); every other row's CI is the
+   Welch t interval.
 4. Otherwise ``no-decision``, and the reason names the cause per open figure: Holm's correction (it
    would exceed alone), a noise floor wider than the threshold (the CI's half-width exceeds the
    threshold's distance from no effect: `stop` is out of reach at this study's length), or a CI that
@@ -270,9 +273,11 @@ def _family_entry(r, threshold: float) -> dict:
 
 
 def _hold_high(r) -> float:
-    """The upper CI end a decided figure needs below its threshold to hold (``engine.HOLD_BY``)."""
-    high = r.get("hold_high", np.nan)
-    return float(high) if pd.notna(high) else float(r["ci_high"])
+    """The upper CI end a decided figure needs below its threshold to hold: its bound's for a figure
+    of ``engine.HOLD_BY`` (NaN, the bound without an upper end, never holds), else its own."""
+    if r["figure"] in engine.HOLD_BY:
+        return float(r.get("hold_high", np.nan))
+    return float(r["ci_high"])
 
 
 def _out_of_reach(r) -> bool:

@@ -7,7 +7,9 @@ registry policy assigns to the fit and score rows (clustered's k-means sees shap
 the lifecycle charges per invocation and candidate, the bootstrap's resamples. ``figures`` then fits
 every policy of every (seed, run) through the registry's ``fit_keyed``, charges the costs
 (``costs.charge``), selects on the validation slice, scores every ordered pair of runs and pools them
-(``intervals.interval``; the validation's candidate intervals beside it, ``CANDIDATES_FOR``). ``rule`` is the decision rule over one Holm family.
+(``intervals``: for the decided figures and the gap's bound, ``CANDIDATES_FOR``, the rule's interval is
+bootstrap-t, with the Welch t interval of decision v3 and t on n_test - 1 df beside it; every other
+figure has the Welch t interval). ``rule`` is the decision rule over one Holm family.
 
 Fitting objective: each keyed policy takes, per key, the candidate with the least summed latency plus
 per-call charge (plan builds); switches and compiles depend on the whole sequence and are left out of
@@ -27,7 +29,7 @@ from headroom.analysis import crossrun, intervals, registry
 from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.analysis.crossrun import ModeData, Options
 
-RULE_VERSION = "decision-v3"
+RULE_VERSION = "decision-v3.1"  # v3 with the bootstrap-t interval (CANDIDATES_FOR)
 DECIDED = ("gap_to_oracle", "policy_gain")
 # The figure whose CI's upper end a decided figure needs below its threshold to hold. The cross-run
 # gap is biased down (the oracle chosen on run a is no oracle on run b), so a `stop` on it would be
@@ -320,21 +322,22 @@ def _sums(score, picks, mask, boot):
     return G, N, GB, NB, X, XN
 
 
-# the figures given the candidate intervals beside the rule's (the decided ones and their bounds)
+# The figures whose interval is the rule's bootstrap-t (decision-v3.1: the decided ones and their
+# bounds), each with the validation's other candidates beside it; every other figure keeps the Welch t.
 CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
 
 
 def _candidates(L: Layout, fn, sums, iv: dict, per_boot, n_test: int, R: int) -> dict:
-    """The validation's candidate intervals of one figure (``intervals``): '_lo_n'/'_hi_n' (t on
-    n_test - 1 df), '_lo_bt'/'_hi_bt' (bootstrap-t)."""
+    """The candidate intervals of one figure (``intervals``): '_lo'/'_hi' bootstrap-t (the rule's),
+    '_lo_w'/'_hi_w' the Welch t interval (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df. The
+    SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values)."""
     G, N, GB, NB, X, XN = sums
     lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
-    out = {"_lo_n": lo_n, "_hi_n": hi_n}
+    out = {"_lo_w": iv["_lo"], "_hi_w": iv["_hi"], "_lo_n": lo_n, "_hi_n": hi_n}
     with np.errstate(invalid="ignore", divide="ignore"):
         u0 = intervals.linear_terms(fn, (G, N), (X, XN))
         ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
-    bt = intervals.bootstrap_t(L.confidence, iv, per_boot, u0, ub, L.boot, R)
-    out["_lo_bt"], out["_hi_bt"] = bt
+    out["_lo"], out["_hi"] = intervals.bootstrap_t(L.confidence, iv, per_boot, u0, ub, L.boot, R)
     return out
 
 
@@ -363,7 +366,8 @@ def _truth_scorer(tt, free):
 
 def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every figure of one mode for S studies at once: {'<figure>': estimate (S,), '<figure>_lo',
-    '_hi', '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
+    '_hi' (its interval: bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w' and
+    '_lo_n'/'_hi_n'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
     same fits scored on the true surface (mean over the runs' fits); 'gap_to_oracle_same_run' (v1);
     'selected' (S, R) and 'baseline' (S, R) indices (see ``choices``)."""
     S, R, N, C = b.us.shape
@@ -432,8 +436,9 @@ def rule(family: list[dict], alpha: float) -> dict[str, np.ndarray]:
     """One Holm family of decided figures, each {'estimate', 'se', 'df', 'ci_high', 'threshold'} with
     arrays (S,): 'exceeds' and 'holds' (S, m) and 'verdict' (S,).
 
-    A figure exceeds when Holm rejects "figure <= threshold" at family-wise level alpha; it holds when
-    its CI's upper end lies below the threshold. ``continue`` when any figure exceeds; ``stop`` when
+    A figure exceeds when Holm rejects "figure <= threshold" at family-wise level alpha (t p-values on
+    'se' and 'df'); it holds when its CI's upper end ('ci_high': the bootstrap-t interval's in a study,
+    ``CANDIDATES_FOR``) lies below the threshold. ``continue`` when any figure exceeds; ``stop`` when
     every figure holds (an intersection-union test: each figure's own test at its level, no
     multiplicity correction needed since every one must reject); otherwise ``no-decision``."""
     if not family:

@@ -1,5 +1,7 @@
 """The decision's figures per mode and per deployment-profile part, as rows (the engine computes them:
-``headroom.analysis.engine``; cross-run: chosen on one run, scored on another), each with its CI.
+``headroom.analysis.engine``; cross-run: chosen on one run, scored on another), each with its CI
+(bootstrap-t for the decided figures and the gap's bound, ``engine.CANDIDATES_FOR``: the rule's
+interval since decision-v3.1; the Welch t interval for every other row).
 
 Decided (the rule in ``headroom.analysis.decision``):
 

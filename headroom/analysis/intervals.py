@@ -5,10 +5,12 @@ the test invocations. Its uncertainty has two parts: a jackknife over runs (the 
 degrees of freedom) and a bootstrap over test invocations (the invocation part). Three candidate
 intervals, fixed in advance and all computed (docs/decision-validation.md compares them):
 
-* ``interval`` (the rule's): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
-  Welch-Satterthwaite (at least R - 1).
+* ``interval`` (Welch t; decision v3's rule, and since decision-v3.1 the interval of every figure the
+  rule does not hold on): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
+  Welch-Satterthwaite (at least R - 1). Its SE and df give every figure's t p-value.
 * ``t_ntest``: the same SE, t on n_test - 1 degrees of freedom.
-* ``bootstrap_t``: the invocation part studentized. Each resample's statistic is divided by its own
+* ``bootstrap_t`` (the rule's since decision-v3.1, for the decided figures and the gap's bound:
+  ``engine.CANDIDATES_FOR``): the invocation part studentized. Each resample's statistic is divided by its own
   linearized SE (``linear_var``: the delta method on the resample's sums), the pivot's quantiles set
   the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
   denominator); the run part's t(R - 1) half-width is added to each in quadrature.
@@ -106,17 +108,28 @@ def linear_var(u: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
     return (counts * (u - ubar) ** 2).sum(axis=-1)
 
 
+# A resample's linearized SE below this share of the sample's is a tie's zero, not a measurement.
+TIED = 1e-3
+
+
 def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
     """(lo, hi) of the studentized candidate (module docstring); per_boot (S, P, B), u0 (S, n) and ub
     (S, B, n) the linear terms at the sample and at each resample, counts (B, n)."""
     est, alpha = iv[""], 1.0 - confidence
+    se_inv = np.sqrt(linear_var(u0))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples without a phase: NaN, left out
         theta = np.nanmean(per_boot, axis=1)  # (S, B)
-        pivot = (theta - est[:, None]) / np.sqrt(linear_var(ub, counts))
-        pivot = np.where(np.isfinite(pivot), pivot, np.nan)
+        se_b = np.sqrt(linear_var(ub, counts))  # (S, B)
+        # A resample whose every invocation is tied (the figure constant on it) has a linearized SE
+        # of 0, which the forward difference returns as rounding (~1e-7 of the sample's): its pivot
+        # is +/-inf (NaN where its statistic equals the estimate), kept among the others. Where such
+        # resamples reach a tail's quantile, that end is unbounded: NaN (the figure cannot hold).
+        step = np.sign(theta - est[:, None]) * np.inf
+        pivot = np.where(se_b > TIED * se_inv[:, None], (theta - est[:, None]) / se_b, step)
+        pivot = np.where(np.isnan(theta), np.nan, pivot)
         q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
-    se_inv = np.sqrt(linear_var(u0))
+        q_lo, q_hi = (np.where(np.isfinite(q), q, np.nan) for q in (q_lo, q_hi))
     run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(iv["_var_runs"])
     lo = est - np.hypot(np.maximum(q_hi, 0.0) * se_inv, run_half)
     hi = est + np.hypot(np.maximum(-q_lo, 0.0) * se_inv, run_half)

@@ -343,12 +343,13 @@ def _rate(x) -> tuple[float, float, float]:
     return k / n, float(lo), float(hi)
 
 
-# candidate intervals fixed in advance (``headroom.analysis.intervals``)
-INTERVALS = {"rule": ("_lo", "_hi"), "t_ntest": ("_lo_n", "_hi_n"), "boot_t": ("_lo_bt", "_hi_bt")}
+# candidate intervals fixed in advance (``headroom.analysis.intervals``; engine keys): Welch t (decision
+# v3's rule), t on n_test - 1 df, bootstrap-t (the rule's since decision-v3.1)
+INTERVALS = {"welch": ("_lo_w", "_hi_w"), "t_ntest": ("_lo_n", "_hi_n"), "boot_t": ("_lo", "_hi")}
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
 
-def covers(mc: pd.DataFrame, figure: str, interval: str = "rule") -> pd.Series:
+def covers(mc: pd.DataFrame, figure: str, interval: str = "boot_t") -> pd.Series:
     """Whether each seed's CI (one of ``INTERVALS``) holds the figure's truth target."""
     lo, hi = INTERVALS[interval]
     target = mc[f"{figure}_true"].mean()

@@ -198,7 +198,7 @@ def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
     assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
     assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
     assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
-    assert (d["rule_version"] == "decision-v3").all()
+    assert (d["rule_version"] == "decision-v3.1").all()
 
 
 def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
@@ -285,7 +285,7 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     row = rows.iloc[0]
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
-    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3").all()
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1").all()
 
 
 def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
@@ -297,3 +297,39 @@ def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused
     assert decision.Thresholds.of({"max_policy_gain_pct": 5.0}).max_policy_gain_pct == 5.0
     with pytest.raises(TypeError, match="max_gap_pct"):
         decision.Thresholds.of({"max_gap_pct": 1.0})
+
+
+def test_a_gap_whose_bound_has_no_upper_end_cannot_hold_on_its_own_interval():
+    # The gap holds on its bound's upper end (engine.HOLD_BY); where the bound has none (bootstrap-t
+    # unbounded by tied resamples), the cross-run gap's own CI, biased down, must not stand in for it.
+    row = {"figure": "gap_to_oracle", "ci_high": 0.2, "hold_high": np.nan}
+    assert np.isnan(decision._hold_high(row))
+    assert decision._hold_high({"figure": "policy_gain", "ci_high": 0.3, "hold_high": np.nan}) == 0.3
+
+
+def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
+    # the gap's bound, a ratio over few invocations: its bootstrap-t upper end (decision-v3.1's) lies
+    # above the Welch t one (v3's); a threshold between them decides the way bootstrap-t says
+    from headroom.analysis import engine
+    from headroom.analysis.policies import checked_modes
+    from headroom.core import defaults
+
+    tr = S.trace("ABC" * 8)
+    tm = S.timings(tr, lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.01), modes=("graph",))
+    figs = figures.study_figures(tr, tm, **FAST)
+    tf, seed = defaults.value("policies", "train_fraction"), defaults.value("policies", "seed")
+    opts, costs, (md,) = checked_modes(tr, tm, None, tf, FAST)
+    f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
+    boot_t, welch = (float(f["gap_to_oracle_bound" + k][0]) for k in ("_hi", "_hi_w"))
+    assert welch + 0.1 < boot_t
+    d = decision.decide(figs, None, S.environment("cuda"))
+    assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(boot_t)
+    between = decision.decide(figs, None, S.environment("cuda"), max_gap_to_oracle_pct=(welch + boot_t) / 2)
+    assert _fig(between, "gap_to_oracle")["state"] == "inconclusive"  # Welch's upper end would hold
+    assert between["verdict"].iloc[0] == "no-decision"
+    above = decision.decide(figs, None, S.environment("cuda"), max_gap_to_oracle_pct=boot_t + 0.01)
+    assert _fig(above, "gap_to_oracle")["state"] == "holds" and above["verdict"].iloc[0] == "stop"
+    # the decided figures' rows carry the bootstrap-t interval; the SE and df stay the Welch t's
+    pol = _fig(between, "policy_gain")
+    assert (pol["ci_low"], pol["ci_high"]) == pytest.approx((f["policy_gain_lo"][0], f["policy_gain_hi"][0]))
+    assert pol["se"] == pytest.approx(f["policy_gain_se"][0])
