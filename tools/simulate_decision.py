@@ -162,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # --stop-sweep: the designs and noise scales P(stop | flat) is priced at (docs/decision-validation.md)
 STOP_GRID = (
-    (sim.Design(6, 100), (1.0, 0.25, 0.1, 0.075, 0.06, 0.05, 0.04, 0.03)),
+    (sim.Design(6, 100), (1.0, 0.25, 0.1, 0.075, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)),
     (sim.Design(6, 400), (1.0,)),
     (sim.Design(12, 100), (1.0,)),
 )
