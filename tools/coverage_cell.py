@@ -1,7 +1,8 @@
-"""Why one coverage cell is low: eager mode, flat surface, noise 0.5x, default-gen2-long at 6 x 100
-(docs/decision-validation.md, "The eager policy-coverage cell").
+"""Why one coverage cell is low: eager mode, flat surface, noise 0.5x (default: default-gen2-long at
+6 x 100; docs/decision-validation.md, "The eager policy-coverage cell").
 
     PYTHONPATH=$PWD python tools/coverage_cell.py --seeds 400
+    PYTHONPATH=$PWD python tools/coverage_cell.py --seeds 400 --study data/reference/h200/default-gen2 --runs 0 --invocations 0
 
 Runs that one cell of the validation (``simulate.run_mc``, the scenarios' noise seed, test invocations
 redrawn) twice: with each median's standard error at the noise's scale (the simulator since its fix)
@@ -43,9 +44,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=400)
     ap.add_argument("--scale", type=float, default=0.5)
+    ap.add_argument("--study", default="data/reference/h200/default-gen2-long")
+    ap.add_argument("--runs", type=int, default=6, help="0: the study's own")
+    ap.add_argument("--invocations", type=int, default=100, help="0: the study's own")
     a = ap.parse_args(argv)
-    base = sim.load_recorded_mode("data/reference/h200/default-gen2-long", "eager")
-    s, runs = sim.Design(6, 100).apply(base)
+    base = sim.load_recorded_mode(a.study, "eager")
+    s, runs = sim.Design(a.runs or None, a.invocations or None).apply(base)
     L, noise = sim.layout(s), sim._noise(s.md, s.model, a.seeds, runs, 3)  # the scenarios' seed
     # before the fix: the standard error stayed at 1x (within_sd / k, scaled by k in run_mc)
     before = replace(s, model=replace(s.model, within_sd=s.model.within_sd / a.scale))
