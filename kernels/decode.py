@@ -8,7 +8,7 @@ import triton
 
 from . import mode, schedule, split
 from .jit.decode import decode_kernel, reduce_kernel
-from .launch import SLOTS, Launches, LaunchSpec, Slot, attention_args, attention_scale, named_strides
+from .launch import SLOTS, Launches, LaunchSpec, Slot, attention_args, named_strides
 from .schedule import Variant
 from .tile import Tile
 
@@ -44,13 +44,7 @@ def decode_launches(
         part_o_ptr=part_o,  # Slot(out) when SPLIT is False: never read or written
         part_lse_ptr=part_lse,
         counter_ptr=Slot("counters") if in_kernel else None,
-        Hkv=heads_kv,
-        group=group,
-        Sq=q_len,
-        Skv=kv_len,
         split_len=split_len,
-        qk_scale=attention_scale(head_dim),
-        HEAD_DIM=head_dim,
         BLOCK_M=block_m,
         BLOCK_N=tile.block_n,
         ROTATE_Q=rotate_q,

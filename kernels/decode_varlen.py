@@ -111,9 +111,9 @@ def varlen_specs(tensors: dict, tile: Tile) -> tuple[list[LaunchSpec], dict]:
         q_ptr=Slot("q"), k_ptr=Slot("k"), v_ptr=Slot("v"), out_ptr=Slot("out"),
         part_o_ptr=part_o, part_lse_ptr=part_lse, cos_ptr=Slot("cos"), sin_ptr=Slot("sin"),
         kv_lens_ptr=Slot("kv_lens"),
-        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qd=q.stride(3),
-        **{f"stride_{n}{a}": tensors[n].stride(i) for n in "kv" for a, i in zip("bhsd", range(4), strict=True)},
-        **o_strides, stride_tab=tensors["cos"].stride(0),
+        q_strides=(q.stride(0), q.stride(1), q.stride(3)), k_strides=tensors["k"].stride(),
+        v_strides=tensors["v"].stride(), o_strides=(out.stride(0), out.stride(1), out.stride(3)),
+        stride_tab=tensors["cos"].stride(0),
         Hkv=heads_kv, group=group, split_len=split_len, qk_scale=LOG2E / math.sqrt(head_dim),
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=tile.block_n, ROTATE_Q=True, SPLIT=split,
     )  # fmt: skip

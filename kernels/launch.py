@@ -198,14 +198,17 @@ SLOTS = {"q": "q", "k": "k", "v": "v", "out": "out", "cos": "cos", "sin": "sin"}
 
 
 def attention_args(tensors: dict, q: str, k: str, v: str, out: str, cos: str | None, sin: str | None) -> dict:
-    """The pointer and stride arguments both attention families take: q (B, Hq, Sq, D), k, v
-    (B, Hkv, Skv, D), out (B, Hq, Sq, D), cos, sin (max_pos, D // 2) by slot name; cos None:
-    nothing rotates, so q stands in for the never-read table pointers."""
+    """The arguments both attention families take: the pointers of q (B, Hq, Sq, D), k, v
+    (B, Hkv, Skv, D), out (B, Hq, Sq, D), cos, sin (max_pos, D // 2) by slot name, each 4-D
+    tensor's strides as one tuple (q_strides: (b, h, s, d), ...), the problem's sizes (Hkv,
+    group = Hq // Hkv, Sq, Skv, HEAD_DIM) and qk_scale; cos None: nothing rotates, so q stands in
+    for the never-read table pointers."""
     if cos is None:
         cos = sin = q
         stride_tab = 0
     else:
         stride_tab = tensors[cos].stride(0)
+    (_, heads_q, q_len, head_dim), (_, heads_kv, kv_len, _) = tensors[q].shape, tensors[k].shape
     return dict(
         q_ptr=Slot(q),
         k_ptr=Slot(k),
@@ -213,9 +216,15 @@ def attention_args(tensors: dict, q: str, k: str, v: str, out: str, cos: str | N
         out_ptr=Slot(out),
         cos_ptr=Slot(cos),
         sin_ptr=Slot(sin),
-        **named_strides("q", tensors[q]),
-        **named_strides("k", tensors[k]),
-        **named_strides("v", tensors[v]),
-        **named_strides("o", tensors[out]),
+        q_strides=tensors[q].stride(),
+        k_strides=tensors[k].stride(),
+        v_strides=tensors[v].stride(),
+        o_strides=tensors[out].stride(),
         stride_tab=stride_tab,
+        Hkv=heads_kv,
+        group=heads_q // heads_kv,
+        Sq=q_len,
+        Skv=kv_len,
+        qk_scale=attention_scale(head_dim),
+        HEAD_DIM=head_dim,
     )

@@ -6,7 +6,7 @@ import torch
 import triton
 
 from .jit.prefill import prefill2_kernel
-from .launch import SLOTS, Descriptor, Launches, LaunchSpec, attention_args, attention_scale
+from .launch import SLOTS, Descriptor, Launches, LaunchSpec, attention_args
 from .schedule import Variant
 from .tile import Tile
 
@@ -23,7 +23,7 @@ def prefill_launches(
     Launches.tma / packed_gqa say what took effect."""
     qt, kt = tensors[slots["q"]], tensors[slots["k"]]
     batch, heads_q, q_len, head_dim = qt.shape
-    heads_kv, kv_len = kt.shape[1], kt.shape[2]
+    heads_kv = kt.shape[1]
     group = heads_q // heads_kv
     group_rows = triton.next_power_of_2(group) if variant.pack_gqa and group > 1 else 1
     if group_rows > tile.block_m:
@@ -37,12 +37,6 @@ def prefill_launches(
         k_desc=Descriptor(slots["k"], block) if tma else None,
         v_desc=Descriptor(slots["v"], block) if tma else None,
         Hq=heads_q,
-        Hkv=heads_kv,
-        group=group,
-        Sq=q_len,
-        Skv=kv_len,
-        qk_scale=attention_scale(head_dim),
-        HEAD_DIM=head_dim,
         BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n,
         GROUP_ROWS=group_rows,

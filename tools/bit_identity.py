@@ -7,12 +7,19 @@
 for every candidate of both generations (config/config.yaml's tiles x each generation's RoPE
 placements, headroom/measure/candidates.py) on fixed shapes and seeds -- prefill, a chunk over a
 cache (q_len < kv_len) and split-KV decode, generation 2's decode with both merges (reduction
-launch: DEFAULT_VARIANT; in the decode kernel) -- records:
+launch: DEFAULT_VARIANT; in the decode kernel) -- and every tile of generation 3 (the varlen
+decode, kernels.plan_decode_varlen) on a ragged batch (KV_LENS), and the decodes once more on a
+cache too short to split (SPLIT=False), records:
   out:      BLAKE3 of the output's bytes, run as the studies run it (generation 1:
             attention(fused=...), generation 2: plan(...).run);
   launches: each launch's kernel name and grid;
   ir:       per launch, BLAKE3 of the compiled TTGIR and PTX for sm_90 with location and debug
-            lines stripped (file paths change when files move).
+            lines stripped (file paths change when files move), the TTGIR parsed and printed
+            back by MLIR (renumber_ttgir: Triton 3.9 names SSA values after the source's
+            variables, %acc, %stride_qb, so a renamed variable or a parameter tuple renames
+            them; the round trip numbers them, and two TTGIRs hash alike when they are the
+            same module up to those names). The PTX holds no source names but the kernel's:
+            it is hashed as compiled, less LLVM's $L__tmp debug-scope labels.
 --device cuda (the default when a GPU is present): everything compiled and launched on the GPU,
 bfloat16, IR from the kernels' own compile (warmup). --device cpu: outputs under the Triton
 interpreter in float16 on small shapes (SHAPES['cpu']), and IR of the GPU shapes and dtype
@@ -36,18 +43,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SEED = 20261201
 SM90_SMS = 132  # the H200's SM count: the decode split plan the IR is compiled for on CPU
-# (B, Hq, Hkv, Sq, Skv, D, rotate_k) per shape; decode over a rotated cache, splits > 1 in both
-SHAPES = {
-    "cuda": {
-        "prefill": (1, 4, 2, 192, 192, 128, True),
-        "chunk": (1, 4, 2, 64, 320, 128, True),
-        "decode": (2, 4, 2, 1, 1024, 128, False),
-    },
-    "cpu": {
-        "prefill": (1, 4, 2, 40, 40, 64, True),
-        "chunk": (1, 4, 2, 16, 72, 64, True),
-        "decode": (1, 4, 2, 1, 64, 64, False),
-    },
+# (B, Hq, Hkv, Sq, Skv, D, rotate_k) per shape; decode over a rotated cache, splits > 1 in both;
+# decode1 / varlen1: keys too few to split (kernels/split.py: fewer than 2 * MIN_SPLIT_KEYS, the
+# interpreter's 2 * 16), the kernels' SPLIT=False specialisation; varlen / varlen1: generation 3
+_SHAPE_TABLE = (  # shape, on cuda, on cpu
+    ("prefill", (1, 4, 2, 192, 192, 128, True), (1, 4, 2, 40, 40, 64, True)),
+    ("chunk", (1, 4, 2, 64, 320, 128, True), (1, 4, 2, 16, 72, 64, True)),
+    ("decode", (2, 4, 2, 1, 1024, 128, False), (1, 4, 2, 1, 64, 64, False)),
+    ("decode1", (2, 4, 2, 1, 256, 128, False), (1, 4, 2, 1, 16, 64, False)),
+    ("varlen", (2, 4, 2, 1, 1024, 128, False), (2, 4, 2, 1, 64, 64, False)),
+    ("varlen1", (2, 4, 2, 1, 256, 128, False), (2, 4, 2, 1, 16, 64, False)),
+)
+SHAPES = {device: {row[0]: row[1 + d] for row in _SHAPE_TABLE} for d, device in enumerate(("cuda", "cpu"))}
+# generation 3: the valid keys of each sequence of a varlen shape (a ragged batch)
+KV_LENS = {
+    "cuda": {"varlen": (1024, 517), "varlen1": (256, 131)},
+    "cpu": {"varlen": (64, 37), "varlen1": (16, 9)},
 }
 DTYPE = {"cuda": "bfloat16", "cpu": "float16"}
 
@@ -64,7 +75,7 @@ def cases() -> list[dict]:
     for generation, placements in ((1, GENERATION_1_PLACEMENTS), (2, ROPE_PLACEMENTS)):
         for rope in placements:
             for i, tile in enumerate(tiles):
-                for shape in ("prefill", "chunk", "decode"):
+                for shape in ("prefill", "chunk", "decode", "decode1"):
                     merges = (
                         ("default", "in_kernel") if generation == 2 and shape == "decode" else ("default",)
                     )
@@ -75,6 +86,10 @@ def cases() -> list[dict]:
                                 key=key, generation=generation, rope=rope, tile=tile, shape=shape, merge=merge
                             )
                         )
+    for i, tile in enumerate(tiles):
+        for shape in ("varlen", "varlen1"):
+            key = f"g3/varlen/t{i}/{shape}/default"
+            out.append(dict(key=key, generation=3, rope="varlen", tile=tile, shape=shape, merge="default"))
     return out
 
 
@@ -115,6 +130,7 @@ def _compile_only_on_cpu(kernels) -> None:
             self.spec, self.direct = spec, False
 
     _module(kernels, "plans").CompiledLaunch = SpecOnly
+    _module(kernels, "decode_varlen").CompiledLaunch = SpecOnly
 
 
 def _inputs(shape: tuple, dtype: str, device: str):
@@ -141,6 +157,9 @@ def _plan(case: dict, device: str, q, k, v, cos, sin):
 
     tile = kernels.Tile(**case["tile"])
     rotate_k = SHAPES[device][case["shape"]][6]
+    if case["generation"] == 3:
+        lens = torch_lens(device, case["shape"], q.device)
+        return tile, rotate_k, {}, kernels.plan_decode_varlen(q, k, v, cos, sin, lens, tile=tile)
     if case["generation"] == 1:
         how = {"fused": case["rope"] == "fused"}
     else:
@@ -149,6 +168,15 @@ def _plan(case: dict, device: str, q, k, v, cos, sin):
         )
         how = {"rope": case["rope"], "variant": variant}
     return tile, rotate_k, how, kernels.plan(q, k, v, cos, sin, tile=tile, rotate_k=rotate_k, **how)
+
+
+def torch_lens(shapes: str, shape: str, device) -> object:
+    """Generation 3's (B,) int32 kv_lens of a varlen shape (KV_LENS); None for the others."""
+    import torch
+
+    if shape not in KV_LENS[shapes]:
+        return None
+    return torch.tensor(KV_LENS[shapes][shape], dtype=torch.int32, device=device)
 
 
 def _specs(p) -> list:
@@ -172,12 +200,15 @@ def run_case(case: dict, device: str, what: str) -> dict:
         result["launches"] = [[spec.kernel.__name__, list(spec.grid)] for spec in specs]
         if case["generation"] == 1:
             out = kernels.attention(q, k, v, cos, sin, tile=tile, rotate_k=rotate_k, **how)
+        elif case["generation"] == 3:
+            out = p.run(q, k, v, cos, sin, torch_lens(shapes, case["shape"], q.device))
         else:
             out = p.run(q, k, v, cos, sin)
         result["out"] = _blake3(out.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
     if what in ("ir", "both"):
         tensors = {"q": q, "k": k, "v": v, "cos": cos, "sin": sin, **p._scratch}
         tensors["out"] = torch.empty_like(q)
+        tensors["kv_lens"] = torch_lens(shapes, case["shape"], q.device)
         resolve = _module(kernels, "launch", "_launch").resolve
         result["ir"] = [
             _ir(spec, {n: resolve(x, tensors) for n, x in spec.args.items()}, device) for spec in specs
@@ -194,7 +225,7 @@ def _ir(spec, args: dict, device: str) -> dict:
     return {
         "kernel": spec.kernel.__name__,
         "grid": list(spec.grid),
-        "ttgir": _blake3(strip_ttgir(compiled.asm["ttgir"]).encode()),
+        "ttgir": _blake3(renumber_ttgir(strip_ttgir(compiled.asm["ttgir"])).encode()),
         "ptx": _blake3(strip_ptx(compiled.asm["ptx"]).encode()),
     }
 
@@ -242,10 +273,32 @@ def strip_ttgir(text: str) -> str:
     return _strip_calls("\n".join(lines), "loc")
 
 
+def renumber_ttgir(text: str) -> str:
+    """Stripped TTGIR as MLIR prints it back after parsing it with Triton's own dialects: the same
+    module with its SSA values named %0, %1, %arg0, %c0_i32 by MLIR's scoped numbering instead of
+    the source's variable names (%acc, %stride_qb), which Triton 3.9 prints from its name
+    locations; anything but names that differs still differs."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    context = ir.context()
+    ir.load_dialects(context)
+    make_backend(GPUTarget("cuda", 90, 32)).load_dialects(context)
+    with tempfile.TemporaryDirectory(prefix="bit-identity-ttgir-") as folder:
+        path = Path(folder) / "kernel.ttgir"
+        path.write_text(text)
+        printed = str(ir.parse_mlir_module(str(path), context))
+    return strip_ttgir(printed)  # the parser's own locations (the temporary file's lines) go too
+
+
 def strip_ptx(text: str) -> str:
-    """PTX without .loc/.file directives and DWARF sections (paths and line numbers)."""
+    """PTX without .loc/.file directives, DWARF sections (paths and line numbers) and the
+    $L__tmp<n> labels LLVM defines for those sections' scopes (no instruction names one; an
+    inlined call site moved to another line adds or drops one)."""
     text = re.sub(r"\.section\s+\.debug\w*\s*\{.*?\n\s*\}", "", text, flags=re.S)
-    return "\n".join(line for line in text.splitlines() if not re.match(r"\s*\.(loc|file)\b", line))
+    debug = re.compile(r"\s*\.(loc|file)\b|\$L__tmp\d+:\s*$")
+    return "\n".join(line for line in text.splitlines() if not debug.match(line))
 
 
 def _blake3(data: bytes) -> str:

@@ -29,7 +29,11 @@ from headroom.analysis import crossrun, intervals, registry
 from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.analysis.crossrun import ModeData, Options
 
-RULE_VERSION = "decision-v3.1"  # v3 with the bootstrap-t interval (CANDIDATES_FOR)
+# v3 with the bootstrap-t interval (CANDIDATES_FOR): decision v3.1, tagged `decision-v3.1` before the
+# azure-conv-gen2-6x100 recording; v3.1.1 adds one degenerate-case fix made after that tag (a resample
+# whose figure equals the sample's has pivot 0: a figure constant over the invocations had no interval)
+# and changes no figure of any reference (README.md, "The rule").
+RULE_VERSION = "decision-v3.1.1"
 DECIDED = ("gap_to_oracle", "policy_gain")
 # The figure whose CI's upper end a decided figure needs below its threshold to hold. The cross-run
 # gap is biased down (the oracle chosen on run a is no oracle on run b), so a `stop` on it would be

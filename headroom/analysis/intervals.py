@@ -114,19 +114,22 @@ TIED = 1e-3
 
 def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
     """(lo, hi) of the studentized candidate (module docstring); per_boot (S, P, B), u0 (S, n) and ub
-    (S, B, n) the linear terms at the sample and at each resample, counts (B, n)."""
+    (S, B, n) the linear terms at the sample and at each resample, counts (B, n). A figure constant
+    over the invocations gets est +/- the run part; a tail reached by resamples tied everywhere (pivot
+    +/-inf) leaves that end unbounded (NaN)."""
     est, alpha = iv[""], 1.0 - confidence
     se_inv = np.sqrt(linear_var(u0))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples without a phase: NaN, left out
         theta = np.nanmean(per_boot, axis=1)  # (S, B)
-        se_b = np.sqrt(linear_var(ub, counts))  # (S, B)
+        dev, se_b = theta - est[:, None], np.sqrt(linear_var(ub, counts))  # (S, B)
         # A resample whose every invocation is tied (the figure constant on it) has a linearized SE
         # of 0, which the forward difference returns as rounding (~1e-7 of the sample's): its pivot
-        # is +/-inf (NaN where its statistic equals the estimate), kept among the others. Where such
-        # resamples reach a tail's quantile, that end is unbounded: NaN (the figure cannot hold).
-        step = np.sign(theta - est[:, None]) * np.inf
-        pivot = np.where(se_b > TIED * se_inv[:, None], (theta - est[:, None]) / se_b, step)
+        # is +/-inf, kept among the others; where such resamples reach a tail's quantile, that end is
+        # unbounded (NaN: the figure cannot hold). A resample whose figure equals the sample's has
+        # pivot 0, its SE zero or not.
+        pivot = np.where(se_b > TIED * se_inv[:, None], dev / se_b, np.sign(dev) * np.inf)
+        pivot = np.where(dev == 0.0, 0.0, pivot)
         pivot = np.where(np.isnan(theta), np.nan, pivot)
         q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
         q_lo, q_hi = (np.where(np.isfinite(q), q, np.nan) for q in (q_lo, q_hi))

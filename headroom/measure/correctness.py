@@ -403,15 +403,9 @@ def _check_pair(cand, shape, tol, *, device, seed, rope_base, make_fn, inject_fa
     lens = kv_lens_tensor(shape, device) if takes_lengths(cand) else None
     seed_i = input_seed(seed, cand.candidate, shape.shape_key)
     fn = _candidate_fn(make_fn, cand, cos, sin, rotate_k, lens, faulty=cand.candidate == inject_fault)
+    native = is_native(cand)
     result = check_one(
-        fn,
-        shape,
-        seed=seed_i,
-        device=device,
-        tol=tol,
-        rope_base=rope_base,
-        native=is_native(cand),
-        kv_lens=lens,
+        fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=native, kv_lens=lens
     )
     return _row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i)
 

@@ -46,6 +46,11 @@ FIXED_STAGES = (
 )  # fmt: skip
 GPU_STAGES = frozenset({"environment", "calibrate", "correctness", "lifecycle", "graph_sweep", "portfolio"})
 _LINEAR = ("correctness", "lifecycle")
+# (reference, stage) times no term of the model explains, left out of that stage's fit (they would
+# pull every other reference's): azure-conv-gen2-6x100's correctness took 271 s (94 shapes, ~3 s each)
+# where the others' fit predicts ~55 s; the earlier references' correctness times (22-65 s) follow
+# neither the shape count nor the shapes' work (B Hq Sq Skv D). A plan of a study like it is short.
+UNEXPLAINED = frozenset({("azure-conv-gen2-6x100", "correctness")})
 
 
 def bench_s(path: Path) -> float:
@@ -155,8 +160,11 @@ def fit(refs: list[Reference]) -> Model:
 
     fixed = {s: float(np.mean([r.stage_s[s] for r in refs if s in r.stage_s])) for s in FIXED_STAGES}
     fixed = {s: v for s, v in fixed.items() if math.isfinite(v)}
-    x = np.array([[1.0, r.candidates, r.candidates * r.shapes] for r in refs])
-    linear = {stage: nnls(x, np.array([r.stage_s[stage] for r in refs]))[0] for stage in _LINEAR}
+    linear = {}
+    for stage in _LINEAR:
+        fitted = [r for r in refs if (r.name, stage) not in UNEXPLAINED]
+        x = np.array([[1.0, r.candidates, r.candidates * r.shapes] for r in fitted])
+        linear[stage] = nnls(x, np.array([r.stage_s[stage] for r in fitted]))[0]
     dropped = frozenset().union(*(_dropped(r) for r in refs))
     start = float(np.mean([r.start_s for r in refs]))
     overhead = _overhead(np.array([o for r in refs for o in r.overheads], dtype=np.float64))
@@ -233,7 +241,7 @@ class _Replay:
 
 
 @dataclass
-class Plan:
+class JobPlan:
     """One study's jobs (stage, count, predicted seconds each), timed cells and the facts behind."""
 
     study: str
@@ -257,7 +265,7 @@ def _stage_jobs(model: Model, candidates: int, shapes: int, runs: int, run_s: fl
     return jobs + [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
 
 
-def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
+def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     """The jobs, timed cells and predicted seconds of one resolved study (config.plan_studies)."""
     from headroom.measure import candidates as hcandidates
     from headroom.measure import portfolio
@@ -265,7 +273,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
 
     if study.get("replay"):
         jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
-        return Plan(name, jobs, 0, {"replay": study["replay"]})
+        return JobPlan(name, jobs, 0, {"replay": study["replay"]})
     trace = invocations.build_trace(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
     built = hcandidates.build(
         study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
@@ -295,7 +303,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> Plan:
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
     }
     jobs = _stage_jobs(model, n_cand, facts["shapes"], runs, run_s)
-    return Plan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
+    return JobPlan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
 
 
 def _run_s(
@@ -310,19 +318,19 @@ def _run_s(
     return model.start_s + pairs * per_pair
 
 
-def reference_plan(ref: Reference, model: Model) -> Plan:
+def reference_plan(ref: Reference, model: Model) -> JobPlan:
     """The model's plan of a recorded study as it was run (its recorded samples per cell)."""
     pairs = ref.invocations * ref.candidates
     run_s = _run_s(model, pairs, ref.samples_per_cell, ref.calls_per_sample, ref.mean_set_bytes / 1e6)
     jobs = _stage_jobs(model, ref.candidates, ref.shapes, len(ref.run_s), run_s)
     facts = {"measured_s": sum(ref.stage_s.values()) + sum(ref.run_s)}
-    return Plan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
+    return JobPlan(ref.name, jobs, len(ref.run_s) * ref.cells, facts)
 
 
 # -- text and the verb -----------------------------------------------------------------------------
 
 
-def plan_text(plan: Plan) -> str:
+def plan_text(plan: JobPlan) -> str:
     f = plan.facts
     if "replay" in f:
         head = f"study {plan.study}: replay of {f['replay']} (no GPU jobs)"

@@ -217,18 +217,16 @@ def work_between(nbytes: int, device: str) -> Callable[[Callable], Callable]:
     every timed call of all three sequences so that it cancels in their difference. 0: back to back."""
     if nbytes <= 0:
         return lambda f: f
-    import torch
-
-    buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    write = timing.buffer_write(nbytes, device)
 
     def wrap(f: Callable) -> Callable:
         def fn(*args):
-            buffer.fill_(1)
+            write()
             return f(*args)
 
         return fn
 
-    wrap.buffer = buffer  # what it writes (tests look)
+    wrap.buffer = write.buffer  # what it writes (tests look)
     return wrap
 
 

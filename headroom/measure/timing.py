@@ -249,6 +249,21 @@ def summarize(samples_us: np.ndarray) -> dict[str, float]:
     }
 
 
+def buffer_write(nbytes: int, device) -> Callable[[], None]:
+    """A write of ``nbytes``: a uint8 buffer allocated now, filled with 1s on every call (its
+    ``buffer`` attribute). Cold timing's L2 flush (Harness flush_l2) and the lifecycle's traffic
+    between switched calls (lifecycle.work_between) are this write."""
+    import torch
+
+    buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def write() -> None:
+        buffer.fill_(1)
+
+    write.buffer = buffer
+    return write
+
+
 class Harness:
     """Times callables on one device with one method; holds the reusable event pool and the
     L2 flush buffer so that a measurement allocates nothing on the timed path.
@@ -292,7 +307,7 @@ class Harness:
         self.clock = clock
         self.modes: tuple[str, ...] = MODES if device == "cuda" else ("eager",)
         self._events: list = []
-        self._flush_buffer = None
+        self._flush_write = None
         if device == "cuda":
             import torch
 
@@ -302,11 +317,11 @@ class Harness:
                 for _ in range(pool)
             ]
             if flush_l2:
-                self._flush_buffer = torch.empty(max(l2_bytes(), 1), dtype=torch.uint8, device="cuda")
+                self._flush_write = buffer_write(max(l2_bytes(), 1), "cuda")
 
     def _flush(self) -> None:
-        if self._flush_buffer is not None:
-            self._flush_buffer.fill_(1)
+        if self._flush_write is not None:
+            self._flush_write()
 
     def time(self, mode: str, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         """Time ``fn(*input_sets[i % len(input_sets)])`` in ``mode`` ('eager' or 'graph')."""

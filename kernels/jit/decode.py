@@ -7,8 +7,16 @@ q and k enter tl.dot as two head_dim / 2 halves so RoPE rotates them in register
 import triton
 import triton.language as tl
 
-from .rope import load_halves
+from .rope import load_kt_halves, load_q_halves
 from .softmax import online_softmax_step
+
+
+@triton.jit
+def split_keys(split, split_len, end):
+    """Keys [lo, hi) of decode split `split`: [split * split_len, min(end, (split + 1) * split_len))."""
+    lo = split * split_len
+    hi = tl.minimum(end, lo + split_len)
+    return lo, hi
 
 
 @triton.jit
@@ -22,22 +30,10 @@ def decode_kernel(
     cos_ptr,
     sin_ptr,
     counter_ptr,
-    stride_qb,
-    stride_qh,
-    stride_qs,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_ks,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vs,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_od,
+    q_strides,
+    k_strides,
+    v_strides,
+    o_strides,
     stride_tab,
     Hkv,
     group,
@@ -67,6 +63,10 @@ def decode_kernel(
     tl.static_assert(HEAD_DIM % 32 == 0, "head_dim halves must be multiples of 16 for tl.dot")
     HALF: tl.constexpr = HEAD_DIM // 2
     pid_m = tl.program_id(0)
+    stride_qb, stride_qh, stride_qs, stride_qd = q_strides  # of q (B, Hq, Sq, D)
+    stride_kb, stride_kh, stride_ks, stride_kd = k_strides  # of k (B, Hkv, Skv, D)
+    stride_vb, stride_vh, stride_vs, stride_vd = v_strides  # of v (B, Hkv, Skv, D)
+    stride_ob, stride_oh, stride_os, stride_od = o_strides  # of out (B, Hq, Sq, D)
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
     b = pid_bh // Hkv
@@ -82,20 +82,10 @@ def decode_kernel(
     q_pos = qi + offset
     q_rows = q_ptr + b * stride_qb + hq[:, None] * stride_qh + qi[:, None] * stride_qs
     offs_half = tl.arange(0, HALF)
-    q1, q2 = load_halves(  # (BLOCK_M, D/2) halves
-        q_rows,
-        offs_half,
-        stride_qd,
-        q_pos,
-        row_ok[:, None],
-        cos_ptr,
-        sin_ptr,
-        stride_tab,
-        HALF,
-        ROTATE_Q,
-        False,
-        True,
-    )
+    tables = (cos_ptr, sin_ptr, stride_tab)  # the RoPE tables (max_pos, D/2) and their row stride
+    q1, q2 = load_q_halves(
+        q_rows, offs_half, stride_qd, q_pos, row_ok, tables, HALF, ROTATE_Q
+    )  # (BLOCK_M, D/2)
     k_base = k_ptr + b * stride_kb + hkv * stride_kh
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
     offs_d = tl.arange(0, HEAD_DIM)
@@ -103,24 +93,12 @@ def decode_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # (BLOCK_M,) running max, base 2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # (BLOCK_M,) running sum
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # (BLOCK_M, D)
-    lo = split * split_len
-    hi = tl.minimum(Skv, lo + split_len)
+    lo, hi = split_keys(split, split_len, Skv)
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_split = offs_n < hi
-        k1, k2 = load_halves(  # K^T halves (D/2, BLOCK_N)
-            k_base + offs_n[None, :] * stride_ks,
-            offs_half,
-            stride_kd,
-            offs_n,
-            in_split[None, :],
-            cos_ptr,
-            sin_ptr,
-            stride_tab,
-            HALF,
-            ROTATE_K,
-            True,
-            True,
+        k1, k2 = load_kt_halves(
+            k_base, offs_n, in_split, offs_half, stride_ks, stride_kd, tables, HALF, ROTATE_K, True
         )
         qk = tl.dot(q1, k1)
         qk = tl.dot(q2, k2, qk)  # (BLOCK_M, BLOCK_N)

@@ -13,6 +13,8 @@ folded into qk_scale, q rotated in float32 and rounded once to the input dtype b
 import triton
 import triton.language as tl
 
+from .decode import split_keys
+
 
 @triton.jit
 def varlen_decode_kernel(
@@ -25,20 +27,10 @@ def varlen_decode_kernel(
     cos_ptr,
     sin_ptr,
     kv_lens_ptr,
-    stride_qb,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_ks,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vs,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_od,
+    q_strides,
+    k_strides,
+    v_strides,
+    o_strides,
     stride_tab,
     Hkv,
     group,
@@ -68,6 +60,7 @@ def varlen_decode_kernel(
     row_ok = offs_r < group
     hq = hkv * group + offs_r  # (BLOCK_M,) query heads
     d_lo = tl.arange(0, HALF)
+    stride_qb, stride_qh, stride_qd = q_strides  # of q (B, Hq, 1, D): batch, head, dim
     q_rows = q_ptr + b * stride_qb + hq[:, None] * stride_qh  # (BLOCK_M, 1)
     q1 = tl.load(q_rows + d_lo[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (M, D/2)
     q2 = tl.load(q_rows + (d_lo[None, :] + HALF) * stride_qd, mask=row_ok[:, None], other=0.0)
@@ -78,14 +71,15 @@ def varlen_decode_kernel(
         q1f, q2f = q1.to(tl.float32), q2.to(tl.float32)
         q1, q2 = (q1f * c - q2f * s).to(q1.dtype), (q2f * c + q1f * s).to(q2.dtype)
 
+    stride_kb, stride_kh, stride_ks, stride_kd = k_strides  # of k (B, Hkv, capacity, D)
+    stride_vb, stride_vh, stride_vs, stride_vd = v_strides  # of v (B, Hkv, capacity, D)
     k_base = k_ptr + b * stride_kb + hkv * stride_kh
     v_base = v_ptr + b * stride_vb + hkv * stride_vh
     offs_d = tl.arange(0, HEAD_DIM)
+    lo, hi = split_keys(split, split_len, kv_len)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    lo = split * split_len
-    hi = tl.minimum(kv_len, lo + split_len)
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         keep = offs_n < hi  # (BLOCK_N,) keys of this split and sequence
@@ -114,6 +108,7 @@ def varlen_decode_kernel(
         tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + offs_d[None, :], part, mask=stored[:, None])
         tl.store(part_lse_ptr + part_row, lse, mask=stored)
     else:
+        stride_ob, stride_oh, stride_od = o_strides  # of out (B, Hq, 1, D): batch, head, dim
         o_ptrs = out_ptr + b * stride_ob + hq[:, None] * stride_oh + offs_d[None, :] * stride_od
         tl.store(o_ptrs, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 

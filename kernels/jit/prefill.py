@@ -19,7 +19,7 @@ in float32 rounded once (load_halves).
 import triton
 import triton.language as tl
 
-from .rope import load_halves
+from .rope import load_kt_halves, load_q_halves
 from .softmax import online_softmax_step
 
 
@@ -41,9 +41,7 @@ def _key_loop(
     stride_kd,
     stride_vn,
     stride_vd,
-    cos_ptr,
-    sin_ptr,
-    stride_tab,
+    tables,
     lo,
     hi,
     Skv,
@@ -69,19 +67,8 @@ def _key_loop(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_bounds = offs_n < Skv
         if ROTATE_K:
-            k1, k2 = load_halves(  # (D/2, BLOCK_N) each
-                k_base + offs_n[None, :] * stride_kn,
-                offs_half,
-                stride_kd,
-                offs_n,
-                in_bounds[None, :],
-                cos_ptr,
-                sin_ptr,
-                stride_tab,
-                HALF,
-                True,
-                True,
-                MASKED,
+            k1, k2 = load_kt_halves(  # (D/2, BLOCK_N) each
+                k_base, offs_n, in_bounds, offs_half, stride_kn, stride_kd, tables, HALF, True, MASKED
             )
             qk = tl.dot(q1, k1)
             qk = tl.dot(q2, k2, qk)  # (BLOCK_M, BLOCK_N)
@@ -111,12 +98,13 @@ def _key_loop(
 
 
 @triton.jit
-def _load_rotated_full(rows, offs_d, stride_d, pos, mask, cos_ptr, sin_ptr, stride_tab, HALF: tl.constexpr):
+def _load_rotated_full(rows, offs_d, stride_d, pos, mask, tables, HALF: tl.constexpr):
     """(M, D) rows rotated at `pos` as one full-width tile: x and its half-swapped partner are
     two plain loads, so the rotated tile keeps a loaded tile's layout on its way into the dot.
     (The first H200 run joined two rotated halves with tl.join/permute/reshape instead: correct,
     but 1.14-1.21x attention alone, against 1.03-1.08x for the unfused placement.)
     Same float32 arithmetic as load_halves: [x1 c - x2 s, x2 c + x1 s], rounded once."""
+    cos_ptr, sin_ptr, stride_tab = tables
     first = offs_d < HALF
     partner = tl.where(first, offs_d + HALF, offs_d - HALF)
     freq = tl.where(first, offs_d, offs_d - HALF)
@@ -137,22 +125,10 @@ def prefill2_kernel(
     sin_ptr,
     k_desc,
     v_desc,
-    stride_qb,
-    stride_qh,
-    stride_qs,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_ks,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vs,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_od,
+    q_strides,
+    k_strides,
+    v_strides,
+    o_strides,
     stride_tab,
     Hq,
     Hkv,
@@ -177,6 +153,10 @@ def prefill2_kernel(
     tl.static_assert(BLOCK_M % GROUP_ROWS == 0, "GROUP_ROWS must divide BLOCK_M")
     HALF: tl.constexpr = HEAD_DIM // 2
     POSITIONS: tl.constexpr = BLOCK_M // GROUP_ROWS  # query positions per program
+    stride_qb, stride_qh, stride_qs, stride_qd = q_strides  # of q (B, Hq, Sq, D)
+    stride_kb, stride_kh, stride_ks, stride_kd = k_strides  # of k (B, Hkv, Skv, D)
+    stride_vb, stride_vh, stride_vs, stride_vd = v_strides  # of v (B, Hkv, Skv, D)
+    stride_ob, stride_oh, stride_os, stride_od = o_strides  # of out (B, Hq, Sq, D)
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     offs_r = tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of the program
@@ -198,25 +178,13 @@ def prefill2_kernel(
     q_rows = (q_ptr + b * stride_qb + hq * stride_qh + offs_m * stride_qs)[:, None]
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
+    tables = (cos_ptr, sin_ptr, stride_tab)  # the RoPE tables (max_pos, D/2) and their row stride
     if ROTATE_K:
-        q1, q2 = load_halves(  # (BLOCK_M, D/2) halves
-            q_rows,
-            offs_half,
-            stride_qd,
-            q_pos,
-            row_ok[:, None],
-            cos_ptr,
-            sin_ptr,
-            stride_tab,
-            HALF,
-            ROTATE_Q,
-            False,
-            True,
-        )
+        q1, q2 = load_q_halves(
+            q_rows, offs_half, stride_qd, q_pos, row_ok, tables, HALF, ROTATE_Q
+        )  # (M, D/2)
     elif ROTATE_Q:
-        q1 = _load_rotated_full(
-            q_rows, offs_d, stride_qd, q_pos, row_ok[:, None], cos_ptr, sin_ptr, stride_tab, HALF
-        )
+        q1 = _load_rotated_full(q_rows, offs_d, stride_qd, q_pos, row_ok[:, None], tables, HALF)  # (M, D)
         q2 = q1
     else:
         q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
@@ -231,70 +199,37 @@ def prefill2_kernel(
     first_pos = pid_m * POSITIONS + offset
     full_hi = (first_pos + 1) // BLOCK_N * BLOCK_N
     causal_hi = tl.minimum(Skv, first_pos + POSITIONS)
-    acc, l_i, m_i = _key_loop(
-        acc,
-        l_i,
-        m_i,
-        q1,
-        q2,
-        q_pos,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
-        b,
-        hkv,
-        stride_ks,
-        stride_kd,
-        stride_vs,
-        stride_vd,
-        cos_ptr,
-        sin_ptr,
-        stride_tab,
-        0,
-        full_hi,
-        Skv,
-        qk_scale,
-        HALF,
-        HEAD_DIM,
-        BLOCK_N,
-        ROTATE_K,
-        TMA,
-        WARP_SPECIALIZE,
-        False,
-    )
-    acc, l_i, m_i = _key_loop(
-        acc,
-        l_i,
-        m_i,
-        q1,
-        q2,
-        q_pos,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
-        b,
-        hkv,
-        stride_ks,
-        stride_kd,
-        stride_vs,
-        stride_vd,
-        cos_ptr,
-        sin_ptr,
-        stride_tab,
-        full_hi,
-        causal_hi,
-        Skv,
-        qk_scale,
-        HALF,
-        HEAD_DIM,
-        BLOCK_N,
-        ROTATE_K,
-        TMA,
-        WARP_SPECIALIZE,
-        True,
-    )
+    for masked in tl.static_range(2):  # unrolled: [0, full_hi) unmasked, then the diagonal
+        acc, l_i, m_i = _key_loop(
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q1=q1,
+            q2=q2,
+            q_pos=q_pos,
+            k_base=k_base,
+            v_base=v_base,
+            k_desc=k_desc,
+            v_desc=v_desc,
+            b=b,
+            hkv=hkv,
+            stride_kn=stride_ks,
+            stride_kd=stride_kd,
+            stride_vn=stride_vs,
+            stride_vd=stride_vd,
+            tables=tables,
+            lo=full_hi if masked else 0,
+            hi=causal_hi if masked else full_hi,
+            Skv=Skv,
+            qk_scale=qk_scale,
+            HALF=HALF,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            ROTATE_K=ROTATE_K,
+            TMA=TMA,
+            WARP_SPECIALIZE=WARP_SPECIALIZE,
+            MASKED=masked == 1,
+        )
     out = acc / l_i[:, None]  # every row saw key 0, so l_i > 0
     o_rows = (out_ptr + b * stride_ob + hq * stride_oh + offs_m * stride_os)[:, None]
     tl.store(o_rows + offs_d[None, :] * stride_od, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])

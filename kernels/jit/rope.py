@@ -18,9 +18,7 @@ def load_halves(
     stride_d,
     pos,  # absolute positions of the rows (same shape as the row axis)
     mask,  # row mask broadcast like base_ptr (ignored unless MASKED)
-    cos_ptr,
-    sin_ptr,
-    stride_tab,
+    tables,  # (cos_ptr, sin_ptr, stride_tab): the (max_pos, HALF) tables and their row stride
     HALF: tl.constexpr,
     ROTATE: tl.constexpr,
     TRANSPOSED: tl.constexpr,
@@ -45,6 +43,7 @@ def load_halves(
         x1 = tl.load(base_ptr + d * stride_d)
         x2 = tl.load(base_ptr + (d + HALF) * stride_d)
     if ROTATE:
+        cos_ptr, sin_ptr, stride_tab = tables
         # Rotate in float32 and round once, exactly as the standalone kernel does, so fused and
         # unfused candidates carry the same rounding of the rotated operands.
         if MASKED:
@@ -62,6 +61,39 @@ def load_halves(
         return r1, r2
     else:
         return x1, x2
+
+
+@triton.jit
+def load_q_halves(
+    q_rows, offs_half, stride_qd, q_pos, row_ok, tables, HALF: tl.constexpr, ROTATE_Q: tl.constexpr
+):
+    """The attention kernels' query tile as two (M, D/2) halves: q_rows (M, 1) row pointers, rows
+    where row_ok (M,) is False read as zeros, rotated at q_pos (M,) when ROTATE_Q."""
+    return load_halves(
+        q_rows, offs_half, stride_qd, q_pos, row_ok[:, None], tables, HALF, ROTATE_Q, False, True
+    )
+
+
+@triton.jit
+def load_kt_halves(
+    k_base,
+    offs_n,
+    keep,
+    offs_half,
+    stride_kn,
+    stride_kd,
+    tables,
+    HALF: tl.constexpr,
+    ROTATE_K: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """The attention kernels' key block K^T as two (D/2, N) halves: keys offs_n (N,) of the KV
+    head at k_base, rotated at their positions when ROTATE_K; MASKED: where keep (N,) is False
+    they read as zeros (unpredicated loads otherwise)."""
+    kt_rows = k_base + offs_n[None, :] * stride_kn  # (1, N)
+    return load_halves(
+        kt_rows, offs_half, stride_kd, offs_n, keep[None, :], tables, HALF, ROTATE_K, True, MASKED
+    )
 
 
 @triton.jit
@@ -99,9 +131,7 @@ def rope_kernel(
         stride_xd,
         offs_s + positions_offset,
         row_mask,
-        cos_ptr,
-        sin_ptr,
-        stride_tab,
+        (cos_ptr, sin_ptr, stride_tab),
         HALF,
         True,
         False,

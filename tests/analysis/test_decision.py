@@ -198,7 +198,7 @@ def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
     assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
     assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
     assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
-    assert (d["rule_version"] == "decision-v3.1").all()
+    assert (d["rule_version"] == "decision-v3.1.1").all()
 
 
 def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
@@ -285,7 +285,7 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     row = rows.iloc[0]
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
-    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1").all()
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1.1").all()
 
 
 def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
@@ -333,3 +333,15 @@ def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     pol = _fig(between, "policy_gain")
     assert (pol["ci_low"], pol["ci_high"]) == pytest.approx((f["policy_gain_lo"][0], f["policy_gain_hi"][0]))
     assert pol["se"] == pytest.approx(f["policy_gain_se"][0])
+
+
+def test_a_noise_free_surface_has_bootstrap_t_intervals_and_stops():
+    # runs differ by a constant factor, invocations not at all: on decode-only steps every resample's
+    # figure is the sample's with a zero SE (0/0: pivot 0), so the bootstrap-t interval is the point
+    def lat(k, t, f, r, m, i):
+        return S.BASE_US[k] * (0.8 if f else 1.0) * (1.0 + 0.05 * t) * (1.0 + 0.01 * r)
+
+    d = _decide(lat, seq="ACBC" * 8, modes=("graph", "eager"))
+    decided = d[d["decided"]]
+    assert decided["ci_high"].notna().all() and (decided["state"] == "holds").all()
+    assert d["verdict"].iloc[0] == "stop"

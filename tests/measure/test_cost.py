@@ -21,12 +21,18 @@ def _study(name: str, overrides: dict | None = None) -> dict:
 
 def test_the_model_predicts_each_recorded_reference_within_20_percent(model):
     """In-sample fit over all references, fixed and adaptive sampler alike: with the adaptive pilot in
-    the fit, the generation-1 default (another host path) is the worst, 281 s predicted vs 331 s."""
+    the fit, the generation-1 default (another host path) is the worst, 281 s predicted vs 331 s;
+    a stage of ``cost.UNEXPLAINED`` (left out of the fit) is left out of both sides here, and shown to
+    be one the model still misses."""
     assert len(model.refs) >= 5
     for ref in model.refs:
         plan = cost.reference_plan(ref, model)
-        measured = plan.facts["measured_s"]
-        assert plan.total_s == pytest.approx(measured, rel=0.20), ref.name
+        measured, predicted = plan.facts["measured_s"], plan.total_s
+        for _, stage in cost.UNEXPLAINED & {(ref.name, s) for s in ref.stage_s}:
+            stage_predicted = sum(n * s for name, n, s in plan.jobs if name == stage)
+            assert ref.stage_s[stage] > 2 * stage_predicted, ref.name  # still missed: else drop it
+            measured, predicted = measured - ref.stage_s[stage], predicted - stage_predicted
+        assert predicted == pytest.approx(measured, rel=0.20), ref.name
         assert plan.cells == len(ref.run_s) * ref.cells
 
 

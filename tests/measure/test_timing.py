@@ -23,6 +23,17 @@ def test_buffer_sets_cover_the_requested_multiple_of_l2():
         timing.buffer_sets(1, l2, max_sets=1)
 
 
+def test_buffer_write_fills_its_buffer_with_ones_on_every_call():
+    write = timing.buffer_write(4096, "cpu")
+    assert write.buffer.dtype == torch.uint8 and write.buffer.numel() == 4096
+    for _ in range(2):
+        write.buffer.zero_()
+        assert write() is None and int(write.buffer.sum()) == 4096
+    # the cold harness's flush is this write, of the L2's size (no L2 without CUDA: nothing flushed)
+    harness = timing.Harness("interpret", warmup=0, reps=1, graph_calls=1, flush_l2=True)
+    assert harness._flush_write is None and harness._flush() is None
+
+
 def test_graph_replays_time_at_least_reps_calls():
     assert timing.graph_replays(280, 20) == 14
     assert timing.graph_replays(281, 20) == 15

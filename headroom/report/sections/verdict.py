@@ -40,8 +40,11 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
     s.text.append(
         "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
         "and scored on another (all ordered pairs of runs); CIs combine a jackknife over runs with a "
-        "bootstrap over test invocations; `continue` needs Holm's procedure (within the mode, or within "
-        "the deployment profile's parts for the headline) to reject a figure's 'at or below threshold'. "
+        "bootstrap over test invocations: the decided figures' CIs (and the gap bound's, on which the gap "
+        "holds) are bootstrap-t since decision-v3.1, every other row's and every p-value the t interval "
+        "with Welch-Satterthwaite degrees of freedom; `continue` needs Holm's procedure (within the mode, "
+        "or within the deployment profile's parts for the headline) to reject a figure's 'at or below "
+        "threshold'. "
         "Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
         "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
         "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
