@@ -14,6 +14,7 @@ and verdict comes from the decision engine. See docs/decision-validation.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -147,11 +148,87 @@ def _parser() -> argparse.ArgumentParser:
         help="a validation csv whose boundary-null effects to reuse (same study, design and --seed)",
     )
     ap.add_argument(
+        "--stop-sweep",
+        action="store_true",
+        help="only P(stop | flat) of eager mode and the profile against design and noise (STOP_GRID)",
+    )
+    ap.add_argument(
         "--profile-only",
         action="store_true",
         help="rerun only the deployment profile's Monte Carlo; the per-mode tables are read from <out>",
     )
     return ap
+
+
+# --stop-sweep: the designs and noise scales P(stop | flat) is priced at (docs/decision-validation.md)
+STOP_GRID = (
+    (sim.Design(6, 100), (1.0, 0.25, 0.1, 0.075, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01)),
+    (sim.Design(6, 400), (1.0,)),
+    (sim.Design(12, 100), (1.0,)),
+)
+
+
+@functools.cache
+def _gpu_s(runs: int, invocations: int) -> float:
+    """`headroom plan`'s predicted GPU seconds of the default study at this design."""
+    import copy
+
+    from headroom.core import config as hconfig
+    from headroom.measure import cost
+    from headroom.trace import source
+
+    cfg = copy.deepcopy(hconfig.load(cost.PROJECT_ROOT / "config" / "config.yaml"))
+    cfg["trace"]["invocations"], cfg["portfolio"]["runs"] = invocations, runs
+    study = hconfig.plan_studies(
+        {**cfg, "studies": ["default"]}, cuda_available=True, check_source=source.check
+    )
+    return cost.plan_study("default", study["default"], cost.fit(cost.references())).gpu_s
+
+
+def _fmt(r, key: str, text) -> str:
+    """``text(value)`` of a table cell, blank where the row has none (the profile's rows)."""
+    return text(r[key]) if key in r and pd.notna(r[key]) else ""
+
+
+def stop_sweep_lines(table) -> list[str]:
+    """The --stop-sweep table (Markdown)."""
+    lines = _head("part", "runs x invocations", "GPU s (plan)", "noise", "stop", "gap holds", "policy holds",
+                  "gap bound mean / half-width", "cross-run gap half-width")  # fmt: skip
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    for _, r in table.iterrows():
+        bound = _fmt(r, "gap_to_oracle_bound_mean", lambda x: f"{x:+.2f}%")
+        bound += _fmt(r, "gap_to_oracle_bound_halfwidth", lambda x: f" / {x:.2f} pp")
+        cells = [
+            r["part"],
+            f"{r['runs']} x {r['invocations']}",
+            f"{r['gpu_s']:.0f}",
+            f"{r['noise_scale']:g}x",
+        ]
+        cells += [_pct(r, "stop"), _fmt(r, "gap_holds", pct), _fmt(r, "policy_holds", pct), bound]
+        lines.append(_row([*cells, _fmt(r, "gap_to_oracle_halfwidth", lambda x: f"{x:.2f} pp")]))
+    return lines
+
+
+def stop_sweep(a, command: str) -> dict:
+    """P(stop | flat) of eager mode alone and of the deployment profile's headline against the design
+    and the noise scale (``STOP_GRID``): <out>/<study>-stop-sweep.{csv,md,json}."""
+    t0 = time.time()
+    kw = {"seeds": a.seeds, "seed": a.seed, "bootstrap_resamples": a.bootstrap_resamples}
+    eager = sim.stop_sweep(a.study, STOP_GRID, **kw).assign(part="eager")
+    prof = [sim.profile_mc(a.study, scales=k, design=d, **kw) for d, k in STOP_GRID]
+    prof = pd.concat(prof, ignore_index=True).assign(part="profile headline", mode="profile")
+    prof["invocations"] = [d.invocations for d, k in STOP_GRID for _ in k]
+    table = pd.concat([eager, prof], ignore_index=True)
+    table["gpu_s"] = [
+        _gpu_s(int(r), int(n)) for r, n in zip(table["runs"], table["invocations"], strict=True)
+    ]
+    name = a.study.name + "-stop-sweep"
+    table.round(6).to_csv(a.out / f"{name}.csv", index=False)
+    (a.out / f"{name}.md").write_text("\n".join(stop_sweep_lines(table)) + "\n")
+    meta = {"command": command, "rule_version": engine.RULE_VERSION, "seeds": a.seeds,
+            "seconds": round(time.time() - t0, 1)}  # fmt: skip
+    (a.out / f"{name}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
 
 
 def _effects(path: Path | None) -> dict | None:
@@ -210,6 +287,9 @@ def main(argv=None) -> int:
         name += "-scenarios-" + a.modes.replace(",", "-")
     a.out.mkdir(parents=True, exist_ok=True)
     command = "python tools/simulate_decision.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if a.stop_sweep:
+        print(json.dumps(stop_sweep(a, command), indent=2))
+        return 0
     table, curves, meta = _modes(a, design, name, command)
     t0 = time.time()
     profile = {"text": ""} if a.scenarios_only else _profile(a, design, name)

@@ -295,7 +295,8 @@ def run_mc(
     scored on the truth — is the expected figure over new test invocations of the same workload,
     the population the CI's invocation bootstrap speaks for. Without it the trace is fixed and the
     target is the figure on these very test invocations. sem2: the medians' squared standard errors
-    (default: ``_sem2``), e.g. a recorded study's own."""
+    (default: ``_sem2`` of the noise at ``scale``: noise x k carries standard errors x k), e.g. a
+    recorded study's own."""
     parts = []
     rng = np.random.default_rng(REDRAW_SEED)
     nt, n = L.n_train, L.n
@@ -311,7 +312,7 @@ def run_mc(
             us = t[:, None] * z
         else:
             us = truth[None, None] * z
-        s2 = _sem2(us, s.model) if sem2 is None else sem2[i : i + batch]
+        s2 = _sem2(us, s.model.scaled(scale)) if sem2 is None else sem2[i : i + batch]
         figs = engine.figures(L, engine.Batch(us, s2, rows), t)
         figs = {k: v for k, v in figs.items() if k not in keep}
         parts.append(pd.DataFrame({**figs, **decide_mode(s.md.mode, figs, s.thresholds, s.opts.confidence)}))
@@ -644,3 +645,31 @@ def profile_scenarios(
         curve.append({**base, "effect": e, "true_policy_gain_pct": r["policy_gain_true"]})
         curve[-1].update({k: r[k] for k in keep})
     return pd.DataFrame(rows), pd.DataFrame(curve)
+
+
+def stop_sweep(study_dir, grid, *, mode="eager", seeds=100, seed=0, bootstrap_resamples=200) -> pd.DataFrame:
+    """P(`stop` | flat) of one mode alone against the study design and the noise scale, and what binds
+    it: the gap bound's mean (its winner's curse on a flat surface, whose true gap is 0) and median
+    half-width, the cross-run gap's half-width, P(gap holds), P(policy figure holds). grid: pairs
+    (Design, noise scales); test invocations redrawn per seed, as in the scenarios."""
+    base = load_recorded_mode(study_dir, mode, bootstrap_resamples)
+    rows = []
+    for design, scales in grid:
+        s, runs = design.apply(base, seed)
+        L, noise = layout(s), _noise(s.md, s.model, seeds, runs, seed + 3)
+        for k in scales:
+            r = summarize(run_mc(s, L, flat(s.md), noise, k))
+            rows.append(
+                {
+                    "mode": mode,
+                    "runs": runs,
+                    "invocations": s.md.us.shape[1],
+                    "noise_scale": k,
+                    "seeds": seeds,
+                }
+            )
+            for name in ("stop", "gap_holds", "policy_holds"):
+                rows[-1].update({f"{name}{e}": r[f"{name}{e}"] for e in ("", "_lo", "_hi")})
+            for f in ("gap_to_oracle_bound", "gap_to_oracle"):
+                rows[-1].update({f"{f}_mean": r[f"{f}_mean"], f"{f}_halfwidth": r[f"{f}_halfwidth"]})
+    return pd.DataFrame(rows)

@@ -88,6 +88,25 @@ def test_simulated_medians_carry_their_standard_error(study):
     assert sim._sem2(us, s.model) == pytest.approx((s.model.within_sd * 100.0) ** 2)
 
 
+def test_scaled_noise_carries_scaled_standard_errors(study, monkeypatch):
+    """At noise x k every simulated median's standard error is k x the study's within-run sd (the
+    residual it is part of is scaled by k): regret-aware sees the noise it is fitted under. (Before,
+    the engine got the 1x standard error at every scale.)"""
+    s, L = study
+    seen = []
+    real = engine.figures
+
+    def spy(L, b, truth=None):
+        seen.append((b.us, b.sem2))
+        return real(L, b, truth)
+
+    monkeypatch.setattr(engine, "figures", spy)
+    for k in (0.5, 1.0, 4.0):
+        sim.run_mc(s, L, sim.flat(s.md), sim._noise(s.md, s.model, 2, 3, 1), k, redraw=False)
+        us, sem2 = seen[-1]
+        assert np.sqrt(sem2) == pytest.approx(k * s.model.within_sd * us, rel=1e-12), k
+
+
 # ----------------------------------------------------------------------------------------------
 # Reduced Monte Carlo: the acceptance bounds (the full run: tools/simulate_decision.py)
 # ----------------------------------------------------------------------------------------------
@@ -211,3 +230,18 @@ def test_a_design_spends_the_same_cells_on_more_runs():
     assert widths[6] < 0.6 * widths[3]
     same, runs = sim.Design().apply(s)
     assert same is not s and same.md is s.md and runs == len(s.md.runs)
+
+
+def test_the_eager_gap_bound_is_a_winners_curse_that_more_runs_do_not_shrink():
+    """Eager `stop` on a flat surface (true gap 0) is bound by the gap bound's mean, not its width:
+    run b's own per-invocation oracle over the candidates sits ~20% above on eager's per-cell noise,
+    the same at 6 runs as at 3, and it shrinks in proportion to the noise; at 1% of the noise eager
+    stops (docs/decision-validation.md, the length the profile headline needs)."""
+    grid = ((sim.Design(), (1.0, 0.01)), (sim.Design(runs=6), (1.0,)))
+    one, small, six = (r for _, r in sim.stop_sweep(REFERENCE, grid, seeds=20).iterrows())
+    assert one["gap_to_oracle_bound_mean"] - one["gap_to_oracle_bound_halfwidth"] > 5  # % (threshold 1%)
+    assert six["gap_to_oracle_bound_mean"] == pytest.approx(one["gap_to_oracle_bound_mean"], rel=0.1)
+    assert six["gap_to_oracle_bound_halfwidth"] < one["gap_to_oracle_bound_halfwidth"]
+    assert small["gap_to_oracle_bound_mean"] == pytest.approx(0.01 * one["gap_to_oracle_bound_mean"], rel=0.3)
+    assert one["stop"] == six["stop"] == 0.0 and one["gap_holds"] == 0.0
+    assert small["stop"] == 1.0
