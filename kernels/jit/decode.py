@@ -69,7 +69,7 @@ def decode_kernel(
     stride_ob, stride_oh, stride_os, stride_od = o_strides  # of out (B, Hq, Sq, D)
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
-    b = pid_bh // Hkv
+    b = (pid_bh // Hkv).to(tl.int64)  # 64-bit: b * stride_kb passes 2**31 on long caches
     hkv = pid_bh % Hkv
     rows = group * Sq
     offset = Skv - Sq
@@ -188,7 +188,7 @@ def reduce_kernel(
     rows = group * Sq
     r = pid % rows
     pid_bh = pid // rows
-    b = pid_bh // Hkv
+    b = (pid_bh // Hkv).to(tl.int64)  # 64-bit offsets, as in the split kernel
     hkv = pid_bh % Hkv
     offs_s = tl.arange(0, BLOCK_S)  # (BLOCK_S,) splits
     offs_d = tl.arange(0, HEAD_DIM)

@@ -52,7 +52,7 @@ def varlen_decode_kernel(
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
-    b = pid_bh // Hkv
+    b = (pid_bh // Hkv).to(tl.int64)  # 64-bit: b * stride_kb passes 2**31 on long caches
     hkv = pid_bh % Hkv
     kv_len = tl.load(kv_lens_ptr + b)  # this sequence's valid keys, 1 <= kv_len <= capacity
 
@@ -134,7 +134,7 @@ def varlen_merge_kernel(
     pid = tl.program_id(0)
     r = pid % group
     pid_bh = pid // group
-    b = pid_bh // Hkv
+    b = (pid_bh // Hkv).to(tl.int64)  # 64-bit offsets, as in the split kernel
     hkv = pid_bh % Hkv
     used = tl.cdiv(tl.load(kv_lens_ptr + b), split_len)  # >= 1: split 0 holds key 0
     offs_s = tl.arange(0, BLOCK_S)

@@ -161,14 +161,14 @@ def prefill2_kernel(
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     offs_r = tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of the program
     if GROUP_ROWS > 1:
-        b = pid_bh // Hkv
+        b = (pid_bh // Hkv).to(tl.int64)  # 64-bit: b * stride_kb passes 2**31 on long caches
         hkv = pid_bh % Hkv
         head_in_group = offs_r // POSITIONS
         hq = hkv * group + head_in_group  # (BLOCK_M,)
         offs_m = pid_m * POSITIONS + offs_r % POSITIONS
         row_ok = (offs_m < Sq) & (head_in_group < group)
     else:
-        b = pid_bh // Hq
+        b = (pid_bh // Hq).to(tl.int64)
         hq = pid_bh % Hq
         hkv = hq // group
         offs_m = pid_m * BLOCK_M + offs_r

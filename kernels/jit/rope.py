@@ -119,7 +119,7 @@ def rope_kernel(
 ):
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
+    b = (pid_bh // H).to(tl.int64)  # 64-bit: b * stride_xb passes 2**31 on long caches
     h = pid_bh % H
     offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)  # (BLOCK_S,) positions of the program
     offs_d = tl.arange(0, HALF)

@@ -2,7 +2,9 @@
 queries over a 131,072-token cache and on a ragged decode of 8 sequences from 1 to 131,072 tokens,
 Llama-3-8B heads (32 query, 8 KV, head_dim 128) in bfloat16, against the chunked float64
 reference. Our kernels must pass; a native backend passes or is recorded `unsupported` with its
-reason (never a wrong answer or another error). Run on the H200:
+reason (never a wrong answer or another error). And a decode and a prefill chunk whose cache holds more
+than 2**31 elements (17 sequences x 8 heads x 131,072 keys x 128): the Mooncake study's decode batches
+do (up to 2.9e9), and 32-bit batch offsets read outside the cache there. Run on the H200:
 
     pytest -m gpu -x -q -s tests/measure/test_long_context_gpu.py
 """
@@ -57,3 +59,20 @@ def test_a_long_ragged_decode():
     cands = build(TILES, ["q_fused"], ["flex", "flash", "efficient"], varlen=True)
     out = _check(cands, _shape("decode", len(LENGTHS), 1, max(LENGTHS), LENGTHS))
     assert out.loc[out["candidate"].str.endswith("varlen"), "passed"].all()
+
+
+# 17 x 8 x 131,072 x 128 = 2.28e9 elements per cache: batch offsets past 2**31 from sequence 16 on
+PAST_INT32 = (17, 131072)
+
+
+def test_caches_past_two_to_the_31_elements():
+    """Decode (every placement, the padded batch) and the varlen decode with its longest sequence
+    last, then a prefill chunk of 64 queries, each over a cache whose last sequences start past
+    2**31 elements: 32-bit offsets (b * stride_kb) wrapped there and read outside the cache (CUDA
+    illegal address in the Mooncake study, 2026-12-01)."""
+    batch, kv = PAST_INT32
+    assert batch * 8 * kv * 128 > 2**31
+    lengths = [kv // (i + 2) for i in range(batch - 1)] + [kv]
+    cands = build(TILES, ["unfused", "fused", "q_fused"], varlen=True)
+    _check(cands, _shape("decode", batch, 1, kv, lengths))
+    _check(build(TILES, ["unfused", "fused", "q_fused"]), _shape("prefill", batch, 64, kv))
