@@ -161,21 +161,22 @@ def prefill2_kernel(
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     offs_r = tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of the program
     if GROUP_ROWS > 1:
-        b = (pid_bh // Hkv).to(tl.int64)  # 64-bit: b * stride_kb passes 2**31 on long caches
+        b = pid_bh // Hkv
         hkv = pid_bh % Hkv
         head_in_group = offs_r // POSITIONS
         hq = hkv * group + head_in_group  # (BLOCK_M,)
         offs_m = pid_m * POSITIONS + offs_r % POSITIONS
         row_ok = (offs_m < Sq) & (head_in_group < group)
     else:
-        b = (pid_bh // Hq).to(tl.int64)
+        b = pid_bh // Hq
         hq = pid_bh % Hq
         hkv = hq // group
         offs_m = pid_m * BLOCK_M + offs_r
         row_ok = offs_m < Sq
+    b64 = b.to(tl.int64)  # pointer offsets in 64 bits: b * stride_kb passes 2**31 on long caches
     offset = Skv - Sq  # bottom-right causal alignment
     q_pos = offs_m + offset
-    q_rows = (q_ptr + b * stride_qb + hq * stride_qh + offs_m * stride_qs)[:, None]
+    q_rows = (q_ptr + b64 * stride_qb + hq * stride_qh + offs_m * stride_qs)[:, None]
     offs_half = tl.arange(0, HALF)
     offs_d = tl.arange(0, HEAD_DIM)
     tables = (cos_ptr, sin_ptr, stride_tab)  # the RoPE tables (max_pos, D/2) and their row stride
@@ -189,8 +190,8 @@ def prefill2_kernel(
     else:
         q1 = tl.load(q_rows + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
         q2 = q1
-    k_base = k_ptr + b * stride_kb + hkv * stride_kh
-    v_base = v_ptr + b * stride_vb + hkv * stride_vh
+    k_base = k_ptr + b64 * stride_kb + hkv * stride_kh
+    v_base = v_ptr + b64 * stride_vb + hkv * stride_vh
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -231,5 +232,5 @@ def prefill2_kernel(
             MASKED=masked == 1,
         )
     out = acc / l_i[:, None]  # every row saw key 0, so l_i > 0
-    o_rows = (out_ptr + b * stride_ob + hq * stride_oh + offs_m * stride_os)[:, None]
+    o_rows = (out_ptr + b64 * stride_ob + hq * stride_oh + offs_m * stride_os)[:, None]
     tl.store(o_rows + offs_d[None, :] * stride_od, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
