@@ -327,6 +327,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
             build = functools.partial(build_plan, cand, cos, sin, inputs.rotate_k(inv), q, k, v, kv_lens=lens)
             build()  # compiles the kernels this shape needs: the figure is the warm build
             built[cand.candidate].append((inv.shape_key, _median_build_us(build, cfg["plan_reps"], sync)))
+            del build  # it holds the inputs too
         del q, k, v, lens
         if device == "cuda":
             torch.cuda.empty_cache()

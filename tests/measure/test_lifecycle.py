@@ -69,6 +69,34 @@ def test_plan_build_cost_per_generation_2_candidate_and_shape():
     assert len(native) == 1 and native.iloc[0]["status"] == "skipped"
 
 
+def test_plan_builds_hold_one_shapes_inputs_at_a_time(monkeypatch):
+    # a long-context trace's shapes hold ~5 GB of inputs each (the Mooncake study ran out of memory
+    # when they were made together): each shape's are released before the next shape's are made
+    import gc
+    import weakref
+
+    from headroom.measure import inputs
+    from headroom.measure.candidates import build
+
+    made, alive = [], []
+    real = inputs.input_sets
+
+    def watched(inv, n, device, seed):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in made))
+        sets = real(inv, n, device, seed=seed)
+        made.append(weakref.ref(sets[0][1]))
+        return sets
+
+    monkeypatch.setattr(inputs, "input_sets", watched)
+    tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1}]
+    trace = tiny_trace()
+    lifecycle.plan_rows(
+        trace, build(tiles, ["unfused"]), {"plan_reps": 1}, "interpret", 10000.0, logging.getLogger()
+    )
+    assert len(made) == trace["shape_key"].nunique() and alive == [0] * len(made)
+
+
 def test_dispatch_times_the_fitted_registry_policies():
     from headroom.analysis import crossrun, registry
 
