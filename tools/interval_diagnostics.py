@@ -9,7 +9,8 @@ scenarios' noise seed, test invocations redrawn) and prints one line per figure 
 * ``se-ratio``: on a flat surface (every figure's truth exactly 0 for the gap), the spread of each
   decided figure's estimate against its truth target beside its mean standard error and that SE's two
   parts (the jackknife over runs and the invocation bootstrap): a ratio above 1 is an interval wider
-  than its figure's noise (over-coverage).
+  than its figure's noise (over-coverage); then the root of the mean unbiased run part
+  (``intervals.run_variance_unbiased``, from 4 runs; nan below).
 * ``exceeds``: what each candidate interval's lower end alone says of the gap (``<iv>`` above the
   threshold) on a pure phase split (``--effect``, default the tests' 0.15) and on a flat surface: the
   power an *exceeds* on that interval would have.
@@ -42,8 +43,8 @@ def se_ratio(s, L, noise) -> list[str]:
     interval = intervals.interval
 
     def recording(*args):  # the run part is not among the engine's outputs: record each call's
-        calls.append(interval(*args))
-        return calls[-1]
+        calls.append((args, interval(*args)))
+        return calls[-1][1]
 
     intervals.interval = recording
     try:
@@ -57,14 +58,16 @@ def se_ratio(s, L, noise) -> list[str]:
     for name in DECIDED_AND_BOUND:
         j = order.index(name)
         mine = calls[j::per_batch]
-        se2 = np.concatenate([c["_se"] for c in mine]) ** 2
-        var_runs = np.concatenate([c["_var_runs"] for c in mine])
+        se2 = np.concatenate([c["_se"] for _, c in mine]) ** 2
+        var_runs = np.concatenate([c["_var_runs"] for _, c in mine])
+        # the unbiased run part (intervals.run_variance_unbiased; NaN below 4 runs), unclipped
+        unbiased = np.concatenate([intervals.run_variance_unbiased(a[1], a[3], a[4], a[5]) for a, _ in mine])
         err = mc[name] - mc[name + "_true"].mean()
         rms = np.sqrt(se2.mean())
         lines.append(
             f"{name}: sd(estimate - target) {err.std():.4f}; rms SE {rms:.4f} (run part "
             f"{np.sqrt(var_runs.mean()):.4f}, invocation part {np.sqrt((se2 - var_runs).mean()):.4f}); "
-            f"ratio {rms / err.std():.2f}"
+            f"ratio {rms / err.std():.2f}; unbiased run part {np.sqrt(np.mean(unbiased)):.4f}"
         )
     return lines
 

@@ -32,7 +32,9 @@ def _pct(row, name: str) -> str:
 
 
 SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
-CANDIDATES = tuple(sim.INTERVALS)  # welch (v3's rule), t_ntest, boot_t (v3.1's rule)
+CANDIDATES = tuple(sim.INTERVALS)  # welch (v3's rule), t_ntest, boot_t (v3.1's rule), boot_t_u
+LABEL = {"welch": "Welch", "t_ntest": "t n-1", "boot_t": "boot-t", "boot_t_u": "boot-t u"}
+LABELS = " / ".join(LABEL[iv] for iv in CANDIDATES)
 # per scenario, the CI-alone states a candidate interval is judged on (``simulate.candidate_states``)
 JUDGED = {
     "flat": ("stop",),
@@ -55,8 +57,8 @@ def _coverage(r, figure: str) -> str:
 
 def coverage_lines(table, label: str = "mode") -> list[str]:
     """Coverage of the gap and policy CIs per candidate interval, with the truth targets."""
-    lines = _head(label, "scenario", "noise", "gap CI coverage (Welch / t n-1 / boot-t)",
-                  "policy CI coverage (Welch / t n-1 / boot-t)", "gap truth", "policy truth")  # fmt: skip
+    lines = _head(label, "scenario", "noise", f"gap CI coverage ({LABELS})",
+                  f"policy CI coverage ({LABELS})", "gap truth", "policy truth")  # fmt: skip
     for _, r in table.iterrows():
         noise = f"{r['noise_scale']:g}x" if "noise_scale" in r else "1x"
         lines.append(_row([r[label], r["scenario"], noise, _coverage(r, "gap_to_oracle"),

@@ -8,8 +8,8 @@ the lifecycle charges per invocation and candidate, the bootstrap's resamples. `
 every policy of every (seed, run) through the registry's ``fit_keyed``, charges the costs
 (``costs.charge``), selects on the validation slice, scores every ordered pair of runs and pools them
 (``intervals``: for the decided figures and the gap's bound, ``CANDIDATES_FOR``, the rule's interval is
-bootstrap-t, with the Welch t interval of decision v3 and t on n_test - 1 df beside it; every other
-figure has the Welch t interval). ``rule`` is the decision rule over one Holm family.
+bootstrap-t, with the Welch t interval of decision v3, t on n_test - 1 df and bootstrap-t with an
+unbiased run part beside it; every other figure has the Welch t interval). ``rule`` is the decision rule over one Holm family.
 
 Fitting objective: each keyed policy takes, per key, the candidate with the least summed latency plus
 per-call charge (plan builds); switches and compiles depend on the whole sequence and are left out of
@@ -331,17 +331,23 @@ def _sums(score, picks, mask, boot):
 CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
 
 
-def _candidates(L: Layout, fn, sums, iv: dict, per_boot, n_test: int, R: int) -> dict:
+def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, n_test: int, R: int) -> dict:
     """The candidate intervals of one figure (``intervals``): '_lo'/'_hi' bootstrap-t (the rule's),
-    '_lo_w'/'_hi_w' the Welch t interval (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df. The
-    SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values)."""
+    '_lo_w'/'_hi_w' the Welch t interval (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df,
+    '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the jackknife's below 4 runs; not the
+    rule). The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values)."""
     G, N, GB, NB, X, XN = sums
     lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
     out = {"_lo_w": iv["_lo"], "_hi_w": iv["_hi"], "_lo_n": lo_n, "_hi_n": hi_n}
     with np.errstate(invalid="ignore", divide="ignore"):
         u0 = intervals.linear_terms(fn, (G, N), (X, XN))
         ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
-    out["_lo"], out["_hi"] = intervals.bootstrap_t(L.confidence, iv, per_boot, u0, ub, L.boot, R)
+    pivot, se_inv = intervals.pivots(iv, per_boot, u0, ub, L.boot)
+    out["_lo"], out["_hi"] = intervals.ends(L.confidence, iv, pivot, se_inv, R)
+    A, B = pairs(R)
+    unbiased = intervals.run_variance_unbiased(per_pair, A, B, R)
+    var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
+    out["_lo_u"], out["_hi_u"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_u)
     return out
 
 
@@ -370,8 +376,8 @@ def _truth_scorer(tt, free):
 
 def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every figure of one mode for S studies at once: {'<figure>': estimate (S,), '<figure>_lo',
-    '_hi' (its interval: bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w' and
-    '_lo_n'/'_hi_n'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
+    '_hi' (its interval: bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w',
+    '_lo_n'/'_hi_n' and '_lo_u'/'_hi_u'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
     same fits scored on the true surface (mean over the runs' fits); 'gap_to_oracle_same_run' (v1);
     'selected' (S, R) and 'baseline' (S, R) indices (see ``choices``)."""
     S, R, N, C = b.us.shape
@@ -401,7 +407,7 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, n
         iv = intervals.interval(L.confidence, per_pair, per_boot, A, B, R)
         out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
         if name in CANDIDATES_FOR:
-            cand = _candidates(L, fn, sums[code], iv, per_boot, N - nt, R)
+            cand = _candidates(L, fn, sums[code], iv, per_pair, per_boot, N - nt, R)
             out.update({name + k: v for k, v in cand.items()})
     same = [_gather(ut, picks[k][0]).sum(-1) for k in ("global", "oracle")]
     out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)

@@ -2,8 +2,9 @@
 
 A figure is the mean over ordered pairs of runs (fitted on a, scored on b) of a function of sums over
 the test invocations. Its uncertainty has two parts: a jackknife over runs (the run part, R - 1
-degrees of freedom) and a bootstrap over test invocations (the invocation part). Three candidate
-intervals, fixed in advance and all computed (docs/decision-validation.md compares them):
+degrees of freedom) and a bootstrap over test invocations (the invocation part). Four candidate
+intervals, all computed (docs/decision-validation.md compares them; the first three were fixed in
+advance of decision v3.1's choice, the fourth was added after it, to be chosen or not before a new tag):
 
 * ``interval`` (Welch t; decision v3's rule, and since decision-v3.1 the interval of every figure the
   rule does not hold on): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
@@ -14,6 +15,10 @@ intervals, fixed in advance and all computed (docs/decision-validation.md compar
   linearized SE (``linear_var``: the delta method on the resample's sums), the pivot's quantiles set
   the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
   denominator); the run part's t(R - 1) half-width is added to each in quadrature.
+* ``bootstrap_t`` with ``run_variance_unbiased`` as its run part (``boot_t_u``; not the rule): the
+  jackknife over runs of a mean over ordered pairs of runs is biased up (by 1.6-2x on flat surfaces,
+  where the pair term dominates); the unbiased variance of that two-run U-statistic needs four runs,
+  so below four it is the jackknife's and this candidate is ``bootstrap_t``.
 
 This module sits below both the engine and the study-level ``crossrun`` (neither imports the other
 for it).
@@ -31,6 +36,26 @@ def run_variance(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, R: int) -> 
     """The run part: jackknife variance over runs of the pair mean; per_pair (S, P, ...) -> (S, ...)."""
     loo = np.stack([per_pair[:, (A != r) & (B != r)].mean(axis=1) for r in range(R)], axis=1)
     return (R - 1) / R * ((loo - loo.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+
+
+def run_variance_unbiased(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, R: int) -> np.ndarray:
+    """The unbiased variance over runs of the pair mean (S, P) -> (S,): the squared mean less the
+    mean product of the pair values over every two pairs with no run in common (an unbiased estimate
+    of the squared expectation when runs are independent). It can be negative (in 28% of seeds at 4
+    runs on a pair-dominated figure, 14% at 6): a user clips it. NaN with fewer than 4 runs, where no
+    two pairs are disjoint. Sums over runs, not over pairs of pairs: of all P^2 products,
+    those sharing run r add up to C_r^2 (C_r: the sum of the pairs that involve r), and a pair with its
+    reverse or itself shares two runs and is counted twice."""
+    S, P = per_pair.shape[0], per_pair.shape[1]
+    if R < 4:
+        return np.full(S, np.nan)
+    total = per_pair.sum(axis=1)
+    C = np.stack([per_pair[:, (A == r) | (B == r)].sum(axis=1) for r in range(R)], axis=1)
+    reverse = np.array([int(np.flatnonzero((A == b) & (B == a))[0]) for a, b in zip(A, B, strict=True)])
+    twice = (per_pair**2).sum(axis=1) + (per_pair * per_pair[:, reverse]).sum(axis=1)
+    disjoint = total**2 - ((C**2).sum(axis=1) - twice)
+    square = disjoint / (P * (R - 2) * (R - 3))
+    return (total / P) ** 2 - square
 
 
 def interval(confidence: float, per_pair, per_boot, A, B, R: int) -> dict[str, np.ndarray]:
@@ -112,12 +137,11 @@ def linear_var(u: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
 TIED = 1e-3
 
 
-def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
-    """(lo, hi) of the studentized candidate (module docstring); per_boot (S, P, B), u0 (S, n) and ub
-    (S, B, n) the linear terms at the sample and at each resample, counts (B, n). A figure constant
-    over the invocations gets est +/- the run part; a tail reached by resamples tied everywhere (pivot
-    +/-inf) leaves that end unbounded (NaN)."""
-    est, alpha = iv[""], 1.0 - confidence
+def pivots(iv: dict, per_boot, u0, ub, counts) -> tuple[np.ndarray, np.ndarray]:
+    """(pivot (S, B), se_inv (S,)): each invocation resample's studentized deviation from the
+    sample's figure, and the sample's linearized SE; per_boot (S, P, B), u0 (S, n) and ub (S, B, n)
+    the linear terms at the sample and at each resample, counts (B, n)."""
+    est = iv[""]
     se_inv = np.sqrt(linear_var(u0))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples without a phase: NaN, left out
@@ -130,10 +154,25 @@ def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
         # pivot 0, its SE zero or not.
         pivot = np.where(se_b > TIED * se_inv[:, None], dev / se_b, np.sign(dev) * np.inf)
         pivot = np.where(dev == 0.0, 0.0, pivot)
-        pivot = np.where(np.isnan(theta), np.nan, pivot)
+    return pivot, se_inv
+
+
+def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
+    """(lo, hi) of the studentized candidate (module docstring; ``pivots`` for the arguments)."""
+    return ends(confidence, iv, *pivots(iv, per_boot, u0, ub, counts), R)
+
+
+def ends(confidence: float, iv: dict, pivot, se_inv, R: int, var_runs=None):
+    """(lo, hi) of the bootstrap-t interval from ``pivots``, its run part ``var_runs`` (default the
+    jackknife's, ``iv['_var_runs']``). A figure constant over the invocations gets est +/- the run
+    part; a tail reached by resamples tied everywhere (pivot +/-inf) leaves that end unbounded (NaN)."""
+    est, alpha = iv[""], 1.0 - confidence
+    var_runs = iv["_var_runs"] if var_runs is None else var_runs
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a seed without any finite pivot: NaN
         q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
         q_lo, q_hi = (np.where(np.isfinite(q), q, np.nan) for q in (q_lo, q_hi))
-    run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(iv["_var_runs"])
+    run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(var_runs)
     lo = est - np.hypot(np.maximum(q_hi, 0.0) * se_inv, run_half)
     hi = est + np.hypot(np.maximum(-q_lo, 0.0) * se_inv, run_half)
     return lo, hi

@@ -345,7 +345,12 @@ def _rate(x) -> tuple[float, float, float]:
 
 # candidate intervals fixed in advance (``headroom.analysis.intervals``; engine keys): Welch t (decision
 # v3's rule), t on n_test - 1 df, bootstrap-t (the rule's since decision-v3.1)
-INTERVALS = {"welch": ("_lo_w", "_hi_w"), "t_ntest": ("_lo_n", "_hi_n"), "boot_t": ("_lo", "_hi")}
+INTERVALS = {
+    "welch": ("_lo_w", "_hi_w"),
+    "t_ntest": ("_lo_n", "_hi_n"),
+    "boot_t": ("_lo", "_hi"),
+    "boot_t_u": ("_lo_u", "_hi_u"),  # added after the choice (intervals.run_variance_unbiased)
+}
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
 

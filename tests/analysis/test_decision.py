@@ -322,6 +322,8 @@ def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
     boot_t, welch = (float(f["gap_to_oracle_bound" + k][0]) for k in ("_hi", "_hi_w"))
     assert welch + 0.1 < boot_t
+    # three runs: the unbiased run part needs four, so that candidate is the rule's interval here
+    assert f["gap_to_oracle_bound_hi_u"][0] == f["gap_to_oracle_bound_hi"][0]
     d = decision.decide(figs, None, S.environment("cuda"))
     assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(boot_t)
     between = decision.decide(figs, None, S.environment("cuda"), max_gap_to_oracle_pct=(welch + boot_t) / 2)
