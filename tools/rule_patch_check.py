@@ -2,8 +2,9 @@
 
     python3 tools/rule_patch_check.py > data/validation/decision-v3.1-vs-v3.1.1.txt
 
-v3.1.1 changed one thing in ``intervals.bootstrap_t``: a resample whose figure equals the sample's gets
-pivot 0 where v3.1 (commit 19e329e) gave it NaN when its linearized SE was a tie's zero. This runs the
+v3.1.1 changed one thing in the bootstrap-t's pivots (``intervals.pivots`` since the sixth session): a
+resample whose figure equals the sample's gets pivot 0 where v3.1 (commit 19e329e) gave it NaN when its
+linearized SE was a tie's zero. This runs the
 decision stage's own calls (``figures.study_figures`` and ``decision.decide``, config/config.yaml's
 settings, without the detectable-effect simulation) on each reference's recorded artifacts twice, with
 v3.1's body and with today's, and says whether the two decision tables are exactly equal.
@@ -18,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -26,12 +26,12 @@ sys.path.insert(0, str(REPO))
 from headroom.analysis import decision, figures, intervals  # noqa: E402
 from headroom.core import artifacts, defaults, settings  # noqa: E402
 
-TODAY = intervals.bootstrap_t
+TODAY = intervals.pivots
 
 
-def v31(confidence, iv, per_boot, u0, ub, counts, R):
-    """``intervals.bootstrap_t`` as commit 19e329e (tag decision-v3.1) had it."""
-    est, alpha = iv[""], 1.0 - confidence
+def v31(iv, per_boot, u0, ub, counts):
+    """``intervals.pivots`` as the bootstrap-t of commit 19e329e (tag decision-v3.1) computed them."""
+    est = iv[""]
     se_inv = np.sqrt(intervals.linear_var(u0))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -40,11 +40,7 @@ def v31(confidence, iv, per_boot, u0, ub, counts, R):
         step = np.sign(theta - est[:, None]) * np.inf  # NaN where theta == est
         pivot = np.where(se_b > intervals.TIED * se_inv[:, None], (theta - est[:, None]) / se_b, step)
         pivot = np.where(np.isnan(theta), np.nan, pivot)
-        q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
-        q_lo, q_hi = (np.where(np.isfinite(q), q, np.nan) for q in (q_lo, q_hi))
-    run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(iv["_var_runs"])
-    lo = est - np.hypot(np.maximum(q_hi, 0.0) * se_inv, run_half)
-    return lo, est + np.hypot(np.maximum(-q_lo, 0.0) * se_inv, run_half)
+    return pivot, se_inv
 
 
 def decide(folder: Path, cfg: dict) -> pd.DataFrame:
@@ -77,11 +73,11 @@ def main() -> int:
     for folder in sorted((REPO / "data/reference/h200").iterdir()):
         if not (folder / "trace.parquet").exists():
             continue
-        intervals.bootstrap_t = TODAY
+        intervals.pivots = TODAY
         new = decide(folder, cfg)
-        intervals.bootstrap_t = v31
+        intervals.pivots = v31
         old = decide(folder, cfg)
-        intervals.bootstrap_t = TODAY
+        intervals.pivots = TODAY
         try:
             pd.testing.assert_frame_equal(old, new, check_exact=True)
             same = "exactly equal"
