@@ -1,5 +1,5 @@
 """Three diagnostics of the rule's intervals on a recorded study (docs/decision-validation.md, "What
-the 2026-12-01 sixth session found"). Each runs the simulator's own cells (``simulate.run_mc``, the
+the misses are made of"). Each runs the simulator's own cells (``simulate.run_mc``, the
 scenarios' noise seed, test invocations redrawn) and prints one line per figure or row:
 
     PYTHONPATH=$PWD python tools/interval_diagnostics.py se-ratio data/reference/h200/default-gen2 graph

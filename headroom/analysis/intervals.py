@@ -16,8 +16,8 @@ advance of decision v3.1's choice, the fourth was added after it, to be chosen o
   the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
   denominator); the run part's t(R - 1) half-width is added to each in quadrature.
 * ``bootstrap_t`` with ``run_variance_unbiased`` as its run part (``boot_t_u``; not the rule): the
-  jackknife over runs of a mean over ordered pairs of runs is biased up (by 1.6-2x on flat surfaces,
-  where the pair term dominates); the unbiased variance of that two-run U-statistic needs four runs,
+  jackknife over runs of a mean over ordered pairs of runs is biased up (its root is 1.6-1.9x the
+  figure's spread on flat surfaces, where the pair term dominates); the unbiased variance of that two-run U-statistic needs four runs,
   so below four it is the jackknife's and this candidate is ``bootstrap_t``.
 
 This module sits below both the engine and the study-level ``crossrun`` (neither imports the other
