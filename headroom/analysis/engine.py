@@ -331,12 +331,14 @@ def _sums(score, picks, mask, boot):
 CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
 
 
-def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, n_test: int, R: int) -> dict:
+def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_test: int) -> dict:
     """The candidate intervals of one figure (``intervals``): '_lo'/'_hi' bootstrap-t (the rule's),
     '_lo_w'/'_hi_w' the Welch t interval (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df,
     '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the jackknife's below 4 runs; not the
-    rule). The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values)."""
+    rule). The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values).
+    pair_runs: (A, B, R) of ``pairs``."""
     G, N, GB, NB, X, XN = sums
+    A, B, R = pair_runs
     lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
     out = {"_lo_w": iv["_lo"], "_hi_w": iv["_hi"], "_lo_n": lo_n, "_hi_n": hi_n}
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -344,7 +346,6 @@ def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, n_test: int, 
         ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
     pivot, se_inv = intervals.pivots(iv, per_boot, u0, ub, L.boot)
     out["_lo"], out["_hi"] = intervals.ends(L.confidence, iv, pivot, se_inv, R)
-    A, B = pairs(R)
     unbiased = intervals.run_variance_unbiased(per_pair, A, B, R)
     var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
     out["_lo_u"], out["_hi_u"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_u)
@@ -407,7 +408,7 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, n
         iv = intervals.interval(L.confidence, per_pair, per_boot, A, B, R)
         out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
         if name in CANDIDATES_FOR:
-            cand = _candidates(L, fn, sums[code], iv, per_pair, per_boot, N - nt, R)
+            cand = _candidates(L, fn, sums[code], iv, per_pair, per_boot, (A, B, R), N - nt)
             out.update({name + k: v for k, v in cand.items()})
     same = [_gather(ut, picks[k][0]).sum(-1) for k in ("global", "oracle")]
     out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)
