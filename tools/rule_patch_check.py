@@ -1,13 +1,19 @@
-"""Decision v3.1 (tag `decision-v3.1`) against v3.1.1 on every H200 reference, cell by cell.
+"""A rule change after a tag, checked cell by cell on every H200 reference.
 
-    python3 tools/rule_patch_check.py > data/validation/decision-v3.1-vs-v3.1.1.txt
+    python3 tools/rule_patch_check.py v3.1.1 > data/validation/decision-v3.1-vs-v3.1.1.txt
+    python3 tools/rule_patch_check.py v3.2 > data/validation/decision-v3.1.1-vs-v3.2.txt
 
-v3.1.1 changed one thing in the bootstrap-t's pivots (``intervals.pivots`` since the sixth session): a
-resample whose figure equals the sample's gets pivot 0 where v3.1 (commit 19e329e) gave it NaN when its
-linearized SE was a tie's zero. This runs the
-decision stage's own calls (``figures.study_figures`` and ``decision.decide``, config/config.yaml's
-settings, without the detectable-effect simulation) on each reference's recorded artifacts twice, with
-v3.1's body and with today's, and says whether the two decision tables are exactly equal.
+This runs the decision stage's own calls (``figures.study_figures`` and ``decision.decide``,
+config/config.yaml's settings, without the detectable-effect simulation) on each reference's recorded
+artifacts twice, with the earlier rule's body patched in and with today's, and says whether the two
+decision tables are exactly equal (their ``rule_version`` column aside); where they are not, it lists
+the rows that moved.
+
+* ``v3.1.1`` changed one thing in the bootstrap-t's pivots (``intervals.pivots`` since the sixth
+  session): a resample whose figure equals the sample's gets pivot 0 where v3.1 (commit 19e329e) gave
+  it NaN when its linearized SE was a tie's zero.
+* ``v3.2`` gives the gap and its bound the unbiased run part from four runs on
+  (``engine.UNBIASED_RUN_PART``); v3.1.1 is that tuple empty.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from headroom.analysis import decision, figures, intervals  # noqa: E402
+from headroom.analysis import decision, engine, figures, intervals  # noqa: E402
 from headroom.core import artifacts, defaults, settings  # noqa: E402
 
 TODAY = intervals.pivots
@@ -67,28 +73,67 @@ def decide(folder: Path, cfg: dict) -> pd.DataFrame:
     )
 
 
-def main() -> int:
+TODAY_UNBIASED = engine.UNBIASED_RUN_PART
+BODIES = {  # each rule's body, as what it sets in the engine's modules
+    "v3.1": {"pivots": v31, "unbiased": ()},
+    "v3.1.1": {"pivots": TODAY, "unbiased": ()},
+    "v3.2": {"pivots": TODAY, "unbiased": TODAY_UNBIASED},
+}
+CHANGES = {"v3.1.1": "v3.1", "v3.2": "v3.1.1"}  # a change -> the rule it changed
+
+
+def _decide_under(rule: str, folder: Path, cfg: dict) -> pd.DataFrame:
+    body = BODIES[rule]
+    intervals.pivots, engine.UNBIASED_RUN_PART = body["pivots"], body["unbiased"]
+    try:
+        return decide(folder, cfg).drop(columns="rule_version")
+    finally:
+        intervals.pivots, engine.UNBIASED_RUN_PART = TODAY, TODAY_UNBIASED
+
+
+SHOWN = ["mode", "figure", "estimate", "ci_low", "ci_high", "state", "hold_high", "mode_verdict"]
+
+
+def _moved(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """The rows whose shown cells differ, as 'mode figure: old -> new' lines."""
+    lines = []
+    for (_, o), (_, n) in zip(old.iterrows(), new.iterrows(), strict=True):
+        cells = [c for c in SHOWN[2:] if not (o[c] == n[c] or (pd.isna(o[c]) and pd.isna(n[c])))]
+        if cells:
+            lines.append(
+                f"  {n['mode']} {n['figure']}: "
+                + "; ".join(
+                    f"{c} {o[c]:.4g} -> {n[c]:.4g}" if isinstance(n[c], float) else f"{c} {o[c]} -> {n[c]}"
+                    for c in cells
+                )
+            )
+    return lines
+
+
+def main(change: str) -> int:
+    earlier = CHANGES[change]
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     differ = 0
     for folder in sorted((REPO / "data/reference/h200").iterdir()):
         if not (folder / "trace.parquet").exists():
             continue
-        intervals.pivots = TODAY
-        new = decide(folder, cfg)
-        intervals.pivots = v31
-        old = decide(folder, cfg)
-        intervals.pivots = TODAY
+        new, old = _decide_under(change, folder, cfg), _decide_under(earlier, folder, cfg)
         try:
             pd.testing.assert_frame_equal(old, new, check_exact=True)
-            same = "exactly equal"
-        except AssertionError as e:
-            same, differ = "DIFFERENT: " + str(e).splitlines()[0], differ + 1
+            same, moved = "exactly equal", []
+        except AssertionError:
+            same, moved, differ = "DIFFERENT", _moved(old, new), differ + 1
+        runs = len(list((folder / "portfolio").glob("run-*[0-9].parquet")))
         print(
-            f"{folder.name}: {len(new)} rows, verdict {new['verdict'].iloc[0]}; v3.1 and v3.1.1 {same}",
+            f"{folder.name} ({runs} runs): {len(new)} rows, verdict {old['verdict'].iloc[0]} -> "
+            f"{new['verdict'].iloc[0]}; {earlier} and {change} {same}",
             flush=True,
         )
+        print("\n".join(moved), flush=True) if moved else None
     return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if len(sys.argv) != 2 or sys.argv[1] not in CHANGES:
+        sys.exit(f"usage: rule_patch_check.py {{{','.join(CHANGES)}}}")
+    sys.exit(main(sys.argv[1]))

@@ -32,8 +32,11 @@ from headroom.analysis.crossrun import ModeData, Options
 # v3 with the bootstrap-t interval (CANDIDATES_FOR): decision v3.1, tagged `decision-v3.1` before the
 # azure-conv-gen2-6x100 recording; v3.1.1 adds one degenerate-case fix made after that tag (a resample
 # whose figure equals the sample's has pivot 0: a figure constant over the invocations had no interval)
-# and changes no figure of any reference (README.md, "The rule").
-RULE_VERSION = "decision-v3.1.1"
+# and changes no figure of any reference (README.md, "The rule"). v3.2 (tag `decision-v3.2`): the gap
+# and its bound take the unbiased run part from four runs on (UNBIASED_RUN_PART), pre-registered and
+# accepted on default-gen2-6x100 (docs/decision-validation.md, "Decision v3.2"); 3-run studies are
+# decided exactly as under v3.1.1.
+RULE_VERSION = "decision-v3.2"
 DECIDED = ("gap_to_oracle", "policy_gain")
 # The figure whose CI's upper end a decided figure needs below its threshold to hold. The cross-run
 # gap is biased down (the oracle chosen on run a is no oracle on run b), so a `stop` on it would be
@@ -329,14 +332,21 @@ def _sums(score, picks, mask, boot):
 # The figures whose interval is the rule's bootstrap-t (decision-v3.1: the decided ones and their
 # bounds), each with the validation's other candidates beside it; every other figure keeps the Welch t.
 CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
+# decision-v3.2: of those, the ones whose run part is the unbiased variance of the pair mean
+# (``intervals.run_variance_unbiased``, from four runs on; the jackknife's below). The gap and its
+# bound: their noise is nearly all pair-specific, where the jackknife over runs is biased up
+# (docs/decision-validation.md, "What the misses are made of", 4-5). The policy figure keeps the
+# jackknife, whose excess covers the spread of its seeds' own truths (ibid., 5).
+UNBIASED_RUN_PART = ("gap_to_oracle", *HOLD_BY.values())
 
 
-def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_test: int) -> dict:
-    """The candidate intervals of one figure (``intervals``): '_lo'/'_hi' bootstrap-t (the rule's),
-    '_lo_w'/'_hi_w' the Welch t interval (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df,
-    '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the jackknife's below 4 runs; not the
-    rule). The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t p-values).
-    pair_runs: (A, B, R) of ``pairs``."""
+def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_test: int) -> dict:
+    """The candidate intervals of figure ``name`` (``intervals``): '_lo_w'/'_hi_w' the Welch t interval
+    (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df, '_lo_b'/'_hi_b' bootstrap-t with the
+    jackknife run part (decision v3.1's), '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the
+    jackknife's below 4 runs); '_lo'/'_hi' the rule's: '_u' for ``UNBIASED_RUN_PART``, '_b'
+    otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
+    p-values). pair_runs: (A, B, R) of ``pairs``."""
     G, N, GB, NB, X, XN = sums
     A, B, R = pair_runs
     lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
@@ -345,10 +355,12 @@ def _candidates(L: Layout, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_
         u0 = intervals.linear_terms(fn, (G, N), (X, XN))
         ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
     pivot, se_inv = intervals.pivots(iv, per_boot, u0, ub, L.boot)
-    out["_lo"], out["_hi"] = intervals.ends(L.confidence, iv, pivot, se_inv, R)
+    out["_lo_b"], out["_hi_b"] = intervals.ends(L.confidence, iv, pivot, se_inv, R)
     unbiased = intervals.run_variance_unbiased(per_pair, A, B, R)
     var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
     out["_lo_u"], out["_hi_u"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_u)
+    rule = "_u" if name in UNBIASED_RUN_PART else "_b"
+    out["_lo"], out["_hi"] = out["_lo" + rule], out["_hi" + rule]
     return out
 
 
@@ -377,8 +389,8 @@ def _truth_scorer(tt, free):
 
 def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every figure of one mode for S studies at once: {'<figure>': estimate (S,), '<figure>_lo',
-    '_hi' (its interval: bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w',
-    '_lo_n'/'_hi_n' and '_lo_u'/'_hi_u'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
+    '_hi' (its interval: the rule's bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w',
+    '_lo_n'/'_hi_n', '_lo_b'/'_hi_b' and '_lo_u'/'_hi_u'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
     same fits scored on the true surface (mean over the runs' fits); 'gap_to_oracle_same_run' (v1);
     'selected' (S, R) and 'baseline' (S, R) indices (see ``choices``)."""
     S, R, N, C = b.us.shape
@@ -408,7 +420,7 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, n
         iv = intervals.interval(L.confidence, per_pair, per_boot, A, B, R)
         out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
         if name in CANDIDATES_FOR:
-            cand = _candidates(L, fn, sums[code], iv, per_pair, per_boot, (A, B, R), N - nt)
+            cand = _candidates(L, name, fn, sums[code], iv, per_pair, per_boot, (A, B, R), N - nt)
             out.update({name + k: v for k, v in cand.items()})
     same = [_gather(ut, picks[k][0]).sum(-1) for k in ("global", "oracle")]
     out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)

@@ -343,18 +343,20 @@ def _rate(x) -> tuple[float, float, float]:
     return k / n, float(lo), float(hi)
 
 
-# candidate intervals fixed in advance (``headroom.analysis.intervals``; engine keys): Welch t (decision
-# v3's rule), t on n_test - 1 df, bootstrap-t (the rule's since decision-v3.1)
+# candidate intervals (``headroom.analysis.intervals``; engine keys): Welch t (decision v3's rule), t on
+# n_test - 1 df, bootstrap-t (decision v3.1's rule), all three fixed in advance of v3.1's choice;
+# bootstrap-t with the unbiased run part (added after it); and the rule's (decision v3.2's)
 INTERVALS = {
     "welch": ("_lo_w", "_hi_w"),
     "t_ntest": ("_lo_n", "_hi_n"),
-    "boot_t": ("_lo", "_hi"),
+    "boot_t": ("_lo_b", "_hi_b"),  # decision v3.1's rule
     "boot_t_u": ("_lo_u", "_hi_u"),  # added after the choice (intervals.run_variance_unbiased)
+    "rule": ("_lo", "_hi"),  # decision v3.2's: boot_t_u for engine.UNBIASED_RUN_PART, boot_t otherwise
 }
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
 
-def covers(mc: pd.DataFrame, figure: str, interval: str = "boot_t") -> pd.Series:
+def covers(mc: pd.DataFrame, figure: str, interval: str = "rule") -> pd.Series:
     """Whether each seed's CI (one of ``INTERVALS``) holds the figure's truth target."""
     lo, hi = INTERVALS[interval]
     target = mc[f"{figure}_true"].mean()

@@ -198,7 +198,7 @@ def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
     assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
     assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
     assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
-    assert (d["rule_version"] == "decision-v3.1.1").all()
+    assert (d["rule_version"] == "decision-v3.2").all()
 
 
 def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
@@ -285,7 +285,7 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     row = rows.iloc[0]
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
-    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.1.1").all()
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.2").all()
 
 
 def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
@@ -307,6 +307,32 @@ def test_a_gap_whose_bound_has_no_upper_end_cannot_hold_on_its_own_interval():
     assert decision._hold_high({"figure": "policy_gain", "ci_high": 0.3, "hold_high": np.nan}) == 0.3
 
 
+def test_from_four_runs_the_gap_and_its_bound_take_the_unbiased_run_part_and_the_policy_figure_does_not():
+    # decision-v3.2: a six-run study's gap and bound carry bootstrap-t with the unbiased run part
+    # (the jackknife over runs overstates their pair-dominated spread); the policy figure keeps the
+    # jackknife's; every figure's SE, df and p-value stay the Welch t's; and the decision holds the
+    # gap on its bound's v3.2 upper end
+    from headroom.analysis import engine
+    from headroom.analysis.policies import checked_modes
+    from headroom.core import defaults
+
+    runs = (1, 2, 3, 4, 5, 6)
+    tr = S.trace("ABC" * 8)
+    tm = S.timings(
+        tr, lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.01), runs=runs, modes=("graph",)
+    )
+    tf, seed = defaults.value("policies", "train_fraction"), defaults.value("policies", "seed")
+    opts, costs, (md,) = checked_modes(tr, tm, None, tf, FAST)
+    f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
+    for name in ("gap_to_oracle", "gap_to_oracle_bound"):
+        assert (f[name + "_lo"], f[name + "_hi"]) == (f[name + "_lo_u"], f[name + "_hi_u"])
+        assert f[name + "_hi_u"][0] < f[name + "_hi_b"][0]  # narrower than the jackknife's here
+    assert (f["policy_gain_lo"], f["policy_gain_hi"]) == (f["policy_gain_lo_b"], f["policy_gain_hi_b"])
+    assert f["policy_gain_hi_u"][0] != f["policy_gain_hi_b"][0]
+    d = decision.decide(figures.study_figures(tr, tm, **FAST), None, S.environment("cuda"))
+    assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(float(f["gap_to_oracle_bound_hi_u"][0]))
+
+
 def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     # the gap's bound, a ratio over few invocations: its bootstrap-t upper end (decision-v3.1's) lies
     # above the Welch t one (v3's); a threshold between them decides the way bootstrap-t says
@@ -322,8 +348,10 @@ def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
     boot_t, welch = (float(f["gap_to_oracle_bound" + k][0]) for k in ("_hi", "_hi_w"))
     assert welch + 0.1 < boot_t
-    # three runs: the unbiased run part needs four, so that candidate is the rule's interval here
-    assert f["gap_to_oracle_bound_hi_u"][0] == f["gap_to_oracle_bound_hi"][0]
+    # three runs: the unbiased run part needs four, so v3.2's interval is v3.1's here
+    assert (
+        f["gap_to_oracle_bound_hi_u"][0] == f["gap_to_oracle_bound_hi"][0] == f["gap_to_oracle_bound_hi_b"][0]
+    )
     d = decision.decide(figs, None, S.environment("cuda"))
     assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(boot_t)
     between = decision.decide(figs, None, S.environment("cuda"), max_gap_to_oracle_pct=(welch + boot_t) / 2)

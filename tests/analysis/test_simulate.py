@@ -135,9 +135,10 @@ def test_flat_truth_rarely_continues(study, noise, scale):
     mc = sim.run_mc(s, L, sim.flat(s.md), noise[0], scale)
     assert _ok_at_most(mc["verdict"] == "continue", 0.05)
     assert (mc["gap_to_oracle_true"].abs() < 1e-9).all()  # flat: the truth of the gap is exactly 0
-    # the rule's interval (bootstrap-t since decision-v3.1) alone says what the rule's verdict says
-    # about stop (the candidates' states are read the way the rule reads its own)
-    assert (mc["stop_boot_t"] == (mc["verdict"] == "stop")).all()
+    # the rule's interval (decision-v3.2's) alone says what the rule's verdict says about stop (the
+    # candidates' states are read the way the rule reads its own); at three runs it is v3.1's
+    assert (mc["stop_rule"] == (mc["verdict"] == "stop")).all()
+    assert (mc["stop_boot_t"] == mc["stop_rule"]).all()
     if s.md.mode == "graph" and scale == 1.0:
         # Known shortfall, not hidden: the gap holds on a bound biased up by the winner's curse, so
         # graph-mode stop on a flat surface is 41.0% here at the reference's 48 invocations under the
