@@ -95,7 +95,8 @@ SHOWN = ["mode", "figure", "estimate", "ci_low", "ci_high", "state", "hold_high"
 
 
 def _moved(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
-    """The rows whose shown cells differ, as 'mode figure: old -> new' lines."""
+    """The rows whose shown cells differ, as 'mode figure: old -> new' lines, then the names of the
+    other columns that differ anywhere (the reasons quote the CIs)."""
     lines = []
     for (_, o), (_, n) in zip(old.iterrows(), new.iterrows(), strict=True):
         cells = [c for c in SHOWN[2:] if not (o[c] == n[c] or (pd.isna(o[c]) and pd.isna(n[c])))]
@@ -107,7 +108,8 @@ def _moved(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
                     for c in cells
                 )
             )
-    return lines
+    other = [c for c in new.columns if c not in SHOWN and not old[c].equals(new[c])]
+    return lines + ([f"  other columns that differ: {', '.join(other)}"] if other else [])
 
 
 def main(change: str) -> int:
@@ -129,7 +131,8 @@ def main(change: str) -> int:
             f"{new['verdict'].iloc[0]}; {earlier} and {change} {same}",
             flush=True,
         )
-        print("\n".join(moved), flush=True) if moved else None
+        if moved:
+            print("\n".join(moved), flush=True)
     return 1 if differ else 0
 
 
