@@ -67,7 +67,9 @@ def se_ratio(s, L, noise) -> list[str]:
         lines.append(
             f"{name}: sd(estimate - target) {err.std():.4f}; rms SE {rms:.4f} (run part "
             f"{np.sqrt(var_runs.mean()):.4f}, invocation part {np.sqrt((se2 - var_runs).mean()):.4f}); "
-            f"ratio {rms / err.std():.2f}; unbiased run part {np.sqrt(np.mean(unbiased)):.4f}"
+            f"ratio {rms / err.std():.2f}; unbiased run part {np.sqrt(np.mean(unbiased)):.4f} "
+            f"(negative, so clipped to 0, in {np.mean(unbiased < 0):.1%} of seeds; its sd / mean "
+            f"{np.std(unbiased) / np.mean(unbiased):.2f})"
         )
     return lines
 
