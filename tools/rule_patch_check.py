@@ -125,9 +125,8 @@ def main(change: str) -> int:
             same, moved = "exactly equal", []
         except AssertionError:
             same, moved, differ = "DIFFERENT", _moved(old, new), differ + 1
-        runs = len(list((folder / "portfolio").glob("run-*[0-9].parquet")))
         print(
-            f"{folder.name} ({runs} runs): {len(new)} rows, verdict {old['verdict'].iloc[0]} -> "
+            f"{folder.name} ({int(new['runs'].max())} runs): {len(new)} rows, verdict {old['verdict'].iloc[0]} -> "
             f"{new['verdict'].iloc[0]}; {earlier} and {change} {same}",
             flush=True,
         )
