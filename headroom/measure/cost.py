@@ -55,8 +55,9 @@ UNEXPLAINED = frozenset({("azure-conv-gen2-6x100", "correctness")})
 # mooncake-conv: contexts to 122k tokens and caches to 2.9e9 elements, whose input builds (a portfolio
 # run's time beyond its samples: 52-72 ms a cell against 7-22 ms for the other generation-2
 # references), float64 references (correctness 178 s for 30 shapes) and calls (median 0.98 ms, against
-# 42-93 us) no per-cell, per-shape or per-megabyte term fitted on the short-context references sees. A plan of a study like it is short (478 s planned; its GPU
-# jobs took 889 s: data/reference/h200/mooncake-conv/benchmarks).
+# 42-93 us) no per-cell, per-shape or per-megabyte term fitted on the short-context references sees.
+# A plan of a study like it is short (478 s planned; its GPU jobs took 889 s:
+# data/reference/h200/mooncake-conv/benchmarks).
 OUT_OF_RANGE = frozenset({"mooncake-conv"})
 
 
