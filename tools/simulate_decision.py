@@ -32,8 +32,16 @@ def _pct(row, name: str) -> str:
 
 
 SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
-CANDIDATES = tuple(sim.INTERVALS)  # welch (v3's rule), t_ntest, boot_t (v3.1's), boot_t_u, rule (v3.2's)
-LABEL = {"welch": "Welch", "t_ntest": "t n-1", "boot_t": "boot-t", "boot_t_u": "boot-t u", "rule": "rule"}
+CANDIDATES = tuple(sim.INTERVALS)  # welch (v3's rule), t_ntest, boot_t (v3.1's), boot_t_u, boot_t_c, boot_t_c1, rule
+LABEL = {
+    "welch": "Welch",
+    "t_ntest": "t n-1",
+    "boot_t": "boot-t",
+    "boot_t_u": "boot-t u",
+    "boot_t_c": "boot-t c",
+    "boot_t_c1": "boot-t c1",
+    "rule": "rule",
+}
 LABELS = " / ".join(LABEL[iv] for iv in CANDIDATES)
 # per scenario, the CI-alone states a candidate interval is judged on (``simulate.candidate_states``)
 JUDGED = {

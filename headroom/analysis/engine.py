@@ -344,8 +344,10 @@ def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pa
     """The candidate intervals of figure ``name`` (``intervals``): '_lo_w'/'_hi_w' the Welch t interval
     (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df, '_lo_b'/'_hi_b' bootstrap-t with the
     jackknife run part (decision v3.1's), '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the
-    jackknife's below 4 runs); '_lo'/'_hi' the rule's: '_u' for ``UNBIASED_RUN_PART``, '_b'
-    otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
+    jackknife's below 4 runs), '_lo_c'/'_hi_c' bootstrap-t with the run part from its two variance
+    components on their Welch-Satterthwaite df and '_lo_c1'/'_hi_c1' the same on R - 1 df
+    (``intervals.run_variance_components``; the jackknife's below 4 runs); '_lo'/'_hi' the rule's:
+    '_u' for ``UNBIASED_RUN_PART``, '_b' otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
     p-values). pair_runs: (A, B, R) of ``pairs``."""
     G, N, GB, NB, X, XN = sums
     A, B, R = pair_runs
@@ -359,6 +361,11 @@ def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pa
     unbiased = intervals.run_variance_unbiased(per_pair, A, B, R)
     var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
     out["_lo_u"], out["_hi_u"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_u)
+    var_c, df_c = intervals.run_variance_components(per_pair, A, B, R)
+    few = ~np.isfinite(var_c)  # below 4 runs: the jackknife's, as for '_u'
+    var_c, df_c = np.where(few, iv["_var_runs"], var_c), np.where(few, max(R - 1, 1), df_c)
+    out["_lo_c"], out["_hi_c"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c, df_c)
+    out["_lo_c1"], out["_hi_c1"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c)
     rule = "_u" if name in UNBIASED_RUN_PART else "_b"
     out["_lo"], out["_hi"] = out["_lo" + rule], out["_hi" + rule]
     return out
@@ -390,7 +397,8 @@ def _truth_scorer(tt, free):
 def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every figure of one mode for S studies at once: {'<figure>': estimate (S,), '<figure>_lo',
     '_hi' (its interval: the rule's bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w',
-    '_lo_n'/'_hi_n', '_lo_b'/'_hi_b' and '_lo_u'/'_hi_u'; Welch t otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
+    '_lo_n'/'_hi_n', '_lo_b'/'_hi_b', '_lo_u'/'_hi_u', '_lo_c'/'_hi_c' and '_lo_c1'/'_hi_c1'; Welch t
+    otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
     same fits scored on the true surface (mean over the runs' fits); 'gap_to_oracle_same_run' (v1);
     'selected' (S, R) and 'baseline' (S, R) indices (see ``choices``)."""
     S, R, N, C = b.us.shape

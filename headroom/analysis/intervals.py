@@ -58,6 +58,43 @@ def run_variance_unbiased(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, R:
     return (total / P) ** 2 - square
 
 
+def run_variance_components(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, R: int):
+    """(variance (S,), df (S,)) of the pair mean over runs from its two variance components, each
+    kept non-negative; NaN for both with fewer than 4 runs. per_pair (S, P) over the ordered pairs.
+
+    The pair mean equals the mean of the symmetric values s_ab = (h_ab + h_ba) / 2 over the C(R, 2)
+    unordered pairs, and s_ab = mu + phi_a + phi_b + e_ab (a run's own effect phi, as fitter and as
+    scorer together; the pair's own term e). Its variance is 4 var(phi) / R + 2 var(e) / (R (R - 1)).
+    The round-robin analysis of variance gives the run mean square MS_A (R - 1 df, expectation
+    (R - 2) var(phi) + var(e)) and the residual mean square MS_E (C(R, 2) - R df, expectation var(e));
+    var(phi) is estimated as (MS_A - MS_E) / (R - 2) clipped at 0, var(e) as MS_E. So where the
+    figure's noise is pair-specific the run part is the pair term's, never 0 (the unbiased total,
+    ``run_variance_unbiased``, is the same difference unclipped: negative in a quarter to a third of
+    such seeds). df: Welch-Satterthwaite over the two non-negative terms (R - 1 and C(R, 2) - R df),
+    R - 1 where the run term dominates, C(R, 2) - R where the pair term does."""
+    S = per_pair.shape[0]
+    if R < 4:
+        nan = np.full(S, np.nan)
+        return nan, nan
+    up = [(a, b) for a in range(R) for b in range(a + 1, R)]
+    at = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(A, B, strict=True))}
+    sym = np.stack([(per_pair[:, at[(a, b)]] + per_pair[:, at[(b, a)]]) / 2.0 for a, b in up], axis=1)
+    incidence = np.zeros((len(up), R))
+    for i, (a, b) in enumerate(up):
+        incidence[i, [a, b]] = 1.0
+    T = sym @ incidence  # (S, R): each run's total over the pairs it is in
+    ss_runs = ((T - T.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / (R - 2)
+    ss_total = ((sym - sym.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    df_runs, df_pairs = R - 1, len(up) - R
+    ms_runs, ms_pairs = ss_runs / df_runs, np.maximum(ss_total - ss_runs, 0.0) / df_pairs
+    run_term = 4.0 * np.maximum(ms_runs - ms_pairs, 0.0) / (R - 2) / R
+    pair_term = 2.0 * ms_pairs / (R * (R - 1))
+    var = run_term + pair_term
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = var**2 / (run_term**2 / df_runs + pair_term**2 / df_pairs)
+    return var, np.where(var > 0, df, df_runs)
+
+
 def interval(confidence: float, per_pair, per_boot, A, B, R: int) -> dict[str, np.ndarray]:
     """Estimate, SE (a jackknife over runs plus the invocation bootstrap's variance), Welch-Satterthwaite
     df (the run part has R - 1) and the t interval of one figure from its per-pair (S, P) and
@@ -162,17 +199,19 @@ def bootstrap_t(confidence: float, iv: dict, per_boot, u0, ub, counts, R: int):
     return ends(confidence, iv, *pivots(iv, per_boot, u0, ub, counts), R)
 
 
-def ends(confidence: float, iv: dict, pivot, se_inv, R: int, var_runs=None):
+def ends(confidence: float, iv: dict, pivot, se_inv, R: int, var_runs=None, df_runs=None):
     """(lo, hi) of the bootstrap-t interval from ``pivots``, its run part ``var_runs`` (default the
-    jackknife's, ``iv['_var_runs']``). A figure constant over the invocations gets est +/- the run
-    part; a tail reached by resamples tied everywhere (pivot +/-inf) leaves that end unbounded (NaN)."""
+    jackknife's, ``iv['_var_runs']``) on t(``df_runs``) (default R - 1; per seed allowed). A figure
+    constant over the invocations gets est +/- the run part; a tail reached by resamples tied
+    everywhere (pivot +/-inf) leaves that end unbounded (NaN)."""
     est, alpha = iv[""], 1.0 - confidence
     var_runs = iv["_var_runs"] if var_runs is None else var_runs
+    df_runs = max(R - 1, 1) if df_runs is None else df_runs
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a seed without any finite pivot: NaN
         q_lo, q_hi = np.nanquantile(pivot, [alpha / 2, 1 - alpha / 2], axis=1)
         q_lo, q_hi = (np.where(np.isfinite(q), q, np.nan) for q in (q_lo, q_hi))
-    run_half = stats.t.ppf(1 - alpha / 2, max(R - 1, 1)) * np.sqrt(var_runs)
+    run_half = stats.t.ppf(1 - alpha / 2, df_runs) * np.sqrt(var_runs)
     lo = est - np.hypot(np.maximum(q_hi, 0.0) * se_inv, run_half)
     hi = est + np.hypot(np.maximum(-q_lo, 0.0) * se_inv, run_half)
     return lo, hi
