@@ -32,7 +32,8 @@ def _pct(row, name: str) -> str:
 
 
 SHOWN = ("continue", "stop", "gap_exceeds", "policy_exceeds", "policy_holds")
-CANDIDATES = tuple(sim.INTERVALS)  # welch (v3's rule), t_ntest, boot_t (v3.1's), boot_t_u, boot_t_c, boot_t_c1, rule
+# welch (v3's rule), t_ntest, boot_t (v3.1's), boot_t_u, boot_t_c, boot_t_c1 (v3.3's candidates), rule
+CANDIDATES = tuple(sim.INTERVALS)
 LABEL = {
     "welch": "Welch",
     "t_ntest": "t n-1",
