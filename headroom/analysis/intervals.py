@@ -71,7 +71,8 @@ def run_variance_components(per_pair: np.ndarray, A: np.ndarray, B: np.ndarray, 
     figure's noise is pair-specific the run part is the pair term's, never 0 (the unbiased total,
     ``run_variance_unbiased``, is the same difference unclipped: negative in a quarter to a third of
     such seeds). df: Welch-Satterthwaite over the two non-negative terms (R - 1 and C(R, 2) - R df),
-    R - 1 where the run term dominates, C(R, 2) - R where the pair term does."""
+    near R - 1 where the run term dominates, C(R, 2) - R where the pair term does (so between the
+    smaller of the two and their sum)."""
     S = per_pair.shape[0]
     if R < 4:
         nan = np.full(S, np.nan)
