@@ -10,7 +10,8 @@ scenarios' noise seed, test invocations redrawn) and prints one line per figure 
   decided figure's estimate against its truth target beside its mean standard error and that SE's two
   parts (the jackknife over runs and the invocation bootstrap): a ratio above 1 is an interval wider
   than its figure's noise (over-coverage); then the root of the mean unbiased run part
-  (``intervals.run_variance_unbiased``, from 4 runs; nan below).
+  (``intervals.run_variance_unbiased``, from 4 runs; nan below) and of the components' run part
+  (``intervals.run_variance_components``, decision v3.3's candidates) with its median df.
 * ``exceeds``: what each candidate interval's lower end alone says of the gap (``<iv>`` above the
   threshold) on a pure phase split (``--effect``, default the tests' 0.15) and on a flat surface: the
   power an *exceeds* on that interval would have.
@@ -62,6 +63,8 @@ def se_ratio(s, L, noise) -> list[str]:
         var_runs = np.concatenate([c["_var_runs"] for _, c in mine])
         # the unbiased run part (intervals.run_variance_unbiased; NaN below 4 runs), unclipped
         unbiased = np.concatenate([intervals.run_variance_unbiased(a[1], a[3], a[4], a[5]) for a, _ in mine])
+        comps = [intervals.run_variance_components(a[1], a[3], a[4], a[5]) for a, _ in mine]
+        var_c, df_c = (np.concatenate([c[k] for c in comps]) for k in (0, 1))
         err = mc[name] - mc[name + "_true"].mean()
         rms = np.sqrt(se2.mean())
         lines.append(
@@ -69,7 +72,9 @@ def se_ratio(s, L, noise) -> list[str]:
             f"{np.sqrt(var_runs.mean()):.4f}, invocation part {np.sqrt((se2 - var_runs).mean()):.4f}); "
             f"ratio {rms / err.std():.2f}; unbiased run part {np.sqrt(np.mean(unbiased)):.4f} "
             f"(negative, so clipped to 0, in {np.mean(unbiased < 0):.1%} of seeds; its sd / mean "
-            f"{np.std(unbiased) / np.mean(unbiased):.2f})"
+            f"{np.std(unbiased) / np.mean(unbiased):.2f}); components' run part {np.sqrt(np.mean(var_c)):.4f} "
+            f"(df median {np.median(df_c):.1f}; the run term clipped, the pair term alone, in "
+            f"{np.mean(np.isclose(df_c, len(mine[0][0][3]) // 2 - mine[0][0][5])):.1%} of seeds)"
         )
     return lines
 
