@@ -2,6 +2,7 @@
 
     python3 tools/rule_patch_check.py v3.1.1 > data/validation/decision-v3.1-vs-v3.1.1.txt
     python3 tools/rule_patch_check.py v3.2 > data/validation/decision-v3.1.1-vs-v3.2.txt
+    python3 tools/rule_patch_check.py v3.3 > data/validation/decision-v3.2-vs-v3.3.txt
 
 This runs the decision stage's own calls (``figures.study_figures`` and ``decision.decide``,
 config/config.yaml's settings, without the detectable-effect simulation) on each reference's recorded
@@ -12,8 +13,9 @@ the rows that moved.
 * ``v3.1.1`` changed one thing in the bootstrap-t's pivots (``intervals.pivots`` since the sixth
   session): a resample whose figure equals the sample's gets pivot 0 where v3.1 (commit 19e329e) gave
   it NaN when its linearized SE was a tie's zero.
-* ``v3.2`` gives the gap and its bound the unbiased run part from four runs on
-  (``engine.UNBIASED_RUN_PART``); v3.1.1 is that tuple empty.
+* ``v3.2`` gives the gap and its bound the unbiased run part from four runs on (``engine.RULE_INTERVAL``
+  maps them to '_u'); v3.1.1 is that mapping empty.
+* ``v3.3`` gives them the run part from its two variance components instead ('_c').
 """
 
 from __future__ import annotations
@@ -73,22 +75,25 @@ def decide(folder: Path, cfg: dict) -> pd.DataFrame:
     )
 
 
-TODAY_UNBIASED = engine.UNBIASED_RUN_PART
+TODAY_INTERVAL = engine.RULE_INTERVAL
+GAP_AND_BOUND = ("gap_to_oracle", *engine.HOLD_BY.values())
 BODIES = {  # each rule's body, as what it sets in the engine's modules
-    "v3.1": {"pivots": v31, "unbiased": ()},
-    "v3.1.1": {"pivots": TODAY, "unbiased": ()},
-    "v3.2": {"pivots": TODAY, "unbiased": TODAY_UNBIASED},
+    "v3.1": {"pivots": v31, "interval": {}},
+    "v3.1.1": {"pivots": TODAY, "interval": {}},
+    "v3.2": {"pivots": TODAY, "interval": dict.fromkeys(GAP_AND_BOUND, "_u")},
+    "v3.3": {"pivots": TODAY, "interval": dict.fromkeys(GAP_AND_BOUND, "_c")},
 }
-CHANGES = {"v3.1.1": "v3.1", "v3.2": "v3.1.1"}  # a change -> the rule it changed
+assert BODIES["v3.3"]["interval"] == TODAY_INTERVAL, "today's rule is the newest body"
+CHANGES = {"v3.1.1": "v3.1", "v3.2": "v3.1.1", "v3.3": "v3.2"}  # a change -> the rule it changed
 
 
 def _decide_under(rule: str, folder: Path, cfg: dict) -> pd.DataFrame:
     body = BODIES[rule]
-    intervals.pivots, engine.UNBIASED_RUN_PART = body["pivots"], body["unbiased"]
+    intervals.pivots, engine.RULE_INTERVAL = body["pivots"], body["interval"]
     try:
         return decide(folder, cfg).drop(columns="rule_version")
     finally:
-        intervals.pivots, engine.UNBIASED_RUN_PART = TODAY, TODAY_UNBIASED
+        intervals.pivots, engine.RULE_INTERVAL = TODAY, TODAY_INTERVAL
 
 
 SHOWN = ["mode", "figure", "estimate", "ci_low", "ci_high", "state", "hold_high", "mode_verdict"]

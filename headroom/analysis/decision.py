@@ -1,4 +1,4 @@
-"""The decision rule (v3.2, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
+"""The decision rule (v3.3, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
 the deployment profile (the headline).
 
 Figures (``headroom.analysis.figures``, computed by ``headroom.analysis.engine``; cross-run: chosen on
@@ -28,9 +28,10 @@ Rule within a family (alpha = 1 - confidence; ``engine.rule``):
    ``gap_to_oracle_bound``, which is biased up (``engine.HOLD_BY``); ``stop`` when every decided figure
    holds (an intersection-union test: no multiplicity correction, since every figure must reject).
    The decided figures' and the bound's CI (``ci_low``/``ci_high``, ``hold_high``) is bootstrap-t
-   (``engine.CANDIDATES_FOR``; decision v3 held on the Welch t interval), with the unbiased run part
-   for the gap and its bound from four runs on (``engine.UNBIASED_RUN_PART``, decision v3.2); every
-   other row's CI is the Welch t interval.
+   (``engine.CANDIDATES_FOR``; decision v3 held on the Welch t interval), whose run part for the gap
+   and its bound is, from four runs on, the pair mean's variance from its two variance components
+   on their Satterthwaite df (``engine.RULE_INTERVAL``, decision v3.3; v3.2 took the unbiased
+   variance, clipped at 0); every other row's CI is the Welch t interval.
 4. Otherwise ``no-decision``, and the reason names the cause per open figure: Holm's correction (it
    would exceed alone), a noise floor wider than the threshold (the CI's half-width exceeds the
    threshold's distance from no effect: `stop` is out of reach at this study's length), or a CI that

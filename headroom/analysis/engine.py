@@ -33,10 +33,13 @@ from headroom.analysis.crossrun import ModeData, Options
 # azure-conv-gen2-6x100 recording; v3.1.1 adds one degenerate-case fix made after that tag (a resample
 # whose figure equals the sample's has pivot 0: a figure constant over the invocations had no interval)
 # and changes no figure of any reference (README.md, "The rule"). v3.2 (tag `decision-v3.2`): the gap
-# and its bound take the unbiased run part from four runs on (UNBIASED_RUN_PART), pre-registered and
+# and its bound take the unbiased run part from four runs on (RULE_INTERVAL '_u'), pre-registered and
 # accepted on default-gen2-6x100 (docs/decision-validation.md, "Decision v3.2"); 3-run studies are
-# decided exactly as under v3.1.1.
-RULE_VERSION = "decision-v3.2"
+# decided exactly as under v3.1.1. v3.3 (tag `decision-v3.3`): the gap and its bound take the run part
+# from its two variance components instead (RULE_INTERVAL), pre-registered, chosen on three designs
+# and accepted on default-gen2-6x100-b at 6 x 100 and 6 x 400 (docs/decision-validation.md, "Decision
+# v3.3"); 3-run studies are still decided exactly as under v3.1.1.
+RULE_VERSION = "decision-v3.3"
 DECIDED = ("gap_to_oracle", "policy_gain")
 # The figure whose CI's upper end a decided figure needs below its threshold to hold. The cross-run
 # gap is biased down (the oracle chosen on run a is no oracle on run b), so a `stop` on it would be
@@ -332,12 +335,15 @@ def _sums(score, picks, mask, boot):
 # The figures whose interval is the rule's bootstrap-t (decision-v3.1: the decided ones and their
 # bounds), each with the validation's other candidates beside it; every other figure keeps the Welch t.
 CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
-# decision-v3.2: of those, the ones whose run part is the unbiased variance of the pair mean
-# (``intervals.run_variance_unbiased``, from four runs on; the jackknife's below). The gap and its
-# bound: their noise is nearly all pair-specific, where the jackknife over runs is biased up
-# (docs/decision-validation.md, "What the misses are made of", 4-5). The policy figure keeps the
-# jackknife, whose excess covers the spread of its seeds' own truths (ibid., 5).
-UNBIASED_RUN_PART = ("gap_to_oracle", *HOLD_BY.values())
+# Of those, the figures whose rule interval is not '_b' (bootstrap-t with the jackknife run part), by
+# the engine suffix of the one they take. The gap and its bound: their noise is nearly all
+# pair-specific, where the jackknife over runs is biased up (docs/decision-validation.md, "What the
+# misses are made of", 4-5). decision-v3.2 gave them '_u' (the unbiased run part, clipped at 0: it
+# under-covers at 400 invocations); decision-v3.3 gives them '_c', the run part from its two variance
+# components on their Satterthwaite df (``intervals.run_variance_components``; "Decision v3.3").
+# Below four runs both are the jackknife's. The policy figure keeps the jackknife, whose excess covers
+# the spread of its seeds' own truths (ibid., 5).
+RULE_INTERVAL = {"gap_to_oracle": "_c", **{bound: "_c" for bound in HOLD_BY.values()}}
 
 
 def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_test: int) -> dict:
@@ -347,7 +353,7 @@ def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pa
     jackknife's below 4 runs), '_lo_c'/'_hi_c' bootstrap-t with the run part from its two variance
     components on their Welch-Satterthwaite df and '_lo_c1'/'_hi_c1' the same on R - 1 df
     (``intervals.run_variance_components``; the jackknife's below 4 runs); '_lo'/'_hi' the rule's:
-    '_u' for ``UNBIASED_RUN_PART``, '_b' otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
+    ``RULE_INTERVAL``'s for its figures, '_b' otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
     p-values). pair_runs: (A, B, R) of ``pairs``."""
     G, N, GB, NB, X, XN = sums
     A, B, R = pair_runs
@@ -366,7 +372,7 @@ def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pa
     var_c, df_c = np.where(few, iv["_var_runs"], var_c), np.where(few, max(R - 1, 1), df_c)
     out["_lo_c"], out["_hi_c"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c, df_c)
     out["_lo_c1"], out["_hi_c1"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c)
-    rule = "_u" if name in UNBIASED_RUN_PART else "_b"
+    rule = RULE_INTERVAL.get(name, "_b")
     out["_lo"], out["_hi"] = out["_lo" + rule], out["_hi" + rule]
     return out
 

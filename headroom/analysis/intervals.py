@@ -2,9 +2,10 @@
 
 A figure is the mean over ordered pairs of runs (fitted on a, scored on b) of a function of sums over
 the test invocations. Its uncertainty has two parts: a jackknife over runs (the run part, R - 1
-degrees of freedom) and a bootstrap over test invocations (the invocation part). Four candidate
+degrees of freedom) and a bootstrap over test invocations (the invocation part). Six candidate
 intervals, all computed (docs/decision-validation.md compares them; the first three were fixed in
-advance of decision v3.1's choice, the fourth was added after it, to be chosen or not before a new tag):
+advance of decision v3.1's choice, the fourth was added after it and chosen for v3.2, the last two
+were fixed in advance of v3.3's choice):
 
 * ``interval`` (Welch t; decision v3's rule, and since decision-v3.1 the interval of every figure the
   rule does not hold on): estimate +/- t(df) x SE, SE^2 = run part + the bootstrap's variance, df
@@ -15,10 +16,15 @@ advance of decision v3.1's choice, the fourth was added after it, to be chosen o
   linearized SE (``linear_var``: the delta method on the resample's sums), the pivot's quantiles set
   the invocation part's two half-widths (asymmetric where a few large invocations dominate a ratio's
   denominator); the run part's t(R - 1) half-width is added to each in quadrature.
-* ``bootstrap_t`` with ``run_variance_unbiased`` as its run part (``boot_t_u``; not the rule): the
-  jackknife over runs of a mean over ordered pairs of runs is biased up (its root is 1.6-1.9x the
-  figure's spread on flat surfaces, where the pair term dominates); the unbiased variance of that two-run U-statistic needs four runs,
-  so below four it is the jackknife's and this candidate is ``bootstrap_t``.
+* ``bootstrap_t`` with ``run_variance_unbiased`` as its run part (``boot_t_u``; decision v3.2's for the
+  gap and its bound): the jackknife over runs of a mean over ordered pairs of runs is biased up (its
+  root is 1.6-1.9x the figure's spread on flat surfaces, where the pair term dominates); the unbiased
+  variance of that two-run U-statistic needs four runs, so below four it is the jackknife's and this
+  candidate is ``bootstrap_t``. Clipped at 0 where it is negative, it can leave no run part at all.
+* ``bootstrap_t`` with ``run_variance_components`` as its run part, on its Satterthwaite df
+  (``boot_t_c``; decision v3.3's for the gap and its bound) or on R - 1 df (``boot_t_c1``): the run
+  and pair variance components each kept non-negative, so where the noise is pair-specific the run
+  part is the pair term's, never 0. Below four runs, the jackknife's.
 
 This module sits below both the engine and the study-level ``crossrun`` (neither imports the other
 for it).

@@ -346,7 +346,7 @@ def _rate(x) -> tuple[float, float, float]:
 # candidate intervals (``headroom.analysis.intervals``; engine keys): Welch t (decision v3's rule), t on
 # n_test - 1 df, bootstrap-t (decision v3.1's rule), all three fixed in advance of v3.1's choice;
 # bootstrap-t with the unbiased run part (added after it); bootstrap-t with the run part from its variance
-# components (decision v3.3's two candidates); and the rule's (decision v3.2's)
+# components (decision v3.3's two candidates; the rule's since v3.3: the first); and the rule's
 INTERVALS = {
     "welch": ("_lo_w", "_hi_w"),
     "t_ntest": ("_lo_n", "_hi_n"),
@@ -354,7 +354,7 @@ INTERVALS = {
     "boot_t_u": ("_lo_u", "_hi_u"),  # added after the choice (intervals.run_variance_unbiased)
     "boot_t_c": ("_lo_c", "_hi_c"),  # decision v3.3's candidates (intervals.run_variance_components):
     "boot_t_c1": ("_lo_c1", "_hi_c1"),  # its Welch-Satterthwaite df, and R - 1 df
-    "rule": ("_lo", "_hi"),  # decision v3.2's: boot_t_u for engine.UNBIASED_RUN_PART, boot_t otherwise
+    "rule": ("_lo", "_hi"),  # the rule's: v3.3 boot_t_c for engine.RULE_INTERVAL, boot_t otherwise
 }
 COVERED = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 

@@ -198,7 +198,7 @@ def test_the_headline_is_the_deployment_profiles_with_its_own_holm_family():
     assert _fig(d, "policy_gain", "graph@decode-only").state == "exceeds"  # batch-keyed learns C vs D
     assert _fig(d, "gap_to_oracle", "eager@mixed").state == "holds"
     assert _fig(d, "gap_to_oracle", "eager").mode_verdict == "stop"  # per mode, beside the headline
-    assert (d["rule_version"] == "decision-v3.2").all()
+    assert (d["rule_version"] == "decision-v3.3").all()
 
 
 def test_mixed_steps_in_graph_mode_leave_eager_out_of_the_headline():
@@ -285,7 +285,7 @@ def test_the_kernel_recommendation_is_reported_first_class_and_never_continues()
     row = rows.iloc[0]
     assert row["kernel"] == "t0-fused" and row["runs_agree"] == 3
     assert row["estimate"] == pytest.approx(1.25, rel=0.01) and row["ci_low"] > 1.2
-    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.2").all()
+    assert d["verdict"].iloc[0] == "stop" and (d["rule_version"] == "decision-v3.3").all()
 
 
 def test_thresholds_left_out_are_the_default_studys_and_unknown_ones_are_refused():
@@ -307,11 +307,12 @@ def test_a_gap_whose_bound_has_no_upper_end_cannot_hold_on_its_own_interval():
     assert decision._hold_high({"figure": "policy_gain", "ci_high": 0.3, "hold_high": np.nan}) == 0.3
 
 
-def test_from_four_runs_the_gap_and_its_bound_take_the_unbiased_run_part_and_the_policy_figure_does_not():
-    # decision-v3.2: a six-run study's gap and bound carry bootstrap-t with the unbiased run part
-    # (the jackknife over runs overstates their pair-dominated spread); the policy figure keeps the
-    # jackknife's; every figure's SE, df and p-value stay the Welch t's; and the decision holds the
-    # gap on its bound's v3.2 upper end
+def test_from_four_runs_the_gap_and_its_bound_take_the_components_run_part_and_the_policy_figure_does_not():
+    # decision-v3.3: a six-run study's gap and bound carry bootstrap-t with the run part from its two
+    # variance components (the jackknife over runs overstates their pair-dominated spread; v3.2's
+    # unbiased part, clipped at 0, could leave none); the policy figure keeps the jackknife's; every
+    # figure's SE, df and p-value stay the Welch t's; and the decision holds the gap on its bound's
+    # v3.3 upper end
     from headroom.analysis import engine
     from headroom.analysis.policies import checked_modes
     from headroom.core import defaults
@@ -324,13 +325,16 @@ def test_from_four_runs_the_gap_and_its_bound_take_the_unbiased_run_part_and_the
     tf, seed = defaults.value("policies", "train_fraction"), defaults.value("policies", "seed")
     opts, costs, (md,) = checked_modes(tr, tm, None, tf, FAST)
     f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
+    assert engine.RULE_VERSION == "decision-v3.3"
     for name in ("gap_to_oracle", "gap_to_oracle_bound"):
-        assert (f[name + "_lo"], f[name + "_hi"]) == (f[name + "_lo_u"], f[name + "_hi_u"])
-        assert f[name + "_hi_u"][0] < f[name + "_hi_b"][0]  # narrower than the jackknife's here
+        assert (f[name + "_lo"], f[name + "_hi"]) == (f[name + "_lo_c"], f[name + "_hi_c"])
+        assert f[name + "_hi_c"][0] < f[name + "_hi_b"][0]  # narrower than the jackknife's here
+        assert f[name + "_hi_c"][0] != f[name + "_hi_u"][0]  # and not v3.2's
     assert (f["policy_gain_lo"], f["policy_gain_hi"]) == (f["policy_gain_lo_b"], f["policy_gain_hi_b"])
-    assert f["policy_gain_hi_u"][0] != f["policy_gain_hi_b"][0]
+    assert f["policy_gain_hi_c"][0] != f["policy_gain_hi_b"][0]
     d = decision.decide(figures.study_figures(tr, tm, **FAST), None, S.environment("cuda"))
-    assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(float(f["gap_to_oracle_bound_hi_u"][0]))
+    assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(float(f["gap_to_oracle_bound_hi_c"][0]))
+    assert (d["rule_version"] == "decision-v3.3").all()
 
 
 def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
@@ -348,9 +352,14 @@ def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     f = engine.figures(engine.layout(md, opts, costs, tf, seed), engine.Batch(md.us[None], md.sem2[None]))
     boot_t, welch = (float(f["gap_to_oracle_bound" + k][0]) for k in ("_hi", "_hi_w"))
     assert welch + 0.1 < boot_t
-    # three runs: the unbiased run part needs four, so v3.2's interval is v3.1's here
+    # three runs: the unbiased run part and the components' need four, so v3.2's and v3.3's interval
+    # is v3.1's here
+    hi = f["gap_to_oracle_bound_hi"][0]
     assert (
-        f["gap_to_oracle_bound_hi_u"][0] == f["gap_to_oracle_bound_hi"][0] == f["gap_to_oracle_bound_hi_b"][0]
+        f["gap_to_oracle_bound_hi_u"][0]
+        == f["gap_to_oracle_bound_hi_c"][0]
+        == hi
+        == f["gap_to_oracle_bound_hi_b"][0]
     )
     d = decision.decide(figs, None, S.environment("cuda"))
     assert _fig(d, "gap_to_oracle")["hold_high"] == pytest.approx(boot_t)

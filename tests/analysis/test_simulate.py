@@ -135,7 +135,7 @@ def test_flat_truth_rarely_continues(study, noise, scale):
     mc = sim.run_mc(s, L, sim.flat(s.md), noise[0], scale)
     assert _ok_at_most(mc["verdict"] == "continue", 0.05)
     assert (mc["gap_to_oracle_true"].abs() < 1e-9).all()  # flat: the truth of the gap is exactly 0
-    # the rule's interval (decision-v3.2's) alone says what the rule's verdict says about stop (the
+    # the rule's interval (decision-v3.3's) alone says what the rule's verdict says about stop (the
     # candidates' states are read the way the rule reads its own); at three runs it is v3.1's
     assert (mc["stop_rule"] == (mc["verdict"] == "stop")).all()
     assert (mc["stop_boot_t"] == mc["stop_rule"]).all()
