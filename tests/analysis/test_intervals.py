@@ -160,6 +160,8 @@ def test_the_components_run_variance_is_never_zero_where_the_noise_is_pair_speci
     assert (intervals.run_variance_unbiased(pairs_only, A, B, R) < 0).mean() > 0.25
     assert (var > 0).all()
     assert true_var < var.mean() < intervals.run_variance(pairs_only, A, B, R).mean()
+    # the clipped run term's excess, as docs/decision-validation.md quotes it (jackknife: 3.0x, 2.5x)
+    assert var.mean() / true_var == pytest.approx({4: 2.39, 6: 1.77}[R], abs=0.05)
     residual_df = P // 2 - R
     assert ((min(R - 1, residual_df) <= df) & (df <= P // 2 - 1 + 1e-9)).all()  # Satterthwaite's range
     assert np.isclose(df, residual_df).mean() > 0.3
