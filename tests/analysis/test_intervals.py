@@ -157,7 +157,13 @@ def test_the_components_run_variance_is_never_zero_where_the_noise_is_pair_speci
     pairs_only = 2.0 * rng.standard_normal((S, P))
     var, df = intervals.run_variance_components(pairs_only, A, B, R)
     true_var = 4.0 / P
-    assert (intervals.run_variance_unbiased(pairs_only, A, B, R) < 0).mean() > 0.25
+    unbiased = intervals.run_variance_unbiased(pairs_only, A, B, R)
+    assert (unbiased < 0).mean() > 0.25
+    # the same estimate where its run term is not clipped (the unbiased total is their unclipped sum),
+    # larger where it is
+    assert (var >= unbiased - 1e-12).all()
+    same = np.isclose(var, unbiased, rtol=1e-9, atol=0.0)
+    assert 0.3 < same.mean() < 0.7 and np.isclose(df[~same], P // 2 - R).all()
     assert (var > 0).all()
     assert true_var < var.mean() < intervals.run_variance(pairs_only, A, B, R).mean()
     # the clipped run term's excess, as docs/decision-validation.md quotes it (jackknife: 3.0x, 2.5x)
