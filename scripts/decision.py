@@ -5,7 +5,7 @@ from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.analysis import decision, figures
+    from headroom.decide import decision, figures
 
     options = settings.merge("policies", defaults.section("policies"), stage.params["policies"])
     figs = figures.study_figures(
@@ -26,11 +26,11 @@ def main(stage):
     )
     stage.log.info("verdict %s: %s", verdict["verdict"].iloc[0], verdict["reason"].iloc[0])
     if (verdict["device"] == "cuda").all():  # a decision on GPU measurements: what could it detect?
-        from headroom.analysis import simulate
+        from headroom.decide import power
 
         study_dir = Path(stage.input_path("trace")).parent  # its inputs, verified just above
         modes = [m for m in verdict["mode"].unique() if "@" not in m]  # per mode, not profile parts
-        power = {m: simulate.detectable_effect(study_dir, m) for m in modes}
+        power = {m: power.detectable_effect(study_dir, m) for m in modes}
         for m, v in power.items():
             stage.log.info("%s: %s", m, v["text"])
         verdict = decision.with_detectable_effects(verdict, power)

@@ -2,13 +2,13 @@ from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.analysis import policies
     from headroom.core import defaults
+    from headroom.decide import policy_eval
 
     options = dict(stage.params["policies"])
     train_fraction = options.pop("train_fraction")
     seed = options.pop("seed", defaults.value("policies", "seed"))
-    policy_eval = policies.evaluate(
+    policy_eval = policy_eval.evaluate(
         stage.read("trace"),
         stage.read_all("portfolio"),
         stage.read("lifecycle"),
@@ -17,7 +17,7 @@ def main(stage):
         **options,
     )
     stage.write("policy_eval", policy_eval)
-    stage.write("factorial", policies.factorial(policy_eval))
+    stage.write("factorial", policy_eval.factorial(policy_eval))
 
 
 run_stage(snakemake, main)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from headroom.analysis import decision, figures, recommendation
+from headroom.analysis import recommendation
 from headroom.core import artifacts
+from headroom.decide import decision, figures
 from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 300, "random_draws": 20}
@@ -57,7 +58,7 @@ def _engine_scopes(folder: Path, policies: dict, deployment=None):
 
     import pandas as pd
 
-    from headroom.analysis.policies import checked_modes
+    from headroom.decide.policy_eval import checked_modes
 
     runs = sorted(p for p in glob.glob(str(folder / "portfolio" / "run-*.parquet")) if "samples" not in p)
     portfolio = pd.concat([artifacts.read(p) for p in runs], ignore_index=True)
@@ -75,7 +76,7 @@ def assert_study_ships(folder: Path) -> pd.DataFrame:  # noqa: F821
     and the table's choice on every trace row of each scope is the engine's (the decision's kernel,
     or the policy refit as the stage fits it); an unseen shape falls back. Returns the table."""
     from headroom import dispatch
-    from headroom.analysis import engine
+    from headroom.decide import engine
 
     rec = artifacts.read(folder / "recommendation.parquet")
     d = artifacts.read(folder / "decision.parquet")

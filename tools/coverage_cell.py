@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from headroom.analysis import simulate as sim
+from headroom.decide import power as sim
 
 
 def cell(s, L, noise, k: float) -> dict:

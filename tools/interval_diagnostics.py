@@ -10,8 +10,8 @@ scenarios' noise seed, test invocations redrawn) and prints one line per figure 
   decided figure's estimate against its truth target beside its mean standard error and that SE's two
   parts (the jackknife over runs and the invocation bootstrap): a ratio above 1 is an interval wider
   than its figure's noise (over-coverage); then the root of the mean unbiased run part
-  (``intervals.run_variance_unbiased``, from 4 runs; nan below) and of the components' run part
-  (``intervals.run_variance_components``, decision v3.3's candidates) with its median df.
+  (``interval.run_variance_unbiased``, from 4 runs; nan below) and of the components' run part
+  (``interval.run_variance_components``, decision v3.3's candidates) with its median df.
 * ``exceeds``: what each candidate interval's lower end alone says of the gap (``<iv>`` above the
   threshold) on a pure phase split (``--effect``, default the tests' 0.15) and on a flat surface: the
   power an *exceeds* on that interval would have.
@@ -27,8 +27,8 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import engine, figures, intervals
-from headroom.analysis import simulate as sim
+from headroom.decide import engine, figures, interval
+from headroom.decide import power as sim
 
 DECIDED_AND_BOUND = ("gap_to_oracle", "gap_to_oracle_bound", "policy_gain")
 
@@ -41,17 +41,17 @@ def _cell(study: str, mode: str, seeds: int, runs: int | None, invocations: int 
 def se_ratio(s, L, noise) -> list[str]:
     """The flat surface's estimate spread against its SE and the SE's two parts, per figure."""
     calls = []
-    interval = intervals.interval
+    interval = interval.interval
 
     def recording(*args):  # the run part is not among the engine's outputs: record each call's
         calls.append((args, interval(*args)))
         return calls[-1][1]
 
-    intervals.interval = recording
+    interval.interval = recording
     try:
         mc = sim.run_mc(s, L, sim.flat(s.md), noise, 1.0)
     finally:
-        intervals.interval = interval
+        interval.interval = interval
     order = list(engine.specs(L, figures._probe(L)))  # the engine's interval calls, per batch, in order
     per_batch = len(order)
     assert len(calls) == per_batch * -(-len(noise) // 100), "one interval call per figure and batch"
@@ -61,9 +61,9 @@ def se_ratio(s, L, noise) -> list[str]:
         mine = calls[j::per_batch]
         se2 = np.concatenate([c["_se"] for _, c in mine]) ** 2
         var_runs = np.concatenate([c["_var_runs"] for _, c in mine])
-        # the unbiased run part (intervals.run_variance_unbiased; NaN below 4 runs), unclipped
-        unbiased = np.concatenate([intervals.run_variance_unbiased(a[1], a[3], a[4], a[5]) for a, _ in mine])
-        comps = [intervals.run_variance_components(a[1], a[3], a[4], a[5]) for a, _ in mine]
+        # the unbiased run part (interval.run_variance_unbiased; NaN below 4 runs), unclipped
+        unbiased = np.concatenate([interval.run_variance_unbiased(a[1], a[3], a[4], a[5]) for a, _ in mine])
+        comps = [interval.run_variance_components(a[1], a[3], a[4], a[5]) for a, _ in mine]
         var_c, df_c = (np.concatenate([c[k] for c in comps]) for k in (0, 1))
         clipped = ~np.isclose(var_c, unbiased, rtol=1e-9, atol=0.0)  # equal wherever not clipped
         err = mc[name] - mc[name + "_true"].mean()

@@ -22,9 +22,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from headroom.analysis.policies import DEPLOYABLE  # noqa: E402
 from headroom.core import artifacts  # noqa: E402
 from headroom.core import format as fmt  # noqa: E402  (the one number formatter)
+from headroom.decide.policy_eval import DEPLOYABLE  # noqa: E402
 
 STUDIES = {"default": "H200 default trace", "azure-conv": "H200 real trace (Azure conv)"}
 # Kernel generations side by side (issue: kernels generation 2). The generation-1 studies above stay

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from headroom.analysis import engine
-from headroom.analysis import simulate as sim
+from headroom.decide import engine
+from headroom.decide import power as sim
 
 
 def _pct(row, name: str) -> str:

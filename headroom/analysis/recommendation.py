@@ -33,9 +33,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import engine, figures, registry
-from headroom.analysis.policies import checked_modes
 from headroom.analysis.roofline import dtype_bytes
+from headroom.decide import engine, figures, registry
+from headroom.decide.policy_eval import checked_modes
 from headroom.dispatch import HARD, SOFT
 
 SCHEMA_VERSION = 1

@@ -1,7 +1,7 @@
 """Fitting the policies of ``headroom.policies.lookup``: what each minimizes, on what.
 
 ``Train`` is what a policy is fitted on; ``fit_keyed`` is the per-key argmin the decision engine runs
-batched over seeds and runs (``headroom.analysis.engine``) and a single policy runs on one train
+batched over seeds and runs (``headroom.decide.engine``) and a single policy runs on one train
 matrix (``fit_table``); clustered's k-means (scikit-learn, imported here only) sees shapes, not
 latencies. Fitting objective: per key, the least summed latency plus per-call charge (plan builds);
 switches and compiles depend on the whole sequence or the whole set of candidates, so the per-key

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from headroom.analysis import decision as hdecision
+from headroom.decide import decision as hdecision
 from headroom.report import ship
 from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
 from headroom.report.sections import (

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import costs
+from headroom.decide import costs
 
 
 def _long(*rows) -> pd.DataFrame:

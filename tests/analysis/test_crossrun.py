@@ -1,4 +1,4 @@
-"""Cross-run arrays and splits (analysis/crossrun.py): one mode's runs as (run, invocation,
+"""Cross-run arrays and splits (analysis/measured.py): one mode's runs as (run, invocation,
 candidate) matrices, the chronological train/validation/test split, the fusion arms, seeded draws
 and the options' checks."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headroom.analysis import crossrun
 from headroom.core import defaults
+from headroom.decide import measured
 from tests import analysis_sets as S
 
 
@@ -18,59 +18,59 @@ def _latency(key, tile, fused, run, mode, inv):
 
 def test_mode_data_stacks_each_runs_matrix_in_trace_order():
     tr = S.trace("ACB")
-    (md,) = crossrun.mode_data(tr, S.timings(tr, _latency, runs=(1, 2)))
+    (md,) = measured.mode_data(tr, S.timings(tr, _latency, runs=(1, 2)))
     assert md.mode == "eager" and md.runs == [1, 2] and md.us.shape == (2, 3, 2 * S.TILES)
     j = md.names.index("t1-fused")
     np.testing.assert_allclose(md.us[:, :, j], [[101.0, 51.0, 401.0], [102.0, 52.0, 402.0]])
     assert md.features["shape_key"].tolist() == ["A", "C", "B"]
     assert md.fused[j] and md.tile[j] == 1 and not md.native.any()
-    assert md.arms() == crossrun.FUSION_ARMS
+    assert md.arms() == measured.FUSION_ARMS
 
 
 def test_a_candidate_missing_somewhere_is_dropped_and_bad_timings_are_named():
     tr = S.trace("AC")
     tm = S.timings(tr, _latency, runs=(1, 2))
     gone = tm[~((tm["run"] == 2) & (tm["candidate"] == "t0-unfused") & (tm["invocation"] == 1))]
-    (md,) = crossrun.mode_data(tr, gone)
+    (md,) = measured.mode_data(tr, gone)
     assert "t0-unfused" not in md.names and md.dropped == ["t0-unfused"]
     with pytest.raises(ValueError, match="duplicate"):
-        crossrun.mode_data(tr, tm.iloc[[0, 0]])
+        measured.mode_data(tr, tm.iloc[[0, 0]])
     with pytest.raises(ValueError, match="median_us must be positive"):
-        crossrun.mode_data(tr, tm.assign(median_us=0.0))
+        measured.mode_data(tr, tm.assign(median_us=0.0))
 
 
 def test_the_split_is_chronological_with_validation_at_the_end_of_train():
-    assert crossrun.split(10, 0.5, 0.34) == (5, 3)  # train [0, 5), fit [0, 3), validation [3, 5)
-    assert crossrun.split(7, 0.5, 0.34) == (3, 1)
-    assert crossrun.split(1, 0.5, 0.34)[0] == 0  # too short to train: callers refuse it
+    assert measured.split(10, 0.5, 0.34) == (5, 3)  # train [0, 5), fit [0, 3), validation [3, 5)
+    assert measured.split(7, 0.5, 0.34) == (3, 1)
+    assert measured.split(1, 0.5, 0.34)[0] == 0  # too short to train: callers refuse it
 
 
 def test_arms_and_seeded_draws():
-    assert crossrun.in_arm("on", fused=True, native=False) and not crossrun.in_arm("off", True, False)
-    assert crossrun.in_arm("free", fused=False, native=False) and not crossrun.in_arm("free", False, True)
-    assert crossrun.in_arm(crossrun.NATIVE_ARM, fused=False, native=True)
-    a, b = crossrun.group_seed(0, "graph", 1).random(3), crossrun.group_seed(0, "graph", 1).random(3)
+    assert measured.in_arm("on", fused=True, native=False) and not measured.in_arm("off", True, False)
+    assert measured.in_arm("free", fused=False, native=False) and not measured.in_arm("free", False, True)
+    assert measured.in_arm(measured.NATIVE_ARM, fused=False, native=True)
+    a, b = measured.group_seed(0, "graph", 1).random(3), measured.group_seed(0, "graph", 1).random(3)
     np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, crossrun.group_seed(0, "graph", 2).random(3))
-    idx = crossrun.boot_indices(5, 7, np.random.default_rng(0))
+    assert not np.array_equal(a, measured.group_seed(0, "graph", 2).random(3))
+    idx = measured.boot_indices(5, 7, np.random.default_rng(0))
     assert idx.shape == (7, 5) and idx.min() >= 0 and idx.max() < 5
 
 
 def test_options_default_to_the_study_and_refuse_what_they_cannot_use():
-    opts = crossrun.Options.from_mapping({})
+    opts = measured.Options.from_mapping({})
     assert opts.clusters == defaults.value("policies", "clusters")
     assert opts.validation_fraction == defaults.value("policies", "validation_fraction")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['train_fraction'\]"):
-        crossrun.Options.from_mapping({"train_fraction": 0.5})
+        measured.Options.from_mapping({"train_fraction": 0.5})
     with pytest.raises(ValueError, match="options.clusters must be a positive integer"):
-        crossrun.Options.from_mapping({"clusters": 0})
+        measured.Options.from_mapping({"clusters": 0})
     with pytest.raises(ValueError, match="options.confidence"):
-        crossrun.Options.from_mapping({"confidence": 0.4})
+        measured.Options.from_mapping({"confidence": 0.4})
 
 
 def test_figure_functions_are_the_percentages_the_report_prints():
     sums, charges = {"global": 200.0, "oracle": 160.0, "p": 180.0}, {"global": 0.0, "p": 1.0}
-    assert crossrun.gap_pct("global")(sums, charges, 10) == pytest.approx(25.0)
-    assert crossrun.gain_pct("p")(sums, charges, 10) == pytest.approx(10.0)
-    assert crossrun.gain_pct("p", net=True)(sums, charges, 10) == pytest.approx(5.0)  # 1 µs a call
-    assert crossrun.ratio("global", "p")(sums, charges, 10) == pytest.approx(200 / 180)
+    assert measured.gap_pct("global")(sums, charges, 10) == pytest.approx(25.0)
+    assert measured.gain_pct("p")(sums, charges, 10) == pytest.approx(10.0)
+    assert measured.gain_pct("p", net=True)(sums, charges, 10) == pytest.approx(5.0)  # 1 µs a call
+    assert measured.ratio("global", "p")(sums, charges, 10) == pytest.approx(200 / 180)

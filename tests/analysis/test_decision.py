@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import decision, figures
+from headroom.decide import decision, figures
 from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 300, "random_draws": 20}
@@ -313,9 +313,9 @@ def test_from_four_runs_the_gap_and_its_bound_take_the_components_run_part_and_t
     # unbiased part, clipped at 0, could leave none); the policy figure keeps the jackknife's; every
     # figure's SE, df and p-value stay the Welch t's; and the decision holds the gap on its bound's
     # v3.3 upper end
-    from headroom.analysis import engine
-    from headroom.analysis.policies import checked_modes
     from headroom.core import defaults
+    from headroom.decide import engine
+    from headroom.decide.policy_eval import checked_modes
 
     runs = (1, 2, 3, 4, 5, 6)
     tr = S.trace("ABC" * 8)
@@ -340,9 +340,9 @@ def test_from_four_runs_the_gap_and_its_bound_take_the_components_run_part_and_t
 def test_a_figure_holds_on_the_bootstrap_t_upper_end_not_the_welch_one():
     # the gap's bound, a ratio over few invocations: its bootstrap-t upper end (decision-v3.1's) lies
     # above the Welch t one (v3's); a threshold between them decides the way bootstrap-t says
-    from headroom.analysis import engine
-    from headroom.analysis.policies import checked_modes
     from headroom.core import defaults
+    from headroom.decide import engine
+    from headroom.decide.policy_eval import checked_modes
 
     tr = S.trace("ABC" * 8)
     tm = S.timings(tr, lambda k, t, f, r, m, i: S.BASE_US[k] * _noise(r, i, t, f, 0.01), modes=("graph",))

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import crossrun, figures
 from headroom.core import defaults
+from headroom.decide import figures, measured
 from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 100, "random_draws": 10}
@@ -36,7 +36,7 @@ def test_profile_units_and_step_types():
 
 def test_a_part_holds_its_step_types_invocations_in_order():
     tr = S.trace("ACAC")
-    (md,) = crossrun.mode_data(tr, S.timings(tr, _lat, runs=(1, 2)))
+    (md,) = measured.mode_data(tr, S.timings(tr, _lat, runs=(1, 2)))
     sub = figures.part(md, "decode-only")
     assert sub.features["invocation"].tolist() == [1, 3] and sub.us.shape == (2, 2, md.us.shape[2])
     np.testing.assert_array_equal(sub.us, md.us[:, [1, 3]])

@@ -1,4 +1,4 @@
-"""The candidate intervals of a pooled figure (headroom.analysis.intervals): the delta method agrees
+"""The candidate intervals of a pooled figure (headroom.decide.interval): the delta method agrees
 with the bootstrap it approximates, and the studentized interval follows a skewed ratio where the
 symmetric t interval cannot."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headroom.analysis import engine, intervals
+from headroom.decide import engine, interval
 
 
 def _ratio(G, N):
@@ -35,9 +35,9 @@ def _figure(per_inv, counts, A, B, R, confidence=0.95):
     G = {k: v.sum(-1) for k, v in per_inv.items()}
     GB = {k: v @ counts.T for k, v in per_inv.items()}
     per_pair, per_boot = _ratio(G, {}), _ratio(GB, {})
-    iv = intervals.interval(confidence, per_pair, per_boot, A, B, R)
-    u0 = intervals.linear_terms(_ratio, (G, {}), (per_inv, {}))
-    ub = intervals.linear_terms(_ratio, (GB, {}), (per_inv, {}))
+    iv = interval.interval(confidence, per_pair, per_boot, A, B, R)
+    u0 = interval.linear_terms(_ratio, (G, {}), (per_inv, {}))
+    ub = interval.linear_terms(_ratio, (GB, {}), (per_inv, {}))
     return iv, per_boot, u0, ub
 
 
@@ -45,13 +45,13 @@ def test_the_delta_method_variance_matches_the_bootstrap_variance():
     per_inv, counts, A, B, R = _study(np.random.default_rng(0))
     iv, per_boot, u0, _ = _figure(per_inv, counts, A, B, R)
     boot_var = per_boot.mean(axis=1).var(axis=1, ddof=1)
-    assert intervals.linear_var(u0) == pytest.approx(boot_var, rel=0.2)
+    assert interval.linear_var(u0) == pytest.approx(boot_var, rel=0.2)
 
 
 def test_linear_terms_need_the_sums_the_figure_reads():
     per_inv, counts, *_ = _study(np.random.default_rng(1))
     G = {k: v.sum(-1) for k, v in per_inv.items()}
-    grad = intervals._gradient(_ratio, (G, {}))
+    grad = interval._gradient(_ratio, (G, {}))
     assert set(grad) == {(0, "a"), (0, "b")}
     assert grad[(0, "a")] == pytest.approx(100.0 / G["b"], rel=1e-4)
 
@@ -59,12 +59,12 @@ def test_linear_terms_need_the_sums_the_figure_reads():
 def test_bootstrap_t_is_the_t_interval_on_a_symmetric_figure_and_skews_on_a_skewed_one():
     sym = _study(np.random.default_rng(2), n=200)
     iv, per_boot, u0, ub = _figure(*sym)
-    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, sym[1], sym[-1])
+    lo, hi = interval.bootstrap_t(0.95, iv, per_boot, u0, ub, sym[1], sym[-1])
     assert lo[0] == pytest.approx(iv["_lo"][0], abs=0.15 * (iv["_hi"][0] - iv["_lo"][0]))
     assert hi[0] == pytest.approx(iv["_hi"][0], abs=0.15 * (iv["_hi"][0] - iv["_lo"][0]))
     skew = _study(np.random.default_rng(3), n=24, skew=True)
     iv, per_boot, u0, ub = _figure(*skew)
-    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, skew[1], skew[-1])
+    lo, hi = interval.bootstrap_t(0.95, iv, per_boot, u0, ub, skew[1], skew[-1])
     assert lo[0] < iv[""][0] < hi[0]
     assert (hi[0] - iv[""][0]) != pytest.approx(iv[""][0] - lo[0], rel=0.05)
 
@@ -72,12 +72,12 @@ def test_bootstrap_t_is_the_t_interval_on_a_symmetric_figure_and_skews_on_a_skew
 def test_without_three_runs_no_candidate_has_an_interval():
     per_inv, counts, A, B, R = _study(np.random.default_rng(4), R=2)
     iv, per_boot, u0, ub = _figure(per_inv, counts, A, B, R)
-    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, counts, R)
+    lo, hi = interval.bootstrap_t(0.95, iv, per_boot, u0, ub, counts, R)
     assert np.isnan(iv["_lo"]).all() and np.isnan(lo).all() and np.isnan(hi).all()
 
 
 def _imports(module: str) -> set[str]:
-    tree = ast.parse(Path(f"headroom/analysis/{module}.py").read_text())
+    tree = ast.parse(Path(f"headroom/decide/{module}.py").read_text())
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -105,7 +105,7 @@ def _tied_study(untied: int, n: int, seed: int):
     counts = np.zeros((2000, n))
     np.add.at(counts, (np.repeat(np.arange(2000), n), idx.ravel()), 1.0)
     iv, per_boot, u0, ub = _figure({"a": a, "b": b}, counts, A, B, R)
-    lo, hi = intervals.bootstrap_t(0.95, iv, per_boot, u0, ub, counts, R)
+    lo, hi = interval.bootstrap_t(0.95, iv, per_boot, u0, ub, counts, R)
     return iv, lo, hi, (counts[:, :untied].sum(axis=1) == 0).mean()
 
 
@@ -135,12 +135,12 @@ def test_the_unbiased_run_variance_is_unbiased_where_the_jackknife_is_biased_up(
     u, v = rng.standard_normal((S, R)), 0.5 * rng.standard_normal((S, R))
     x = u[:, A] + v[:, B] + 2.0 * rng.standard_normal((S, len(A)))
     true_var = x.mean(axis=1).var()
-    unbiased = intervals.run_variance_unbiased(x, A, B, R)
-    jackknife = intervals.run_variance(x, A, B, R)
+    unbiased = interval.run_variance_unbiased(x, A, B, R)
+    jackknife = interval.run_variance(x, A, B, R)
     assert unbiased.mean() == pytest.approx(true_var, rel=0.05)
     assert jackknife.mean() > 1.5 * true_var
     assert (unbiased < 0).any()  # unbiased, so sometimes below zero: the engine clips it
-    assert np.isnan(intervals.run_variance_unbiased(x[:, :6], *engine.pairs(3), 3)).all()
+    assert np.isnan(interval.run_variance_unbiased(x[:, :6], *engine.pairs(3), 3)).all()
 
 
 @pytest.mark.parametrize("R", [4, 6])
@@ -155,9 +155,9 @@ def test_the_components_run_variance_is_never_zero_where_the_noise_is_pair_speci
     A, B = engine.pairs(R)
     S, P = 20_000, len(A)
     pairs_only = 2.0 * rng.standard_normal((S, P))
-    var, df = intervals.run_variance_components(pairs_only, A, B, R)
+    var, df = interval.run_variance_components(pairs_only, A, B, R)
     true_var = 4.0 / P
-    unbiased = intervals.run_variance_unbiased(pairs_only, A, B, R)
+    unbiased = interval.run_variance_unbiased(pairs_only, A, B, R)
     assert (unbiased < 0).mean() > 0.25
     # the same estimate where its run term is not clipped (the unbiased total is their unclipped sum),
     # larger where it is
@@ -165,7 +165,7 @@ def test_the_components_run_variance_is_never_zero_where_the_noise_is_pair_speci
     same = np.isclose(var, unbiased, rtol=1e-9, atol=0.0)
     assert 0.3 < same.mean() < 0.7 and np.isclose(df[~same], P // 2 - R).all()
     assert (var > 0).all()
-    assert true_var < var.mean() < intervals.run_variance(pairs_only, A, B, R).mean()
+    assert true_var < var.mean() < interval.run_variance(pairs_only, A, B, R).mean()
     # the clipped run term's excess, as docs/decision-validation.md quotes it (jackknife: 3.0x, 2.5x)
     assert var.mean() / true_var == pytest.approx({4: 2.39, 6: 1.77}[R], abs=0.05)
     residual_df = P // 2 - R
@@ -173,7 +173,7 @@ def test_the_components_run_variance_is_never_zero_where_the_noise_is_pair_speci
     assert np.isclose(df, residual_df).mean() > 0.3
     u, v = rng.standard_normal((S, R)), 0.5 * rng.standard_normal((S, R))
     runs = u[:, A] + v[:, B] + 0.2 * rng.standard_normal((S, P))
-    var, df = intervals.run_variance_components(runs, A, B, R)
+    var, df = interval.run_variance_components(runs, A, B, R)
     assert var.mean() == pytest.approx(runs.mean(axis=1).var(), rel=0.05)
     assert np.median(df) < R
-    assert np.isnan(intervals.run_variance_components(runs[:, :6], *engine.pairs(3), 3)[0]).all()
+    assert np.isnan(interval.run_variance_components(runs[:, :6], *engine.pairs(3), 3)[0]).all()

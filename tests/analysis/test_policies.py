@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import policies
+from headroom.decide import policy_eval
 from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 200, "random_draws": 20}
@@ -20,10 +20,10 @@ def _row(pe, policy, fusion="free", run=1, mode="eager"):
 
 def test_flat_surface_every_policy_equals_global():
     tr = S.trace("ABC" * 6)
-    pe = policies.evaluate(tr, S.timings(tr, S.flat), **FAST)
-    assert set(pe.policy) == set(policies.POLICIES)
+    pe = policy_eval.evaluate(tr, S.timings(tr, S.flat), **FAST)
+    assert set(pe.policy) == set(policy_eval.POLICIES)
     assert set(pe.fusion) == {"off", "on", "free"}
-    assert len(pe) == 3 * len(policies.POLICIES) * 3  # runs x policies (the registry + oracle) x arms
+    assert len(pe) == 3 * len(policy_eval.POLICIES) * 3  # runs x policies (the registry + oracle) x arms
     assert np.allclose(pe.gain_vs_global_pct, 0.0, atol=1e-12)
     assert np.allclose(pe.gap_to_oracle_pct, 0.0, atol=1e-12)
     assert np.allclose(pe[["ci_low", "ci_high"]].to_numpy(), 0.0, atol=1e-12)
@@ -43,7 +43,7 @@ def _twenty_pct_key(key, tile, fused, run, mode, inv):
 def test_one_key_with_a_better_tile_exact_key_gains_what_the_data_says():
     seq = "ABCA" * 5  # C is in train and in test
     tr = S.trace(seq)
-    pe = policies.evaluate(tr, S.timings(tr, _twenty_pct_key, std_us=0.5, reps=100), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, _twenty_pct_key, std_us=0.5, reps=100), **FAST)
     test = seq[len(seq) // 2 :]
     t_global = sum(S.BASE_US[k] for k in test)  # global = tile 0 (least total train latency)
     t_exact = t_global - 0.2 * S.BASE_US["C"] * test.count("C")
@@ -73,7 +73,7 @@ def test_bucketed_does_not_take_a_key_whose_bucket_is_shared_with_a_heavier_key(
 
     seq = ["A", "A", "A2", "C"] * 4
     tr = S.trace(seq)
-    pe = policies.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)
     assert _row(pe, "exact-key").gain_vs_global_pct > 0
     assert _row(pe, "bucketed").gain_vs_global_pct == pytest.approx(0.0, abs=1e-12)
 
@@ -86,7 +86,7 @@ def test_regret_aware_stays_global_when_the_gain_is_within_noise():
         return S.BASE_US[key] * (1.0 + 0.05 * (tile > 0))
 
     tr = S.trace("ABCA" * 5)
-    pe = policies.evaluate(tr, S.timings(tr, lat, runs=(1,), std_us=50.0, reps=4), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat, runs=(1,), std_us=50.0, reps=4), **FAST)
     assert _row(pe, "exact-key").gain_vs_global_pct > 0
     assert _row(pe, "regret-aware").gain_vs_global_pct == pytest.approx(0.0, abs=1e-12)
 
@@ -99,9 +99,9 @@ def test_regret_aware_stays_global_when_dispatch_and_switching_cost_more_than_th
 
     tr = S.trace("ABCA" * 5)
     tm = S.timings(tr, lat, runs=(1,))
-    free = policies.evaluate(tr, tm, **FAST)
+    free = policy_eval.evaluate(tr, tm, **FAST)
     assert _row(free, "regret-aware").gain_vs_global_pct > 0
-    costly = policies.evaluate(tr, tm, S.lifecycle(), **FAST)  # 3 us switch + 0.15 us lookup > 2 us
+    costly = policy_eval.evaluate(tr, tm, S.lifecycle(), **FAST)  # 3 us switch + 0.15 us lookup > 2 us
     assert _row(costly, "regret-aware").gain_vs_global_pct == pytest.approx(0.0, abs=1e-12)
 
 
@@ -114,7 +114,7 @@ def test_unseen_test_key_falls_back_to_global():
 
     seq = ["A", "C"] * 4 + ["D", "A", "D", "C", "D", "A", "C", "D"]
     tr = S.trace(seq)
-    pe = policies.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)
     test = seq[8:]
     t_global = sum(S.BASE_US[k] for k in test)
     for policy in ("exact-key", "bucketed", "regret-aware"):
@@ -128,8 +128,8 @@ def test_pure_fusion_effect_goes_to_fusion_not_policy():
         return S.BASE_US[key] * (0.7 if fused else 1.0)
 
     tr = S.trace("ABC" * 6)
-    pe = policies.evaluate(tr, S.timings(tr, lat), **FAST)
-    fac = policies.factorial(pe)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat), **FAST)
+    fac = policy_eval.factorial(pe)
     assert list(fac.run) == [1, 2, 3]
     assert np.allclose(fac.fusion_gain_pct, 30.0)
     assert np.allclose(fac.policy_gain_pct, 0.0, atol=1e-12)
@@ -151,7 +151,7 @@ def test_factorial_separates_policy_and_fusion_and_their_interaction():
 
     seq = "ABCA" * 5
     tr = S.trace(seq)
-    fac = policies.factorial(policies.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)).iloc[0]
+    fac = policy_eval.factorial(policy_eval.evaluate(tr, S.timings(tr, lat, runs=(1,)), **FAST)).iloc[0]
     test = seq[10:]
     a = sum(S.BASE_US[k] for k in test)
     b = 0.9 * a
@@ -168,12 +168,12 @@ def test_factorial_chooses_its_policy_on_validation_never_on_test():
         return S.BASE_US[key] * (1.0 + 0.05 * (tile > 0)) * (1.0 + 0.01 * ((inv * 7 + tile) % 3))
 
     tr = S.trace("ABCD" * 6)
-    pe = policies.evaluate(tr, S.timings(tr, lat), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat), **FAST)
     # the column is the decision's: each run's selected policy x arm has the best validation figure
     for _, g in pe.groupby(["run", "mode"]):
         sel = g[g.selected]
-        assert len(sel) == 1 and sel.policy.iloc[0] in policies.DEPLOYABLE
-        dep = g[g.policy.isin(policies.DEPLOYABLE) & g.fusion.isin(("off", "on", "free"))]
+        assert len(sel) == 1 and sel.policy.iloc[0] in policy_eval.DEPLOYABLE
+        dep = g[g.policy.isin(policy_eval.DEPLOYABLE) & g.fusion.isin(("off", "on", "free"))]
         assert sel.validation_net_gain_vs_phase_pct.iloc[0] == dep.validation_net_gain_vs_phase_pct.max()
     # a policy that wins on test but not on validation is not chosen; the validation winner is
     rigged = pe.copy()
@@ -181,13 +181,13 @@ def test_factorial_chooses_its_policy_on_validation_never_on_test():
     rigged.loc[rigged.policy == on_test, "gain_vs_global_pct"] = 50.0
     rigged.loc[rigged.policy == on_test, "validation_net_gain_vs_phase_pct"] = -5.0
     rigged.loc[rigged.policy == on_validation, "validation_net_gain_vs_phase_pct"] = 5.0
-    fac = policies.factorial(rigged)
+    fac = policy_eval.factorial(rigged)
     assert (fac.policy == on_validation).all()
     row = fac.iloc[0]
     cell = rigged[(rigged.run == row.run) & (rigged["mode"] == row["mode"])].set_index(["policy", "fusion"])
     assert row.policy_unfused_us == cell.loc[(on_validation, "off"), "test_us"]
     with pytest.raises(ValueError, match="validation_net_gain_vs_phase_pct"):
-        policies.factorial(pe.drop(columns="validation_net_gain_vs_phase_pct"))
+        policy_eval.factorial(pe.drop(columns="validation_net_gain_vs_phase_pct"))
 
 
 def test_modes_are_evaluated_separately():
@@ -196,7 +196,7 @@ def test_modes_are_evaluated_separately():
         return S.BASE_US[key] * factor
 
     tr = S.trace("ABCA" * 5)
-    pe = policies.evaluate(tr, S.timings(tr, lat, runs=(1,), modes=("eager", "graph")), **FAST)
+    pe = policy_eval.evaluate(tr, S.timings(tr, lat, runs=(1,), modes=("eager", "graph")), **FAST)
     assert set(pe["mode"]) == {"eager", "graph"}
     assert _row(pe, "exact-key", mode="eager").gain_vs_global_pct == pytest.approx(0.0, abs=1e-12)
     assert _row(pe, "exact-key", mode="graph").gain_vs_global_pct > 1.0
@@ -208,8 +208,8 @@ def test_random_is_the_average_of_seeded_draws_and_deterministic():
 
     tr = S.trace("ABC" * 6)
     tm = S.timings(tr, lat, runs=(1,))
-    a = policies.evaluate(tr, tm, seed=3, random_draws=2000, bootstrap_resamples=100)
-    b = policies.evaluate(tr, tm, seed=3, random_draws=2000, bootstrap_resamples=100)
+    a = policy_eval.evaluate(tr, tm, seed=3, random_draws=2000, bootstrap_resamples=100)
+    b = policy_eval.evaluate(tr, tm, seed=3, random_draws=2000, bootstrap_resamples=100)
     pd.testing.assert_frame_equal(a, b)
     r = _row(a, "random", "off")
     # expectation: mean over 3 tiles of (1 + 0.1 tile) = 1.1 x global
@@ -219,7 +219,7 @@ def test_random_is_the_average_of_seeded_draws_and_deterministic():
 def test_lifecycle_costs_lower_net_gain():
     tr = S.trace("ABCA" * 5)
     tm = S.timings(tr, _twenty_pct_key, runs=(1,))
-    pe = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
+    pe = policy_eval.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
     ek = _row(pe, "exact-key")
     assert ek.net_gain_pct < ek.gain_vs_global_pct
     # exact-key uses 2 candidates (4 s compile), global 1 (2 s); lookup 0.15 us; switches x 3 us
@@ -242,12 +242,12 @@ def test_lifecycle_costs_parse_the_wide_and_long_layouts():
             "switch_us": [None, None, 4.0],
         }
     )
-    costs = policies.lifecycle_costs(wide)
+    costs = policy_eval.lifecycle_costs(wide)
     assert costs.compile_s == {"t0-fused": 1.0, "t1-fused": 2.0}
     assert costs.dispatch_us == {"exact-key": 0.25}
     assert costs.switch_us == 4.0
     assert costs.dispatch_for("bucketed") == (0.25, "not measured; charged the dearest measured lookup")
-    long = policies.lifecycle_costs(S.lifecycle())
+    long = policy_eval.lifecycle_costs(S.lifecycle())
     assert long.compile_s["t1-unfused"] == 2.0 and long.switch_us == 3.0
     assert long.dispatch_us["clustered"] == pytest.approx(2.0)
 
@@ -262,7 +262,7 @@ def test_lifecycle_costs_of_the_stage_layout_per_mode_skip_rows_without_values()
         ("compile", "t0-fused", "", "", float("nan"), "s", "skipped"),
         ("dispatch", "", "global", "", 1.0, "ns", "ok"),
     ]
-    costs = policies.lifecycle_costs(pd.DataFrame(rows, columns=columns))
+    costs = policy_eval.lifecycle_costs(pd.DataFrame(rows, columns=columns))
     assert costs.switch_for("eager") == 3.0
     assert costs.switch_for("graph") == 0.0  # a negative penalty is noise: charged as zero
     assert costs.compile_s == {} and costs.dispatch_us == {"global": 0.001}
@@ -279,26 +279,28 @@ def test_lifecycle_costs_of_the_stage_layout_per_mode_skip_rows_without_values()
 def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
     tr = S.trace("ABC" * 2)
     with pytest.raises(ValueError, match=match):
-        policies.evaluate(tr, S.timings(tr, S.flat, runs=(1,)), **kwargs)
+        policy_eval.evaluate(tr, S.timings(tr, S.flat, runs=(1,)), **kwargs)
 
 
 def test_missing_columns_and_unknown_invocations_are_named():
     tr = S.trace("ABC" * 2)
     tm = S.timings(tr, S.flat, runs=(1,))
     with pytest.raises(ValueError, match=r"timings: missing column\(s\) \['median_us'\]"):
-        policies.evaluate(tr, tm.drop(columns="median_us"))
+        policy_eval.evaluate(tr, tm.drop(columns="median_us"))
     with pytest.raises(ValueError, match="not in the trace"):
-        policies.evaluate(tr.iloc[:3], tm)
+        policy_eval.evaluate(tr.iloc[:3], tm)
     with pytest.raises(ValueError, match="unit"):
-        policies.lifecycle_costs(pd.DataFrame({"kind": ["switch"], "value": [1.0], "unit": ["fortnights"]}))
+        policy_eval.lifecycle_costs(
+            pd.DataFrame({"kind": ["switch"], "value": [1.0], "unit": ["fortnights"]})
+        )
 
 
 def test_factorial_without_a_fused_arm_is_skipped_with_the_reason():
     tr = S.trace("ABC" * 4)
     tm = S.timings(tr, S.flat, runs=(1,))
-    pe = policies.evaluate(tr, tm[~tm.fused], **FAST)
+    pe = policy_eval.evaluate(tr, tm[~tm.fused], **FAST)
     assert set(pe.fusion) == {"off", "free"}
-    fac = policies.factorial(pe)
+    fac = policy_eval.factorial(pe)
     assert list(fac.status) == ["skipped"] and "'on'" in fac.reason.iloc[0]
 
 
@@ -315,7 +317,7 @@ def test_native_candidates_enter_only_the_native_arm():
         "sdpa-cudnn",
     )
     native["median_us"] *= 0.7
-    pe = policies.evaluate(tr, pd.concat([tm, native], ignore_index=True), **FAST)
+    pe = policy_eval.evaluate(tr, pd.concat([tm, native], ignore_index=True), **FAST)
     assert set(pe.fusion) == {"off", "on", "free", "native"}
     for fusion in ("off", "on", "free"):  # ours only: flat, nothing to gain, native never picked
         assert not _row(pe, "global", fusion).global_candidate.startswith("native")
@@ -330,13 +332,13 @@ def test_without_native_candidates_there_is_no_native_arm():
     tr = S.trace("ABCA" * 5)
     tm = S.timings(tr, S.flat)
     tm["backend"] = "triton"
-    assert "native" not in set(policies.evaluate(tr, tm, **FAST).fusion)
+    assert "native" not in set(policy_eval.evaluate(tr, tm, **FAST).fusion)
 
 
 def test_graph_mode_pays_no_dispatch_lookup_but_still_pays_switching():
     tr = S.trace("ABCA" * 5)
     tm = S.timings(tr, _twenty_pct_key, runs=(1,), modes=("eager", "graph"))
-    pe = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
+    pe = policy_eval.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
     n_test = 10
     for mode, lookup in (("eager", 0.15), ("graph", 0.0)):  # graph: the lookup runs once, at capture
         ek, g = _row(pe, "exact-key", mode=mode), _row(pe, "global", mode=mode)
@@ -352,8 +354,8 @@ def test_plan_builds_are_charged_per_call_over_the_layers_in_eager_mode_only():
     plans = pd.DataFrame(
         {"kind": "plan", "candidate": names, "value": 64.0, "unit": "us", "shape_key": "s", "status": "ok"}
     )
-    base = policies.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
-    charged = policies.evaluate(
+    base = policy_eval.evaluate(tr, tm, S.lifecycle(), deployment_invocations=1000, **FAST)
+    charged = policy_eval.evaluate(
         tr, tm, pd.concat([S.lifecycle(), plans]), deployment_invocations=1000, layers_per_forward=32, **FAST
     )
     for mode, per_call in (("eager", 64.0 / 32), ("graph", 0.0)):

@@ -88,8 +88,8 @@ def test_a_continue_ships_the_refit_policy_whose_choices_the_table_repeats_on_ev
 
 def _refit_args(tr, name, arm):
     """(md, layout, opts, name, arm, seed) of the graph mode, as the recommendation fits."""
-    from headroom.analysis import engine
-    from headroom.analysis.policies import checked_modes
+    from headroom.decide import engine
+    from headroom.decide.policy_eval import checked_modes
 
     tm = S.timings(tr, _c_wants_tile2, modes=("graph",))
     opts, costs, modes = checked_modes(tr, tm, None, 0.5, {"bootstrap_resamples": 300, "random_draws": 20})

@@ -2,7 +2,7 @@
 may select from in each mode."""
 
 import headroom.policies as policies
-from headroom.analysis import registry
+from headroom.decide import registry
 
 
 def test_every_policy_name_is_re_exported_from_headroom_policies_one_list():

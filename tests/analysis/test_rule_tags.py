@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headroom.analysis import engine
+from headroom.decide import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 TAGS = pd.read_csv(ROOT / "data/validation/rule-tags.tsv", sep="\t")
@@ -31,7 +31,7 @@ def test_each_tagged_commit_sets_the_rule_version_its_tag_names(tag):
     if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
         pytest.skip("not a git checkout")
     commit = TAGS.set_index("tag").loc[tag, "commit"]
-    engine_py = _git("show", f"{commit}:headroom/analysis/engine.py")
+    engine_py = _git("show", f"{commit}:headroom/decide/engine.py")
     if engine_py.returncode != 0:
         pytest.skip(f"commit {commit[:7]} is not in this clone (shallow?)")
     assert f'RULE_VERSION = "{tag}"' in engine_py.stdout

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import decision, engine, figures
-from headroom.analysis import simulate as sim
 from headroom.core import defaults
+from headroom.decide import decision, engine, figures
+from headroom.decide import power as sim
 
 REFERENCE = "data/reference/h200/default-gen2"
 CUDA = pd.DataFrame([{"device": "cuda"}])

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from headroom.analysis import policies
 from headroom.core import config as hconfig
 from headroom.core import defaults
+from headroom.decide import policy_eval
 from headroom.measure import calibrate, correctness, graph_sweep, lifecycle, portfolio
 from headroom.trace import invocations
 
@@ -63,7 +63,7 @@ SECTION_OF = {
     "measure/portfolio.py": "portfolio", "measure/timing.py": "portfolio", "measure/noise.py": "portfolio",
     "measure/lifecycle.py": "lifecycle", "measure/graph_sweep.py": "graph_sweep",
     "measure/calibrate.py": "calibrate", "measure/correctness.py": "correctness",
-    "trace/invocations.py": "trace", "trace/requests.py": "trace", "analysis/policies.py": "policies",
+    "trace/invocations.py": "trace", "trace/requests.py": "trace", "analysis/policy_eval.py": "policies",
     "analysis/decision.py": "decision", "analysis/crossrun.py": "policies", "analysis/figures.py": "decision",
 }  # fmt: skip
 MODULES = sorted(str(p.relative_to(ROOT / "headroom")) for p in (ROOT / "headroom").rglob("*.py"))
@@ -170,7 +170,7 @@ PROBES = (-1, 0, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 15, 16, 17, 2.5)
 
 def _policies_check(section: dict[str, Any]) -> None:
     options = {k: v for k, v in section.items() if k not in ("train_fraction", "seed")}
-    policies.Options.from_mapping(options)
+    policy_eval.Options.from_mapping(options)
 
 
 #: The function that reads each section at job time (raises ValueError on a value it refuses), and
@@ -184,12 +184,12 @@ CODE_CHECKS = {
     "policies": (_policies_check, None),
     "correctness": (correctness.tolerances, "tolerances"),
 }
-UNCHECKED = {"policies.seed"}
+UNCHECKED = {"policy_eval.seed"}
 #: Keys whose valid values depend on other keys (config.check_semantics, trace.settings): the code
 #: may refuse what the schema accepts, never the other way round.
 RELATIONS = {
     "graph_sweep.tile": "an index into tiles",
-    "trace.invocations": "must leave a train and a test invocation at policies.train_fraction",
+    "trace.invocations": "must leave a train and a test invocation at policy_eval.train_fraction",
     "trace.tokens.max_kv_len": "a multiple of trace.round_to",
     "trace.batching.max_batched_tokens": "more than trace.batching.max_batch",
     "portfolio.adaptive.max_samples.eager": "at least portfolio.adaptive.min_samples.eager",

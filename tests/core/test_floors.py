@@ -12,6 +12,7 @@ ABOVE_CORE = (
     "headroom.trace",
     "headroom.measure",
     "headroom.analysis",
+    "headroom.decide",
     "headroom.report",
     "headroom.policies",
 )

@@ -51,9 +51,10 @@ def _fitted_table(tmp_path: Path, recorded: tuple):
     """From the `recorded` reference: (loaded table, the global kernel, held-out rows, (estimate, ci_low, ci_high) of the engine's
     gain, the table's recorded gain per run)."""
     from headroom import dispatch
-    from headroom.analysis import engine, recommendation, registry
-    from headroom.analysis.policies import checked_modes
+    from headroom.analysis import recommendation
     from headroom.core import defaults
+    from headroom.decide import engine, registry
+    from headroom.decide.policy_eval import checked_modes
 
     trace, portfolio, lifecycle, candidates = recorded
     options = defaults.section("policies")

@@ -8,8 +8,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from headroom.analysis import policies
 from headroom.core import contracts
+from headroom.decide import policy_eval
 from headroom.measure import lifecycle
 from tests.measure.measure_helpers import FIT, interpreter_only, tiny_candidates, tiny_trace
 
@@ -48,7 +48,7 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
     contracts.check(
         "lifecycle", pa.Table.from_pandas(df, preserve_index=False)
     )  # what the stage writes (a nullable column once failed here on the GPU)
-    costs = policies.lifecycle_costs(df)  # the analysis reads exactly this table
+    costs = policy_eval.lifecycle_costs(df)  # the analysis reads exactly this table
     assert set(costs.dispatch_us) == set(lifecycle.DISPATCH_POLICIES)
     assert costs.compile_s == {}  # skipped rows charge nothing
 
@@ -98,7 +98,7 @@ def test_plan_builds_hold_one_shapes_inputs_at_a_time(monkeypatch):
 
 
 def test_dispatch_times_the_fitted_registry_policies():
-    from headroom.analysis import crossrun, registry
+    from headroom.decide import measured, registry
 
     trace = pd.concat([tiny_trace()] * 4, ignore_index=True).assign(invocation=lambda t: range(len(t)))
     names = ["a", "b", "c"]
@@ -110,8 +110,8 @@ def test_dispatch_times_the_fitted_registry_policies():
         assert all(policy.lookup(s) in names for s in shapes), name
     # The clustered lookup is the analysis' own fit: the policies stage, fitting on the same train
     # rows with the same settings, gets the same centroids (k-means sees shapes, not latencies).
-    opts = crossrun.Options(clusters=FIT["clusters"])
-    n_train, _ = crossrun.split(len(trace), FIT["train_fraction"], opts.validation_fraction)
+    opts = measured.Options(clusters=FIT["clusters"])
+    n_train, _ = measured.split(len(trace), FIT["train_fraction"], opts.validation_fraction)
     us = np.random.default_rng(1).random((n_train, 3))
     ours = registry.make("clustered").fit(registry.Train(trace.iloc[:n_train], us, tuple(names), clusters=2))
     np.testing.assert_allclose(fitted["clustered"].centroids, ours.centroids)

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.analysis import decision, figures, policies, roofline
+from headroom.analysis import roofline
+from headroom.decide import decision, figures, policy_eval
 from headroom.report import build as report
 from headroom.report import model, ship
 from headroom.report.sections import answer, correctness, lifecycle, surface
@@ -30,7 +31,7 @@ def _inputs(device: str) -> dict:
 
     modes = ("eager", "graph") if device == "cuda" else ("eager",)
     tm = S.timings(tr, lat, modes=modes, std_us=1.0)
-    pe = policies.evaluate(tr, tm, S.lifecycle(), bootstrap_resamples=100, random_draws=10)
+    pe = policy_eval.evaluate(tr, tm, S.lifecycle(), bootstrap_resamples=100, random_draws=10)
     cands = S.candidates()
     corr = pd.DataFrame(
         [
@@ -75,7 +76,7 @@ def _inputs(device: str) -> dict:
         "graph_sweep": gs,
         "calibration": cal,
         "policy_eval": pe,
-        "factorial": policies.factorial(pe),
+        "factorial": policy_eval.factorial(pe),
         "roofline": roofline.predict(tr, cands, cal, l2_bytes=50 * 2**20, timings=tm),
     }
 

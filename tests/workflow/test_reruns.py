@@ -47,7 +47,7 @@ def test_tile_change_reruns_candidates_and_downstream_but_not_trace(pipeline_clo
 
 
 def test_editing_a_source_file_reruns_the_rule_that_declares_it(pipeline_clone):
-    path = pipeline_clone / "headroom/analysis/decision.py"
+    path = pipeline_clone / "headroom/decide/decision.py"
     path.write_text(path.read_text() + "\n# an edit\n")
     plan = planned_rules(pipeline_clone)
     assert "decision" in plan

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from headroom.analysis import decision as hdecision
+from headroom.decide import decision as hdecision
 from headroom.report.model import LABEL_PT, Section, figure, nbytes, skipped, table, unusable
 
 

@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from headroom.analysis.policies import DEPLOYABLE
 from headroom.core.format import seconds
+from headroom.decide.policy_eval import DEPLOYABLE
 from headroom.report.model import Section, fmt, nbytes, number_format, table, unusable
 
 LEDGER_KINDS = (

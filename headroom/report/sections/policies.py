@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from headroom.analysis.policies import FUSION_ARMS, NATIVE_ARM, POLICIES
+from headroom.decide.policy_eval import FUSION_ARMS, NATIVE_ARM, POLICIES
 from headroom.report.model import (
     LABEL_PT,
     Figure,

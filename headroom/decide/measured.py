@@ -16,7 +16,7 @@ Uncertainty (``Estimate``): the pooled figure is the mean over the R(R-1) ordere
 error adds (i) a jackknife over runs (leave one run out, pool the pairs of the others; covers
 run-to-run variance and the run-dependent fitting and selection) and (ii) a paired bootstrap over test
 invocations (covers test-invocation sampling; one set of resamples for every pair and policy). The
-interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``intervals.interval``,
+interval is estimate +/- t(df) x SE with Welch-Satterthwaite df (at least R - 1; ``interval.interval``,
 the decision's own; docs/decision-validation.md measures its coverage). A jackknife needs R >= 3; with
 fewer runs a figure has no interval and its mode no decision.
 """
@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from headroom.analysis import intervals, registry
-from headroom.analysis.costs import LifecycleCosts, charge
 from headroom.core import contracts, defaults
+from headroom.decide import interval, registry
+from headroom.decide.costs import LifecycleCosts, charge
 
 FUSION_ARMS = ("off", "on", "free")
 NATIVE_ARM = "native"
@@ -373,7 +373,7 @@ FigureFn = Callable[[Mapping[str, np.ndarray], Mapping[str, float], int], np.nda
 
 def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: float) -> Estimate:
     """Mean over ordered pairs; SE from a jackknife over runs plus a test-invocation bootstrap
-    (``intervals.interval``, the decision's own interval)."""
+    (``interval.interval``, the decision's own interval)."""
     per_pair, per_boot = [], []
     for vectors, costs in pairs.values():
         n = len(next(iter(vectors.values())))
@@ -385,7 +385,7 @@ def pooled(pairs: Mapping, figure: FigureFn, boot_idx: np.ndarray, confidence: f
     index = {r: i for i, r in enumerate(runs)}
     A = np.array([index[a] for a, _ in pairs], np.int64)
     B = np.array([index[b] for _, b in pairs], np.int64)
-    iv = intervals.interval(confidence, np.array([per_pair]), np.array([per_boot]), A, B, len(runs))
+    iv = interval.interval(confidence, np.array([per_pair]), np.array([per_boot]), A, B, len(runs))
     return Estimate(*(float(iv[k][0]) for k in ("", "_lo", "_hi", "_se", "_df")), len(per_pair))
 
 

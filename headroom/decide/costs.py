@@ -113,7 +113,7 @@ def charge(
     * ``compile_us`` (C,): each used candidate's compile time amortized per invocation.
 
     phase: (n,) or (..., n) phase codes of the invocations in order. One function for the pipeline and
-    the simulator (headroom.analysis.engine)."""
+    the simulator (headroom.decide.engine)."""
     same = phase[..., 1:] == phase[..., :-1]
     switched = (choice[..., 1:] != choice[..., :-1]) & same
     out = np.zeros(choice.shape)

@@ -1,6 +1,6 @@
 """The decision engine: fitting, cost charging, cross-run scoring, intervals and the rule, as array
 operations over a leading seed axis. A study is one seed (``us`` of shape (1, R, N, C)); the
-simulator (``headroom.analysis.simulate``) passes many seeds at once and holds no procedure of its own.
+simulator (``headroom.decide.power``) passes many seeds at once and holds no procedure of its own.
 
 ``Layout`` is what the procedure fixes before it sees a timing: the train/test split, the keys every
 registry policy assigns to the fit and score rows (clustered's k-means sees shapes only), the phases,
@@ -25,9 +25,9 @@ from itertools import permutations
 import numpy as np
 from scipy import stats
 
-from headroom.analysis import crossrun, intervals, registry
-from headroom.analysis.costs import LifecycleCosts, charge
-from headroom.analysis.crossrun import ModeData, Options
+from headroom.decide import interval, measured, registry
+from headroom.decide.costs import LifecycleCosts, charge
+from headroom.decide.measured import ModeData, Options
 
 # v3 with the bootstrap-t interval (CANDIDATES_FOR): decision v3.1, tagged `decision-v3.1` before the
 # azure-conv-gen2-6x100 recording; v3.1.1 adds one degenerate-case fix made after that tag (a resample
@@ -98,7 +98,7 @@ def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Opt
 def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: float, seed: int) -> Layout:
     """What the procedure fixes before it sees a timing (see the module docstring)."""
     n = md.us.shape[1]
-    n_train, n_fit = crossrun.split(n, train_fraction, opts.validation_fraction)
+    n_train, n_fit = measured.split(n, train_fraction, opts.validation_fraction)
     deployable = registry.deployable_in(md.mode)
     runtime = tuple(p for p in registry.DEPLOYABLE if p not in deployable)
     keys = {}
@@ -108,8 +108,8 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
     ):
         for name in ("global", "phase-keyed", *deployable, *runtime):
             keys[(window, name)] = _keys(md, name, fit_rows, score_rows, opts, seed)
-    idx = crossrun.boot_indices(
-        n - n_train, opts.bootstrap_resamples, crossrun.group_seed(seed, md.mode, "fig")
+    idx = measured.boot_indices(
+        n - n_train, opts.bootstrap_resamples, measured.group_seed(seed, md.mode, "fig")
     )
     boot = np.zeros((len(idx), n - n_train))
     np.add.at(boot, (np.repeat(np.arange(len(idx)), n - n_train), idx.ravel()), 1.0)
@@ -129,7 +129,7 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
         runtime if graph else (),
         keys,
         (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64),
-        crossrun.plan_charges(md, costs, opts),
+        measured.plan_charges(md, costs, opts),
         dispatch,
         switch,
         dispatch["regret-aware"] + switch,
@@ -340,7 +340,7 @@ CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
 # pair-specific, where the jackknife over runs is biased up (docs/decision-validation.md, "What the
 # misses are made of", 4-5). decision-v3.2 gave them '_u' (the unbiased run part, clipped at 0: it
 # under-covers at 400 invocations); decision-v3.3 gives them '_c', the run part from its two variance
-# components on their Satterthwaite df (``intervals.run_variance_components``; "Decision v3.3").
+# components on their Satterthwaite df (``interval.run_variance_components``; "Decision v3.3").
 # Below four runs both are the jackknife's. The policy figure keeps the jackknife, whose excess covers
 # the spread of its seeds' own truths (ibid., 5).
 RULE_INTERVAL = {"gap_to_oracle": "_c", **{bound: "_c" for bound in HOLD_BY.values()}}
@@ -352,26 +352,26 @@ def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pa
     jackknife run part (decision v3.1's), '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the
     jackknife's below 4 runs), '_lo_c'/'_hi_c' bootstrap-t with the run part from its two variance
     components on their Welch-Satterthwaite df and '_lo_c1'/'_hi_c1' the same on R - 1 df
-    (``intervals.run_variance_components``; the jackknife's below 4 runs); '_lo'/'_hi' the rule's:
+    (``interval.run_variance_components``; the jackknife's below 4 runs); '_lo'/'_hi' the rule's:
     ``RULE_INTERVAL``'s for its figures, '_b' otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
     p-values). pair_runs: (A, B, R) of ``pairs``."""
     G, N, GB, NB, X, XN = sums
     A, B, R = pair_runs
-    lo_n, hi_n = intervals.t_ntest(L.confidence, iv, n_test)
+    lo_n, hi_n = interval.t_ntest(L.confidence, iv, n_test)
     out = {"_lo_w": iv["_lo"], "_hi_w": iv["_hi"], "_lo_n": lo_n, "_hi_n": hi_n}
     with np.errstate(invalid="ignore", divide="ignore"):
-        u0 = intervals.linear_terms(fn, (G, N), (X, XN))
-        ub = intervals.linear_terms(fn, (GB, NB), (X, XN))
-    pivot, se_inv = intervals.pivots(iv, per_boot, u0, ub, L.boot)
-    out["_lo_b"], out["_hi_b"] = intervals.ends(L.confidence, iv, pivot, se_inv, R)
-    unbiased = intervals.run_variance_unbiased(per_pair, A, B, R)
+        u0 = interval.linear_terms(fn, (G, N), (X, XN))
+        ub = interval.linear_terms(fn, (GB, NB), (X, XN))
+    pivot, se_inv = interval.pivots(iv, per_boot, u0, ub, L.boot)
+    out["_lo_b"], out["_hi_b"] = interval.ends(L.confidence, iv, pivot, se_inv, R)
+    unbiased = interval.run_variance_unbiased(per_pair, A, B, R)
     var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
-    out["_lo_u"], out["_hi_u"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_u)
-    var_c, df_c = intervals.run_variance_components(per_pair, A, B, R)
+    out["_lo_u"], out["_hi_u"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_u)
+    var_c, df_c = interval.run_variance_components(per_pair, A, B, R)
     few = ~np.isfinite(var_c)  # below 4 runs: the jackknife's, as for '_u'
     var_c, df_c = np.where(few, iv["_var_runs"], var_c), np.where(few, max(R - 1, 1), df_c)
-    out["_lo_c"], out["_hi_c"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c, df_c)
-    out["_lo_c1"], out["_hi_c1"] = intervals.ends(L.confidence, iv, pivot, se_inv, R, var_c)
+    out["_lo_c"], out["_hi_c"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_c, df_c)
+    out["_lo_c1"], out["_hi_c1"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_c)
     rule = RULE_INTERVAL.get(name, "_b")
     out["_lo"], out["_hi"] = out["_lo" + rule], out["_hi" + rule]
     return out
@@ -431,7 +431,7 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, n
             per_pair, per_boot = fn(G, Nn), fn(GB, NB)
             if tt is not None:
                 out[name + "_true"] = fn(*true_sums[code][:2]).mean(axis=1)
-        iv = intervals.interval(L.confidence, per_pair, per_boot, A, B, R)
+        iv = interval.interval(L.confidence, per_pair, per_boot, A, B, R)
         out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
         if name in CANDIDATES_FOR:
             cand = _candidates(L, name, fn, sums[code], iv, per_pair, per_boot, (A, B, R), N - nt)

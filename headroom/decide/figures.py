@@ -1,9 +1,9 @@
 """The decision's figures per mode and per deployment-profile part, as rows (the engine computes them:
-``headroom.analysis.engine``; cross-run: chosen on one run, scored on another), each with its CI
+``headroom.decide.engine``; cross-run: chosen on one run, scored on another), each with its CI
 (bootstrap-t for the decided figures and the gap's bound, ``engine.CANDIDATES_FOR``: the rule's
 interval since decision-v3.1; the Welch t interval for every other row).
 
-Decided (the rule in ``headroom.analysis.decision``):
+Decided (the rule in ``headroom.decide.decision``):
 
 * ``gap_to_oracle``: the global kernel's gap to the per-invocation oracle, fusion arm ``free`` (%);
   it holds only when ``gap_to_oracle_bound`` (run b's own oracle: biased up) has its CI below the
@@ -43,9 +43,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import crossrun, engine
-from headroom.analysis.crossrun import ModeData, Options
 from headroom.core import defaults
+from headroom.decide import engine, measured
+from headroom.decide.measured import ModeData, Options
 
 DECIDED = engine.DECIDED
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
@@ -95,7 +95,7 @@ def study_figures(
     """One row per (mode, figure): estimate, ci_low, ci_high, se, df, runs, pairs, decided, detail,
     family (the mode's own, or ``profile`` for the deployment profile's parts ``<mode>@<step>``).
     train_fraction and seed left out are the default study's (config ``policies:``)."""
-    from headroom.analysis.policies import checked_modes
+    from headroom.decide.policy_eval import checked_modes
 
     if train_fraction is None:
         train_fraction = defaults.value("policies", "train_fraction")
@@ -131,7 +131,7 @@ def kernel(md: ModeData, L: engine.Layout) -> tuple[str, int]:
 def mode_figures(md: ModeData, costs, opts: Options, train_fraction: float, seed: int) -> list[dict]:
     """The rows of one mode (or profile part): the engine's one-seed figures."""
     n = md.us.shape[1]
-    n_train, _ = crossrun.split(n, train_fraction, opts.validation_fraction)
+    n_train, _ = measured.split(n, train_fraction, opts.validation_fraction)
     if n_train < 1 or n - n_train < 1:
         raise ValueError(
             f"timings (mode {md.mode}): {n} invocation(s) cannot be split with train_fraction={train_fraction}"

@@ -1,7 +1,7 @@
 """A simulator of portfolio runs with a known true surface, to validate the decision rule.
 
 It makes surfaces and noise only; every figure, interval and verdict comes from the decision engine
-(``headroom.analysis.engine``), the code the pipeline runs, called with a leading seed axis.
+(``headroom.decide.engine``), the code the pipeline runs, called with a leading seed axis.
 
 Noise model (log scale, per mode), estimated from the recorded study being decided (``estimate_noise``)
 so that a kernel or harness change re-estimates it:
@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from headroom.analysis import crossrun, decision, engine, registry
-from headroom.analysis.costs import LifecycleCosts
-from headroom.analysis.crossrun import ModeData, Options
 from headroom.core import defaults
+from headroom.decide import decision, engine, measured, registry
+from headroom.decide.costs import LifecycleCosts
+from headroom.decide.measured import ModeData, Options
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def reference_mode(study_dir, mode: str) -> ModeData:
     d = Path(study_dir)
     trace = pd.read_parquet(d / "trace.parquet")
     runs = pd.concat([pd.read_parquet(p) for p in sorted((d / "portfolio").glob("run-?.parquet"))])
-    return next(m for m in crossrun.mode_data(trace, runs) if m.mode == mode)
+    return next(m for m in measured.mode_data(trace, runs) if m.mode == mode)
 
 
 def draw_batch(
@@ -207,7 +207,7 @@ def load_recorded_mode(study_dir, mode: str, bootstrap_resamples: int | None = 2
     """A recorded study's mode, its lifecycle costs, the pipeline's options and its estimated noise."""
     from pathlib import Path
 
-    from headroom.analysis.costs import lifecycle_costs
+    from headroom.decide.costs import lifecycle_costs
 
     d = Path(study_dir)
     md = reference_mode(d, mode)
@@ -343,7 +343,7 @@ def _rate(x) -> tuple[float, float, float]:
     return k / n, float(lo), float(hi)
 
 
-# candidate intervals (``headroom.analysis.intervals``; engine keys): Welch t (decision v3's rule), t on
+# candidate intervals (``headroom.decide.interval``; engine keys): Welch t (decision v3's rule), t on
 # n_test - 1 df, bootstrap-t (decision v3.1's rule), all three fixed in advance of v3.1's choice;
 # bootstrap-t with the unbiased run part (added after it); bootstrap-t with the run part from its variance
 # components (decision v3.3's two candidates; the rule's since v3.3: the first); and the rule's
@@ -541,7 +541,7 @@ class ProfilePart:
 def profile_parts(study_dir, bootstrap_resamples=200, design: Design = Design(), seed: int = 0):
     """The deployment profile's parts (``figures.part``) of a recorded study, each with its mode's
     noise, costs and options; a step type the trace lacks has no part."""
-    from headroom.analysis import figures
+    from headroom.decide import figures
 
     parts = []
     for step, mode in figures.deployment_profile().items():

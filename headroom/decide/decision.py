@@ -1,7 +1,7 @@
 """The decision rule (v3.3, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
 the deployment profile (the headline).
 
-Figures (``headroom.analysis.figures``, computed by ``headroom.analysis.engine``; cross-run: chosen on
+Figures (``headroom.decide.figures``, computed by ``headroom.decide.engine``; cross-run: chosen on
 one run, scored on another), decided with at least three runs:
 
 * ``gap_to_oracle`` — the global kernel's gap to the per-invocation oracle (fusion arm free), against
@@ -58,9 +58,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from headroom.analysis import engine
-from headroom.analysis.figures import PROFILE, deployment_profile
 from headroom.core import defaults
+from headroom.decide import engine
+from headroom.decide.figures import PROFILE, deployment_profile
 
 VERDICTS = ("stop", "continue", "no-decision")
 THRESHOLD_OF = {

@@ -1,7 +1,7 @@
 """Dispatch policies scored on a chronological train/test split of the trace.
 
 A *policy* maps an invocation's shape to a candidate (tile x fused); each is one object of the
-registry (``headroom.analysis.registry``), fitted on the first ``train_fraction`` of a run's
+registry (``headroom.decide.registry``), fitted on the first ``train_fraction`` of a run's
 invocations (in trace order, never shuffled) and scored on the rest. T, a policy's test latency, is
 the summed ``median_us`` of the candidates it picks on the test invocations. Every figure is computed
 per mode (when timings carry ``mode``) and per fusion arm: ``off`` (our unfused candidates only),
@@ -24,7 +24,7 @@ Same-run figures (one row per run; v1, kept to show the winner's curse):
 ``gain_vs_global_pct`` over test invocations of that run (``gap_ci_*``, ``net_ci_*``: the same
 resamples for the other two figures); they ignore run-to-run variance.
 
-Cross-run figures (v2, the primary estimators; see ``headroom.analysis.crossrun``), the same on every
+Cross-run figures (v2, the primary estimators; see ``headroom.decide.measured``), the same on every
 run's row of a (mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_gain_cv_pct`` and
 ``net_gain_vs_phase_cv_pct`` (net gain over phase-keyed in the free arm), each with ``*_ci_low`` and
 ``*_ci_high``: fitted on run a, scored on run b, pooled over ordered pairs, CI from a jackknife over
@@ -42,9 +42,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.analysis import crossrun
-from headroom.analysis.costs import LifecycleCosts, lifecycle_costs
-from headroom.analysis.crossrun import (
+from headroom.decide import measured
+from headroom.decide.costs import LifecycleCosts, lifecycle_costs
+from headroom.decide.measured import (
     FUSION_ARMS,
     NATIVE_ARM,
     TIMING_COLUMNS,
@@ -54,7 +54,7 @@ from headroom.analysis.crossrun import (
     RunFits,
     in_arm,
 )
-from headroom.analysis.registry import DEPLOYABLE, POLICIES, bucket_label
+from headroom.decide.registry import DEPLOYABLE, POLICIES, bucket_label
 
 __all__ = [
     "DEPLOYABLE",
@@ -108,20 +108,20 @@ def _check_inputs(trace, timings, train_fraction) -> None:
 def fit_mode(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction: float, seed: int):
     """(n_train, fits per run) of one mode: every policy fitted on each run's train."""
     n = md.us.shape[1]
-    n_train, n_fit = crossrun.split(n, train_fraction, opts.validation_fraction)
+    n_train, n_fit = measured.split(n, train_fraction, opts.validation_fraction)
     if n_train < 1 or n - n_train < 1:
         raise ValueError(
             f"timings (mode {md.mode}): {n} invocation(s) cannot be split with train_fraction={train_fraction}"
         )
     ctx = {"costs": costs, "opts": opts, "seed": seed}
-    return n_train, [crossrun.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
+    return n_train, [measured.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
 
 
 def checked_modes(trace, timings, lifecycle, train_fraction: float, options: dict):
     """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData)."""
     opts = Options.from_mapping(options)
     _check_inputs(trace, timings, train_fraction)
-    return opts, lifecycle_costs(lifecycle), crossrun.mode_data(trace, timings)
+    return opts, lifecycle_costs(lifecycle), measured.mode_data(trace, timings)
 
 
 def fitted_modes(trace, timings, lifecycle, train_fraction: float, seed: int, options: dict):
@@ -164,7 +164,7 @@ def evaluate(
 def _same_run_rows(md: ModeData, rf: RunFits, r: int, n_train: int, opts, seed, cross) -> list[dict]:
     us = md.us[r][n_train:]
     n_test = us.shape[0]
-    boot = crossrun.group_seed(seed, md.runs[r], md.mode).integers(
+    boot = measured.group_seed(seed, md.runs[r], md.mode).integers(
         0, n_test, size=(opts.bootstrap_resamples, n_test)
     )
     method = (
@@ -173,7 +173,7 @@ def _same_run_rows(md: ModeData, rf: RunFits, r: int, n_train: int, opts, seed, 
     )
     rows = []
     for arm, arm_fits in rf.test.items():
-        lat = {p: crossrun.latency(us, f) for p, f in arm_fits.items()}
+        lat = {p: measured.latency(us, f) for p, f in arm_fits.items()}
         boot_sum = {p: v[boot].sum(axis=1) for p, v in lat.items()}
         t = {p: float(v.sum()) for p, v in lat.items()}
         g, o = arm_fits["global"], "oracle"
@@ -236,11 +236,11 @@ def _facts(md, fit, g, arm, n_train, n_test, opts, method) -> dict:
 
 CROSS_FIGURES = {
     # column stem: (figure function, the two fits it reads: (policy, arm) -> name in the figure)
-    "gap_cv": lambda p: (crossrun.gap_pct(p), {p: None, "oracle": None}),
-    "gain_cv": lambda p: (crossrun.gain_pct(p), {p: None, "global": None}),
-    "net_gain_cv": lambda p: (crossrun.gain_pct(p, net=True), {p: None, "global": None}),
+    "gap_cv": lambda p: (measured.gap_pct(p), {p: None, "oracle": None}),
+    "gain_cv": lambda p: (measured.gain_pct(p), {p: None, "global": None}),
+    "net_gain_cv": lambda p: (measured.gain_pct(p, net=True), {p: None, "global": None}),
     "net_gain_vs_phase_cv": lambda p: (
-        crossrun.gain_pct(p, "phase@free", net=True),
+        measured.gain_pct(p, "phase@free", net=True),
         {p: None, "phase@free": None},
     ),
 }
@@ -249,7 +249,7 @@ CROSS_FIGURES = {
 def _cross_columns(md: ModeData, fits: list[RunFits], n_train: int, opts, seed) -> dict:
     """{(policy, arm): cross-run columns}, pooled over ordered pairs of runs."""
     n_test = md.us.shape[1] - n_train
-    boot = crossrun.boot_indices(n_test, opts.bootstrap_resamples, crossrun.group_seed(seed, md.mode, "cv"))
+    boot = measured.boot_indices(n_test, opts.bootstrap_resamples, measured.group_seed(seed, md.mode, "cv"))
     out = {}
     for arm in md.arms():
         for policy in POLICIES:
@@ -263,8 +263,8 @@ def _cross_columns(md: ModeData, fits: list[RunFits], n_train: int, opts, seed) 
                         None,
                     )
 
-                pairs = crossrun.pair_vectors(md, fits, {name: pick(name) for name in names}, n_train)
-                e = crossrun.pooled(pairs, figure, boot, opts.confidence) if pairs else None
+                pairs = measured.pair_vectors(md, fits, {name: pick(name) for name in names}, n_train)
+                e = measured.pooled(pairs, figure, boot, opts.confidence) if pairs else None
                 cols[f"{stem}_pct"] = e.estimate if e else np.nan
                 cols[f"{stem}_ci_low"] = e.ci_low if e else np.nan
                 cols[f"{stem}_ci_high"] = e.ci_high if e else np.nan
