@@ -1,20 +1,22 @@
-from pathlib import Path
-
 from headroom.core import defaults, settings
 from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.decide import decision, figures
+    from headroom.decide import decision, figures, measured, power
 
     options = settings.merge("policies", defaults.section("policies"), stage.params["policies"])
+    train_fraction, seed = options.pop("train_fraction"), options.pop("seed")
+    thresholds = {**defaults.section("decision"), **stage.params["decision"]}
+    trace, portfolio, lifecycle = stage.read("trace"), stage.read_all("portfolio"), stage.read("lifecycle")
     figs = figures.study_figures(
-        stage.read("trace"),
-        stage.read_all("portfolio"),
-        stage.read("lifecycle"),
-        train_fraction=options.pop("train_fraction"),
-        seed=options.pop("seed"),
-        deployment=stage.params["decision"].get("deployment"),
+        trace,
+        portfolio,
+        lifecycle,
+        train_fraction=train_fraction,
+        seed=seed,
+        deployment=thresholds.get("deployment"),
+        thresholds=thresholds,
         **options,
     )
     verdict = decision.decide(
@@ -22,18 +24,24 @@ def main(stage):
         stage.read("graph_sweep"),
         stage.read("environment"),
         confidence=float(options["confidence"]),
-        **stage.params["decision"],
+        **{k: v for k, v in thresholds.items() if k != "deployment"},
+        deployment=thresholds.get("deployment"),
     )
-    stage.log.info("verdict %s: %s", verdict["verdict"].iloc[0], verdict["reason"].iloc[0])
+    stage.log.info(
+        "verdict %s (%s): %s",
+        verdict["verdict"].iloc[0],
+        verdict["reason_code"].iloc[0],
+        verdict["reason"].iloc[0],
+    )
     if (verdict["device"] == "cuda").all():  # a decision on GPU measurements: what could it detect?
-        from headroom.decide import power
-
-        study_dir = Path(stage.input_path("trace")).parent  # its inputs, verified just above
-        modes = [m for m in verdict["mode"].unique() if "@" not in m]  # per mode, not profile parts
-        power = {m: power.detectable_effect(study_dir, m) for m in modes}
-        for m, v in power.items():
-            stage.log.info("%s: %s", m, v["text"])
-        verdict = decision.with_detectable_effects(verdict, power)
+        opts, costs, modes = measured.checked_modes(trace, portfolio, lifecycle, train_fraction, options)
+        found = {}
+        for md in modes:
+            if md.host_included:  # not decided: no power to state
+                continue
+            found[md.mode] = power.detectable_effect(md, costs, opts, thresholds, train_fraction, seed)
+            stage.log.info("%s: %s", md.mode, found[md.mode]["text"])
+        verdict = decision.with_detectable_effects(verdict, found)
     stage.write("decision", verdict)
 
 

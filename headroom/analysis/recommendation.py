@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from headroom.analysis.roofline import dtype_bytes
-from headroom.decide import engine, figures, registry
-from headroom.decide.policy_eval import checked_modes
+from headroom.decide import engine, figures, measured, registry
+from headroom.decide.decision import figure_row, pure_phase_split
+from headroom.decide.measured import checked_modes
 from headroom.dispatch import HARD, SOFT
 
 SCHEMA_VERSION = 1
@@ -51,15 +52,9 @@ def scopes_of(modes: dict, decision: pd.DataFrame, deployment: dict) -> dict:
             out[mode] = md
     for step, mode in deployment.items():
         scope = f"{mode}@{step}"
-        if scope in held and mode in modes and (sub := figures.part(modes[mode], step)) is not None:
+        if scope in held and mode in modes and (sub := measured.part(modes[mode], step)) is not None:
             out[scope] = sub
     return out
-
-
-def _figure(rows: pd.DataFrame, name: str) -> dict:
-    """{'estimate', 'ci_low', 'ci_high', ...} of the scope's row ``name`` ({} when it has none)."""
-    hit = rows[rows["figure"] == name]
-    return hit.iloc[0].to_dict() if len(hit) else {}
 
 
 def refit(md, L: engine.Layout, opts, name: str, arm: str, seed: int):
@@ -77,6 +72,7 @@ def refit(md, L: engine.Layout, opts, name: str, arm: str, seed: int):
         clusters=opts.clusters,
         seed=seed,
         charge_us=L.plan[:, cols],
+        weight=L.weight,
     )
     return compact(registry.make(name).fit(train))
 
@@ -97,21 +93,9 @@ def global_policy(kernel: str):
     return policy
 
 
-def pure_phase_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
-    """Phase-keyed beats the global kernel net of costs (CI above 0) and the gap left within the
-    phases is below the gap threshold: the headroom is a phase split, two kernels take it."""
-    split = _figure(rows, "phase_split_gain")
-    within = [
-        _figure(rows, f).get("estimate", np.nan)
-        for f in ("made_of_fusion_within_phase", "made_of_tile_within_phase")
-    ]
-    low = split.get("ci_low", np.nan)
-    return bool(np.isfinite(low) and low > 0 and np.isfinite(within).all() and sum(within) < gap_threshold)
-
-
 def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tuple[str, object, dict]:
     """(ship, fitted policy, expected-gain figure row) of one scope (see the module docstring)."""
-    gap, pg = _figure(rows, "gap_to_oracle"), _figure(rows, "policy_gain")
+    gap, pg = figure_row(rows, "gap_to_oracle"), figure_row(rows, "policy_gain")
     if str(rows["mode_verdict"].iloc[0]) == "continue" and pg.get("state") == "exceeds":
         name, arm = pg.get("selected_policy"), pg.get("selected_fusion")
         if not isinstance(name, str) or not isinstance(arm, str):
@@ -123,7 +107,7 @@ def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tup
         return (
             "phase-pair",
             refit(md, L, opts, "phase-keyed", "free", seed),
-            _figure(rows, "phase_split_gain"),
+            figure_row(rows, "phase_split_gain"),
         )
     return "kernel", global_policy(kernel), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
 
@@ -202,7 +186,7 @@ def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, w
     """One row per alternative (best unfused, each native) of one scope."""
     kind, policy, gain = ship
     name, agree = kernel
-    gap = _figure(rows, "gap_to_oracle")
+    gap = figure_row(rows, "gap_to_oracle")
     col = list(md.names).index(name)
     base = {
         "scope": scope,
@@ -214,7 +198,7 @@ def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, w
         "kernel": name,
         "runs_agree": agree,
         "runs": int(md.us.shape[0]),
-        "latency_us": float(md.us[..., col].mean()),
+        "latency_us": float((md.us[..., col] * _weight(md)).sum() / (_weight(md).sum() * md.us.shape[0])),
         "expected_gain_pct": _num(gain.get("estimate")),
         "expected_gain_ci_low": _num(gain.get("ci_low")),
         "expected_gain_ci_high": _num(gain.get("ci_high")),
@@ -245,6 +229,10 @@ def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, w
             }
         )
     return out or [{**base, "alternative": ""}]
+
+
+def _weight(md) -> np.ndarray:
+    return measured.weights_of(md.features)
 
 
 def candidate_facts(candidates: pd.DataFrame, ids) -> dict:
@@ -358,7 +346,7 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
         "verdict": str(decision["verdict"].iloc[0]),
         "identity": ident,
         "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
-        "step_of_phase": dict(figures.STEP_OF_PHASE),
+        "step_of_phase": dict(measured.STEP_OF_PHASE),
         "scopes": entries,
         "candidates": facts,
     }

@@ -1,50 +1,23 @@
-"""The decision rule (v3.3, ``engine.RULE_VERSION``): stop, continue or no-decision, per mode and for
-the deployment profile (the headline).
+"""decision.parquet: the rule (``headroom.decide.rule``, ``RULE_VERSION``) applied to the study's
+figures (``headroom.decide.figures``), per mode and per part of the deployment profile, and the
+headline verdict.
 
-Figures (``headroom.decide.figures``, computed by ``headroom.decide.engine``; cross-run: chosen on
-one run, scored on another), decided with at least three runs:
+One row per (mode, figure) with estimate, ci_low, ci_high (the two-way bootstrap's percentile
+interval), threshold, state ('exceeds', 'holds', 'straddles', 'noise-floor', 'no-interval' for a
+decided figure; 'reported' for every other row), p_value (the bootstrap's one-sided p-value of "at
+or below its threshold"), family, decided, and on every row: the mode's verdict, reason and reason
+code (``mode_verdict``, ``mode_reason``, ``mode_reason_code``), the headline ``verdict``, ``reason``
+and ``reason_code``, ``rule_version``. Kernel recommendation rows carry ``kernel`` and
+``runs_agree``; ``policy_gain`` rows the policy x arm the runs selected most (``selected_policy``,
+``selected_fusion``: what the recommendation refits on a ``continue``).
 
-* ``gap_to_oracle`` — the global kernel's gap to the per-invocation oracle (fusion arm free), against
-  ``max_gap_to_oracle_pct``;
-* ``policy_gain`` — the best deployable policy's net gain over the better of global and phase-keyed
-  (both chosen on a validation slice inside train), against ``max_policy_gain_pct``.
-
-The fusion and native comparisons answer another question — which one kernel to ship — and are the
-kernel recommendation rows (``kernel_vs_*``, reported first in the report, never decided on; shown
-against ``max_graph_fusion_speedup`` for reference).
-
-Families. Each mode's two figures are one Holm family (its ``mode_verdict``). The deployment profile
-(config ``decision.deployment``: step type -> mode) has its parts ``<mode>@<step type>``; their decided
-figures are the headline's family and its ``verdict``. Without profile parts (a mode the profile names
-was not timed), the headline combines the modes: continue when any continues, stop when every one stops.
-
-Rule within a family (alpha = 1 - confidence; ``engine.rule``):
-
-1. Off the GPU (environment device not 'cuda'): ``no-decision`` everywhere.
-2. A figure *exceeds* when Holm's step-down procedure over the family's t p-values of "figure <=
-   threshold" (the Welch SE and df: ``se``, ``df``) rejects its null at family-wise level alpha; a
-   family with an exceeding figure is ``continue``.
-3. A figure *holds* when its CI lies wholly below its threshold — for the gap, the CI of
-   ``gap_to_oracle_bound``, which is biased up (``engine.HOLD_BY``); ``stop`` when every decided figure
-   holds (an intersection-union test: no multiplicity correction, since every figure must reject).
-   The decided figures' and the bound's CI (``ci_low``/``ci_high``, ``hold_high``) is bootstrap-t
-   (``engine.CANDIDATES_FOR``; decision v3 held on the Welch t interval), whose run part for the gap
-   and its bound is, from four runs on, the pair mean's variance from its two variance components
-   on their Satterthwaite df (``engine.RULE_INTERVAL``, decision v3.3; v3.2 took the unbiased
-   variance, clipped at 0); every other row's CI is the Welch t interval.
-4. Otherwise ``no-decision``, and the reason names the cause per open figure: Holm's correction (it
-   would exceed alone), a noise floor wider than the threshold (the CI's half-width exceeds the
-   threshold's distance from no effect: `stop` is out of reach at this study's length), or a CI that
-   straddles the threshold. With one or two runs: ``no-decision`` with that reason.
-
-Reasons: two plain sentences (the verdict, and what would change it or why it holds), then details.
-
-decision.parquet: one row per (mode, figure) with estimate, ci_low, ci_high, threshold, state
-('exceeds', 'holds', 'inconclusive', 'no-interval', 'reported'), p-values, family, and on every row the
-mode's verdict, the headline ``verdict`` and ``reason`` and ``rule_version``. Kernel recommendation
-rows carry ``kernel`` and ``runs_agree``; ``policy_gain`` rows the policy x arm the runs selected most
-(``selected_policy``, ``selected_fusion``: what the recommendation refits on a ``continue``). Rows
-with ``decided`` false are reported, not decided on.
+Families: each mode is decided alone, and so is each part of the deployment profile (config
+``decision.deployment``: step kind -> mode; its parts ``<mode>@<step kind>``, family ``profile``). The
+headline is the profile's (``rule.headline``): continue when a decided part continues, stop when
+every decided part stops, the parts that a precondition leaves undecided named; without a profile (a
+mode it names was not timed), the timed modes combine the same way. With two parts, each continuing
+at one-sided level (1 - confidence) / 2, the headline continues on a flat surface at most at level 1
+- confidence.
 """
 
 from __future__ import annotations
@@ -59,45 +32,17 @@ import pandas as pd
 from scipy.stats import norm
 
 from headroom.core import defaults
-from headroom.decide import engine
-from headroom.decide.figures import PROFILE, deployment_profile
+from headroom.core.format import signed_range
+from headroom.decide import rule, words
+from headroom.decide.figures import deployment_profile
 
-VERDICTS = ("stop", "continue", "no-decision")
-THRESHOLD_OF = {
-    "gap_to_oracle": "max_gap_to_oracle_pct",
-    "gap_to_oracle_same_run": "max_gap_to_oracle_pct",
-    "policy_gain": "max_policy_gain_pct",
-    "kernel_vs_best_unfused": "max_graph_fusion_speedup",
-    "fusion_speedup": "max_graph_fusion_speedup",
-    "fusion_speedup_sweep": "max_graph_fusion_speedup",
-}
-NULL_OF = {"fusion_speedup": 1.0}  # the figure's value with no effect (0 for the % figures)
-WORDS = {
-    "gap_to_oracle": "the global kernel's gap to the oracle",
-    "policy_gain": "the best deployable policy's net gain over the better of global and phase-keyed",
-    "fusion_speedup": "the trace-weighted graph-mode fusion speedup",
-    "phase_split_gain": "phase-keyed's net gain over the global kernel",
-}
-EN_DASH = "\u2013"
+VERDICTS = rule.VERDICTS
+THRESHOLD_OF = rule.THRESHOLD_OF
+NULL_OF = rule.NULL_OF
 
 
-def format_range(values, unit: str, digits: int = 3) -> str:
-    """'0.149–0.670%' (min–max); 'n/a' when there are no finite values."""
-    v = [float(x) for x in values if x is not None and pd.notna(x) and math.isfinite(float(x))]
-    if not v:
-        return "n/a"
-    return f"{min(v):.{digits}f}{EN_DASH}{max(v):.{digits}f}{unit}"
-
-
-def format_ci(estimate: float, lo: float, hi: float, unit: str) -> str:
-    """'7.33% [2.99, 11.67]' — signed, readable, 'n/a' when missing."""
-    if not np.isfinite(estimate):
-        return "n/a"
-    d = 3 if unit == "x" else 2
-    ci = f" [{lo:+.{d}f}, {hi:+.{d}f}]" if np.isfinite(lo) and np.isfinite(hi) else " (no CI)"
-    if unit == "x":
-        ci = ci.replace("+", "")
-    return f"{estimate:+.{d}f}{unit}{ci}" if unit == "%" else f"{estimate:.{d}f}{unit}{ci}"
+def z_of(confidence: float) -> float:
+    return float(norm.ppf(0.5 + confidence / 2.0))
 
 
 def device_of(environment: pd.DataFrame | None) -> str:
@@ -175,19 +120,10 @@ def _sweep_rows(graph_sweep, confidence) -> list[dict]:
                 "ci_high": float(g["ci_high"].max()),
                 "decided": False,
                 "detail": f"graph sweep: median of {len(g)} (regime, shape) rows, range "
-                f"{format_range(g['speedup'], 'x')}; interval: the rows' CIs' envelope",
+                f"{signed_range(g['speedup'], 'x')}; interval: the rows' CIs' envelope",
             }
         )
     return rows
-
-
-def holm(pvalues: np.ndarray, alpha: float) -> np.ndarray:
-    """Which nulls Holm's step-down procedure rejects at family-wise level ``alpha``."""
-    return engine.holm(np.asarray(pvalues, float), alpha)
-
-
-def z_of(confidence: float) -> float:
-    return float(norm.ppf(0.5 + confidence / 2.0))
 
 
 def with_detectable_effects(table: pd.DataFrame, power: dict[str, dict]) -> pd.DataFrame:
@@ -222,159 +158,35 @@ def with_detectable_effects(table: pd.DataFrame, power: dict[str, dict]) -> pd.D
     return pd.concat([table, pd.DataFrame(rows)], ignore_index=True) if rows else table
 
 
-# ----------------------------------------------------------------------------------------------
-# States, verdicts and reasons
-# ----------------------------------------------------------------------------------------------
-
-
-def _states(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """p-values, Holm within each family (``engine.rule``) and each figure's state."""
-    fig = fig.copy()
-    fig["p_value"], fig["exceeds"] = np.nan, False
-    for _, idx in fig[fig["decided"]].groupby("family").groups.items():
-        rows = fig.loc[idx]
-        out = engine.rule([_family_entry(r, r["threshold"]) for _, r in rows.iterrows()], alpha)
-        fig.loc[idx, "p_value"] = out["p_value"][0]
-        fig.loc[idx, "exceeds"] = out["exceeds"][0]
-    state = np.where(~fig["decided"], "reported", "inconclusive").astype(object)
-    state[(fig["decided"] & ~fig["ci_high"].notna()).to_numpy()] = "no-interval"
-    high = np.array([_hold_high(r) for _, r in fig.iterrows()], dtype=float)
-    state[(fig["decided"].to_numpy() & (high < fig["threshold"].to_numpy()))] = "holds"
-    state[fig["exceeds"].to_numpy(bool)] = "exceeds"
-    fig["state"] = state
-    return fig
-
-
-def _switch_verdicts(fig: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """Each ``policy_gain_switch_<k>x`` row's detail gains its mode's verdict with the policy figure
-    at that switch penalty (the mode's Holm family: the gap as decided, this policy figure)."""
-    fig = fig.copy()
-    for i in fig.index[fig["figure"].astype(str).str.startswith("policy_gain_switch_")]:
-        r = fig.loc[i]
-        rows = fig[(fig["family"] == r["family"]) & fig["decided"]]
-        gap = rows[rows["figure"] == "gap_to_oracle"]
-        if gap.empty or r["runs"] < 3:
-            continue
-        family = [
-            _family_entry(gap.iloc[0], gap.iloc[0]["threshold"]),
-            _family_entry(r, rows["threshold"].max()),
-        ]
-        verdict = engine.rule(family, alpha)["verdict"][0]
-        fig.loc[i, "detail"] = f"{r['detail']}; the mode's verdict at it: {verdict}"
-    return fig
-
-
-def _family_entry(r, threshold: float) -> dict:
-    return {
-        "estimate": np.array([r["estimate"]]),
-        "se": np.array([r["se"]]),
-        "df": np.array([r["df"]]),
-        "ci_high": np.array([_hold_high(r)]),
-        "threshold": float(threshold),
-    }
-
-
-def _hold_high(r) -> float:
-    """The upper CI end a decided figure needs below its threshold to hold: its bound's for a figure
-    of ``engine.HOLD_BY`` (NaN, the bound without an upper end, never holds), else its own."""
-    if r["figure"] in engine.HOLD_BY:
-        return float(r.get("hold_high", np.nan))
-    return float(r["ci_high"])
-
-
-def _out_of_reach(r) -> bool:
-    """The CI's half-width exceeds the threshold's distance from no effect: even a figure of exactly
-    no effect would not hold, so `stop` is out of reach at this study's length."""
-    half = (r["ci_high"] - r["ci_low"]) / 2.0
-    return bool(np.isfinite(half) and half > abs(r["threshold"] - NULL_OF.get(r["figure"], 0.0)))
-
-
-def _cause(r, alpha: float, m: int) -> str:
-    """Why an open decided figure neither exceeds nor holds."""
-    if np.isfinite(r["p_value"]) and r["p_value"] <= alpha:
-        return (
-            f"it would exceed alone (p = {r['p_value']:.3g}) but not after Holm's correction over {m} figures"
-        )
-    if _out_of_reach(r):
-        half = (r["ci_high"] - r["ci_low"]) / 2.0
-        return f"the noise floor (CI half-width {half:.3g}{r['unit']}) is wider than the threshold"
-    return "its CI straddles the threshold"
-
-
-def _family_verdict(rows: pd.DataFrame, device: str, alpha: float) -> tuple[str, str]:
-    """(verdict, reason) of one family's rows (a mode, or the profile's parts)."""
-    decided = rows[rows["decided"]]
-    runs = int(rows["runs"].min()) if rows["runs"].notna().any() else 0
-    if device != "cuda":
-        return "no-decision", f"the timings are not GPU measurements (device: {device})"
-    if runs < 2:
-        return "no-decision", "one run: nothing scores the choices independently; record at least 3 runs"
-    if runs < 3:
-        return "no-decision", "two runs: run-to-run variance cannot be estimated; record at least 3 runs"
-    if decided.empty:
-        return "no-decision", "no figure could be measured"
-    if (decided["state"] == "exceeds").any():
-        names = decided[decided["state"] == "exceeds"]
-        said = " and ".join(_describe(r) for _, r in names.iterrows())
-        return "continue", f"{said}: it exceeds the threshold (Holm over {len(decided)} figures)"
-    if (decided["state"] == "holds").all():
-        return "stop", "every decided figure's CI lies below its threshold"
-    open_ = decided[decided["state"] != "holds"]
-    parts = [f"{_describe(r)}: {_cause(r, alpha, len(decided))}" for _, r in open_.iterrows()]
-    return "no-decision", "; ".join(parts)
-
-
-def _describe(r) -> str:
-    where = f" ({r['mode']})" if r["family"] == PROFILE else ""
-    thr = f", threshold {r['threshold']:g}{r['unit']}" if np.isfinite(r.get("threshold", np.nan)) else ""
-    ci = format_ci(r["estimate"], r["ci_low"], r["ci_high"], r["unit"])
-    return f"{WORDS.get(r['figure'], r['figure'])}{where} {ci}{thr}"
-
-
-def _phase_note(rows: pd.DataFrame) -> str:
-    """When the gap exceeds but the policy figure does not: does the phase split capture it? Said by
-    the sign of phase-keyed's net gain over the global kernel (its CI above 0: it does)."""
-    state = dict(zip(rows["figure"], rows["state"], strict=False))
-    if state.get("gap_to_oracle") != "exceeds" or state.get("policy_gain") == "exceeds":
-        return ""
-    split = rows[rows["figure"] == "phase_split_gain"]
-    if split.empty:
-        return ""
-    r = split.iloc[0]
-    if np.isfinite(r["ci_low"]) and r["ci_low"] > 0:
-        return f" A phase-keyed two-kernel rule (one candidate per phase) captures it: {_describe(r)}."
-    if np.isfinite(r["ci_high"]) and r["ci_high"] < 0:
-        return f" The phase split does not capture it (it loses to the global kernel: {_describe(r)})."
-    return f" Whether the phase split captures it is open: {_describe(r)}."
-
-
 @dataclass(frozen=True)
 class Thresholds:
-    """The decision section's thresholds (config ``decision:``; README "How the decision is made")."""
+    """The decision section's numbers (config ``decision:``; README "How the decision is made")."""
 
     max_gap_to_oracle_pct: float
     max_policy_gain_pct: float
     max_graph_fusion_speedup: float
+    min_test_invocations: int
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Thresholds:
-        """The default study's thresholds with those ``given`` over them; an unknown name is refused."""
+        """The default study's numbers with those ``given`` over them; an unknown name is refused."""
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(given) - set(names))
         if unknown:
             raise TypeError(f"decide() got unknown threshold(s) {unknown}; known: {names}")
         base = defaults.section("decision")
-        return cls(**{n: given.get(n, base[n]) for n in names})
+        out = cls(**{n: given.get(n, base[n]) for n in names})
+        for name, value in out.as_dict().items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"decision.{name} must be a finite number, got {value!r}")
+        return out
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _check(thresholds: dict, figures: pd.DataFrame, deployment) -> dict:
-    for name, value in thresholds.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ValueError(f"decision.{name} must be a finite number, got {value!r}")
-    need = ("mode", "figure", "estimate", "ci_low", "ci_high", "se", "df", "runs", "decided")
+def _check(figures: pd.DataFrame, deployment) -> dict:
+    need = ("mode", "figure", "estimate", "ci_low", "ci_high", "runs", "decided")
     missing = [c for c in need if c not in figures.columns]
     if missing:
         raise ValueError(f"figures: missing column(s) {missing}")
@@ -383,6 +195,94 @@ def _check(thresholds: dict, figures: pd.DataFrame, deployment) -> dict:
     if bad:
         raise ValueError(f"decision.deployment: modes must be 'graph' or 'eager', got {bad}")
     return deployment
+
+
+def figure_row(rows: pd.DataFrame, name: str) -> dict:
+    """{'estimate', 'ci_low', 'ci_high', ...} of the rows' figure ``name`` ({} when they have none)."""
+    hit = rows[rows["figure"] == name]
+    return hit.iloc[0].to_dict() if len(hit) else {}
+
+
+def pure_phase_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
+    """One kernel per phase beats the global kernel net of costs (its interval above 0) and the gap
+    left within the phases is below the gap threshold: the headroom is a phase split, two kernels
+    take it."""
+    split = figure_row(rows, "phase_split_gain")
+    within = [
+        figure_row(rows, f).get("estimate", np.nan)
+        for f in ("made_of_fusion_within_phase", "made_of_tile_within_phase")
+    ]
+    low = split.get("ci_low", np.nan)
+    return bool(np.isfinite(low) and low > 0 and np.isfinite(within).all() and sum(within) < gap_threshold)
+
+
+def _unit(rows: pd.DataFrame, device: str, thr: dict) -> tuple[str, str, str, dict]:
+    """(verdict, reason code, reason, figure -> state) of one decided unit (a mode or a part)."""
+    decided = rows[rows["decided"]]
+    test = int(rows["test_invocations"].min()) if "test_invocations" in rows else 10**9
+    host = bool(rows.get("host_included", pd.Series([False])).fillna(False).astype(bool).any())
+    runs = int(rows["runs"].max()) if rows["runs"].notna().any() else 0
+    code = rule.precondition(device, runs, test, int(thr["min_test_invocations"]), host)
+    if code:
+        return "no-decision", code, words.reason(code, n=test, minimum=int(thr["min_test_invocations"])), {}
+    if set(decided["figure"]) != set(rule.DECIDED):
+        return "no-decision", "no-interval", "the decided figures could not be measured", {}
+    by = decided.set_index("figure")
+    figs = {f"{f}_lo": by.loc[[f], "ci_low"].to_numpy(float) for f in rule.DECIDED}
+    figs.update({f"{f}_hi": by.loc[[f], "ci_high"].to_numpy(float) for f in rule.DECIDED})
+    figs["gap_to_oracle_bound_hi"] = by.loc[["gap_to_oracle"], "hold_high"].to_numpy(float)
+    gap_threshold = float(thr["max_gap_to_oracle_pct"])
+    split = pure_phase_split(rows, gap_threshold)
+    out = rule.family(figs, {f: float(thr[rule.THRESHOLD_OF[f]]) for f in rule.DECIDED}, split)
+    state = {f: str(out[f"{f}_state"][0]) for f in rule.DECIDED}
+    verdict, code = str(out["verdict"][0]), str(out["reason_code"][0])
+    return verdict, code, _unit_reason(by, state, code), state
+
+
+def _unit_reason(by: pd.DataFrame, state: dict, code: str) -> str:
+    """The unit's reason: the sentence of its code, then the decided figures as measured."""
+    open_figure = "policy_gain" if state["policy_gain"] not in ("holds", "exceeds") else "gap_to_oracle"
+    said = words.reason(code, figure=open_figure)
+    figures = "; ".join(
+        f"{words.describe(by.loc[f].to_dict() | {'figure': f})}: {state[f]}" for f in rule.DECIDED
+    )
+    return f"{said} ({figures})"
+
+
+def _states(fig: pd.DataFrame, units: dict) -> pd.DataFrame:
+    """Each row's state, and each unit's verdict, reason code and reason on its rows."""
+    fig = fig.copy()
+    fig["state"] = "reported"
+    for unit, (v, code, why, state) in units.items():
+        rows = fig["mode"] == unit
+        if code in rule.PRECONDITIONS:
+            fig.loc[rows, "decided"] = False
+        for f, s in state.items():
+            fig.loc[rows & (fig["figure"] == f), "state"] = s
+        fig.loc[rows, ["mode_verdict", "mode_reason_code", "mode_reason"]] = (v, code, why)
+    return fig
+
+
+def _switch_verdicts(fig: pd.DataFrame, thr: dict) -> pd.DataFrame:
+    """Each ``policy_gain_switch_<k>x`` row's detail gains its mode's verdict with the policy figure
+    at that switch penalty (the gap as decided)."""
+    fig = fig.copy()
+    for i in fig.index[fig["figure"].astype(str).str.startswith("policy_gain_switch_")]:
+        r = fig.loc[i]
+        gap = fig[(fig["mode"] == r["mode"]) & (fig["figure"] == "gap_to_oracle") & fig["decided"]]
+        if gap.empty:
+            continue
+        g = gap.iloc[0]
+        figs = {
+            "gap_to_oracle_lo": np.array([g["ci_low"]]),
+            "gap_to_oracle_hi": np.array([g["ci_high"]]),
+            "gap_to_oracle_bound_hi": np.array([g["hold_high"]]),
+            "policy_gain_lo": np.array([r["ci_low"]]),
+            "policy_gain_hi": np.array([r["ci_high"]]),
+        }
+        out = rule.family(figs, {f: float(thr[rule.THRESHOLD_OF[f]]) for f in rule.DECIDED})
+        fig.loc[i, "detail"] = f"{r['detail']}; the mode's verdict at it: {out['verdict'][0]}"
+    return fig
 
 
 def decide(
@@ -396,81 +296,54 @@ def decide(
 ) -> pd.DataFrame:
     """decision.parquet from the study's figures (``figures.study_figures``), sweep and environment.
 
-    given: any of the decision thresholds (``Thresholds``); those left out, and a confidence left
-    out, are the default study's (config ``decision:`` and ``policies.confidence``)."""
-    thresholds = Thresholds.of(given).as_dict()
+    given: any of the decision's numbers (``Thresholds``); those left out, and a confidence left out,
+    are the default study's (config ``decision:`` and ``policies.confidence``)."""
+    thr = Thresholds.of(given).as_dict()
     confidence = defaults.value("policies", "confidence") if confidence is None else confidence
-    deployment = _check(thresholds, figures, deployment)
+    deployment = _check(figures, deployment)
     fig = pd.concat([figures, pd.DataFrame(_sweep_rows(graph_sweep, confidence))], ignore_index=True)
     fig["family"] = fig["family"].fillna(fig["mode"]) if "family" in fig else fig["mode"]
-    fig["runs"] = fig.groupby("mode")["runs"].transform("max")
     fig["decided"] = fig["decided"].fillna(False).astype(bool)
-    fig["threshold"] = [
-        float(thresholds[THRESHOLD_OF[f]]) if f in THRESHOLD_OF else np.nan for f in fig["figure"]
-    ]
-    alpha = 1.0 - confidence
-    fig = _states(fig, alpha)
+    fig["threshold"] = [float(thr[THRESHOLD_OF[f]]) if f in THRESHOLD_OF else np.nan for f in fig["figure"]]
     device = device_of(environment)
-    measured = set(figures["family"] if "family" in figures else figures["mode"])
-    verdicts = {
-        fam: _family_verdict(rows, device, alpha)
-        for fam, rows in fig.groupby("family", sort=True)
-        if fam in measured
-    }
-    fig["mode_verdict"] = fig["family"].map(lambda m: verdicts.get(m, ("reported",))[0])
-    fig["mode_reason"] = fig["family"].map(lambda m: verdicts.get(m, ("", "not timed by the portfolio"))[1])
-    fig = _switch_verdicts(fig, alpha)
-    verdict, reason = _headline(fig, verdicts, device, deployment)
-    fig["verdict"], fig["reason"] = verdict, reason
+    measured = [m for m in dict.fromkeys(figures["mode"]) if (fig["mode"] == m).any()]
+    units = {m: _unit(fig[fig["mode"] == m], device, thr) for m in measured}
+    fig = _states(fig, units)
+    fig["mode_verdict"] = fig["mode_verdict"].fillna("reported")
+    fig["mode_reason_code"] = fig["mode_reason_code"].fillna("")
+    fig["mode_reason"] = fig["mode_reason"].fillna("not timed by the portfolio")
+    fig = _switch_verdicts(fig, thr)
+    verdict, code, reason = _headline(fig, units, device, deployment)
+    fig["verdict"], fig["reason_code"], fig["reason"] = verdict, code, reason
     fig["device"], fig["confidence"] = device, float(confidence)
-    fig["rule_version"] = engine.RULE_VERSION
+    fig["min_test_invocations"] = int(thr["min_test_invocations"])
+    fig["rule_version"] = rule.RULE_VERSION
     front = ["mode", "figure", "estimate", "ci_low", "ci_high", "threshold", "state", "verdict", "reason"]
-    return fig[front + [c for c in fig.columns if c not in front]].drop(columns=["exceeds"])
+    return fig[front + [c for c in fig.columns if c not in front]]
 
 
-WORD = {"stop": "Stop", "continue": "Continue", "no-decision": "No decision"}
-
-
-def _unreachable(fig: pd.DataFrame) -> str:
-    """'eager mode cannot reach `stop` at this study's length (...)' for the modes whose decided
-    figures' noise floor is wider than their thresholds; '' when every mode can."""
-    said = []
-    for mode, rows in fig[fig["decided"] & (fig["family"] != PROFILE)].groupby("mode", sort=True):
-        wide = [r for _, r in rows.iterrows() if _out_of_reach(r)]
-        if wide:
-            half = max((r["ci_high"] - r["ci_low"]) / 2.0 for r in wide)
-            n = rows["invocations"].max() if "invocations" in rows else np.nan
-            length = f"{int(n)} invocations" if np.isfinite(n) else "this study's length"
-            said.append(f"{mode} mode cannot reach `stop` at {length} (CI half-width up to ±{half:.3g} pp)")
-    return "; ".join(said)
-
-
-def _headline(fig: pd.DataFrame, verdicts: dict, device: str, deployment: dict) -> tuple[str, str]:
+def _headline(fig: pd.DataFrame, units: dict, device: str, deployment: dict) -> tuple[str, str, str]:
     if device != "cuda":
         return (
             "no-decision",
-            f"The timings are not GPU measurements (device: {device}), so no decision is drawn.",
+            "not-gpu",
+            f"No decision: the timings are not GPU measurements (device: {device}).",
         )
-    if not verdicts:
-        return "no-decision", "No decision: no figure could be measured."
-    modes = {f: v for f, v in verdicts.items() if f != PROFILE}
-    if PROFILE in verdicts:
-        verdict, why = verdicts[PROFILE]
+    parts = {u: vw for u, vw in units.items() if "@" in u}
+    if parts:
         scope = ", ".join(f"{step} steps in {mode} mode" for step, mode in deployment.items())
-        scope = f" for the deployment profile ({scope})"
+        scope = f"for the deployment profile ({scope})"
     else:
-        vs = [v for v, _ in modes.values()]
-        verdict = (
-            "continue" if "continue" in vs else "stop" if all(v == "stop" for v in vs) else "no-decision"
-        )
-        why = "; ".join(r for v, r in modes.values() if v == verdict)
-        missing = " and ".join(sorted(set(deployment.values()) - set(modes)))
-        scope = f" over the timed modes (the deployment profile needs {missing} mode timed too)"
-    unreach = _unreachable(fig)
-    first = f"{WORD[verdict]}{scope}" + (f"; {unreach}" if unreach else "") + "."
-    note = ""
-    for m, (v, _) in modes.items():
-        if v == "continue" and (n := _phase_note(fig[fig["family"] == m])):
-            note += f" In {m} mode:{n}"
-    per_mode = "; ".join(f"{m}: {v} ({r})" for m, (v, r) in modes.items())
-    return verdict, f"{first} {why[0].upper() + why[1:]}. Per mode: {per_mode}.{note}"
+        parts = {u: vw for u, vw in units.items() if "@" not in u}
+        missing = " and ".join(sorted(set(deployment.values()) - set(parts)))
+        scope = f"over the timed modes (the deployment profile needs {missing} mode timed too)"
+    if not parts:
+        return "no-decision", "no-interval", "No decision: no figure could be measured."
+    verdict, code, left_out = rule.headline({u: (v, c) for u, (v, c, _, _) in parts.items()})
+    open_ = [why for u, (v, c, why, _) in parts.items() if v == "no-decision" and u not in left_out]
+    said = open_[0] if verdict == "no-decision" and open_ else words.reason(code)
+    first = f"{words.VERDICT_WORD[verdict]} {scope}: {said}."
+    if left_out:
+        first += " Not decided: " + "; ".join(f"{u} ({parts[u][1]})" for u in left_out) + "."
+    per = " ".join(f"{u}: {v}, {why}." for u, (v, _, why, _) in parts.items())
+    return verdict, code, f"{first} Per part: {per}"

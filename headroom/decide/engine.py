@@ -1,20 +1,25 @@
-"""The decision engine: fitting, cost charging, cross-run scoring, intervals and the rule, as array
-operations over a leading seed axis. A study is one seed (``us`` of shape (1, R, N, C)); the
-simulator (``headroom.decide.power``) passes many seeds at once and holds no procedure of its own.
+"""The one cross-run estimator: fitting, cost charging, scoring on other runs and the interval, as
+array operations over a leading seed axis. A study is one seed (``us`` of shape (1, R, N, C)); the
+validation simulator (tools/validation) passes many seeds at once and holds no procedure of its own.
+policy_eval, the decision and the recommendation all read their figures from here.
 
 ``Layout`` is what the procedure fixes before it sees a timing: the train/test split, the keys every
 registry policy assigns to the fit and score rows (clustered's k-means sees shapes only), the phases,
-the lifecycle charges per invocation and candidate, the bootstrap's resamples. ``figures`` then fits
-every policy of every (seed, run) through the registry's ``fit_keyed``, charges the costs
-(``costs.charge``), selects on the validation slice, scores every ordered pair of runs and pools them
-(``intervals``: for the decided figures and the gap's bound, ``CANDIDATES_FOR``, the rule's interval is
-bootstrap-t, with the Welch t interval of decision v3, t on n_test - 1 df and bootstrap-t with an
-unbiased run part beside it; every other figure has the Welch t interval). ``rule`` is the decision rule over one Holm family.
+the invocations' weights and strata, the lifecycle charges per invocation and candidate, the
+bootstrap's invocation resamples. ``figures`` then fits every policy of every (seed, run) through the
+registry's ``fit_keyed``, charges the costs (``costs.charge``), selects on the validation slice,
+scores every ordered pair of runs (fitted on run a, scored on run b: no choice sees the numbers that
+score it), pools them, and gives every figure the two-way bootstrap's percentile interval
+(``interval``).
 
-Fitting objective: each keyed policy takes, per key, the candidate with the least summed latency plus
-per-call charge (plan builds); switches and compiles depend on the whole sequence and are left out of
-the per-key argmin, so the fit approximates the net cost it is scored on (regret-aware charges a switch
-for deviating). Scoring charges everything (``costs.charge``).
+Every sum over invocations is weighted by the trace's ``weight`` (how many of the window's invocations
+an invocation stands for: 1 unless the trace sampler stratified by step kind), so trace-weighted
+figures are unbiased for the workload.
+
+Fitting objective: each keyed policy takes, per key, the candidate with the least weighted summed
+latency plus per-call charge (plan builds); switches and compiles depend on the whole sequence and are
+left out of the per-key argmin, so the fit approximates the net cost it is scored on (regret-aware
+charges a switch for deviating). Scoring charges everything (``costs.charge``).
 """
 
 from __future__ import annotations
@@ -29,24 +34,6 @@ from headroom.decide import interval, measured, registry
 from headroom.decide.costs import LifecycleCosts, charge
 from headroom.decide.measured import ModeData, Options
 
-# v3 with the bootstrap-t interval (CANDIDATES_FOR): decision v3.1, tagged `decision-v3.1` before the
-# azure-conv-gen2-6x100 recording; v3.1.1 adds one degenerate-case fix made after that tag (a resample
-# whose figure equals the sample's has pivot 0: a figure constant over the invocations had no interval)
-# and changes no figure of any reference (README.md, "The rule"). v3.2 (tag `decision-v3.2`): the gap
-# and its bound take the unbiased run part from four runs on (RULE_INTERVAL '_u'), pre-registered and
-# accepted on default-gen2-6x100 (docs/decision-validation.md, "Decision v3.2"); 3-run studies are
-# decided exactly as under v3.1.1. v3.3 (tag `decision-v3.3`): the gap and its bound take the run part
-# from its two variance components instead (RULE_INTERVAL), pre-registered, chosen on three designs
-# and accepted on default-gen2-6x100-b at 6 x 100 and 6 x 400 (docs/decision-validation.md, "Decision
-# v3.3"); 3-run studies are still decided exactly as under v3.1.1.
-RULE_VERSION = "decision-v3.3"
-DECIDED = ("gap_to_oracle", "policy_gain")
-# The figure whose CI's upper end a decided figure needs below its threshold to hold. The cross-run
-# gap is biased down (the oracle chosen on run a is no oracle on run b), so a `stop` on it would be
-# anti-conservative; ``gap_to_oracle_bound`` scores run b's own oracle, chosen on the very data it is
-# scored on (biased up by the winner's curse): a bound from above. The gap exceeds on the cross-run
-# figure and holds on the bound, conservative both ways.
-HOLD_BY = {"gap_to_oracle": "gap_to_oracle_bound"}
 ARMS = ("off", "on", "free")
 BASELINES = ("global", "phase-keyed")  # the policy figure's baseline: the better of them on validation
 RUNTIME_DISPATCH = "needs runtime dispatch inside the graph"
@@ -68,19 +55,23 @@ class Layout:
     names: tuple[str, ...]
     tile: np.ndarray
     native: np.ndarray
-    cols: dict  # arm -> columns of us (arms with at least one candidate)
+    cols: dict  # arm -> columns of us (the decided arms with at least one candidate)
+    arm_cols: dict  # every arm with a candidate, the native one (ours and the natives) included
     deployable: tuple[str, ...]  # selected from in this mode
     runtime: tuple[str, ...]  # graph mode: kv-keyed policies, reported as needing runtime dispatch
     keys: dict  # (window, policy) -> Keys; window 'train' (scores test) or 'fit' (scores validation)
     phase: np.ndarray  # (n,) 1 for prefill, 0 for decode
+    weight: np.ndarray  # (n,) invocations of the workload each one stands for
+    strata: np.ndarray  # (n,) stratum code (step kind): the bootstrap resamples within it
     plan: np.ndarray  # (n, C) plan charge per call
     dispatch: dict  # policy -> µs per lookup (0 in graph mode)
     switch_us: float
     deviation_us: float
     z: float
     compile_us: np.ndarray  # (C,) compile amortized per invocation
-    boot: np.ndarray  # (B, n_test) resample counts
+    boot: np.ndarray  # (B, n_test) invocation resample counts
     confidence: float
+    seed: int
 
 
 def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Options, seed: int) -> Keys:
@@ -95,8 +86,11 @@ def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Opt
     return Keys(codes, score, len(uniques))
 
 
-def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: float, seed: int) -> Layout:
-    """What the procedure fixes before it sees a timing (see the module docstring)."""
+def layout(
+    md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: float, seed: int, every=False
+) -> Layout:
+    """What the procedure fixes before it sees a timing (see the module docstring); ``every``: the
+    keys of every keyed policy of the registry (policy_eval scores them all), not only the decision's."""
     n = md.us.shape[1]
     n_train, n_fit = measured.split(n, train_fraction, opts.validation_fraction)
     deployable = registry.deployable_in(md.mode)
@@ -106,13 +100,15 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
         ("train", slice(0, n_train), slice(n_train, n)),
         ("fit", slice(0, n_fit), slice(n_fit, n_train)),
     ):
-        for name in ("global", "phase-keyed", *deployable, *runtime):
-            keys[(window, name)] = _keys(md, name, fit_rows, score_rows, opts, seed)
-    idx = measured.boot_indices(
-        n - n_train, opts.bootstrap_resamples, measured.group_seed(seed, md.mode, "fig")
-    )
-    boot = np.zeros((len(idx), n - n_train))
-    np.add.at(boot, (np.repeat(np.arange(len(idx)), n - n_train), idx.ravel()), 1.0)
+        named = (
+            registry.KEYED if every else ("global", "phase-keyed", *deployable, *runtime, *registry.RICHER)
+        )
+        for name in named:
+            if (window, name) not in keys:
+                keys[(window, name)] = _keys(md, name, fit_rows, score_rows, opts, seed)
+    strata = measured.strata_of(md.features)
+    rng = measured.group_seed(seed, md.mode, "fig")
+    boot = interval.invocation_counts(strata[n_train:], opts.bootstrap_resamples, rng)
     graph = md.mode == "graph"
     dispatch = {p: 0.0 if graph else costs.dispatch_for(p)[0] for p in registry.REGISTRY}
     switch = costs.switch_for(md.mode)
@@ -125,10 +121,13 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
         md.tile,
         md.native,
         {a: md.arm_cols(a) for a in ARMS if len(md.arm_cols(a))},
+        {a: md.arm_cols(a) for a in md.arms()},
         deployable,
         runtime if graph else (),
         keys,
         (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64),
+        measured.weights_of(md.features),
+        strata,
         measured.plan_charges(md, costs, opts),
         dispatch,
         switch,
@@ -137,6 +136,7 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
         np.array([costs.compile_s.get(c, 0.0) for c in md.names]) * 1e6 / opts.deployment_invocations,
         boot,
         opts.confidence,
+        int(seed),
     )  # fmt: skip  (one constructor, read top to bottom)
 
 
@@ -148,8 +148,8 @@ def layout(md: ModeData, opts: Options, costs: LifecycleCosts, train_fraction: f
 @dataclass
 class Batch:
     """One call's timings and the rows its test positions hold: us, sem2 (S, R, N, C); rows (S,
-    n_test) or None: which of the trace's test invocations sit at each test position (redrawn test
-    invocations; ``us`` already holds them)."""
+    n_test) or None: which of the trace's test invocations sit at each test position (the simulator's
+    redrawn test invocations, drawn within each position's stratum; ``us`` already holds them)."""
 
     us: np.ndarray
     sem2: np.ndarray
@@ -157,28 +157,28 @@ class Batch:
 
 
 def _test_view(L: Layout, b: Batch):
-    """(phase (S|1, n_test), plan (S|1, n_test, C)) of the test positions."""
+    """(phase (S|1, n_test), plan (S|1, n_test, C), weight (S|1, n_test)) of the test positions."""
     nt = L.n_train
     if b.rows is None:
-        return L.phase[None, nt:], L.plan[None, nt:]
-    return L.phase[nt + b.rows], L.plan[nt + b.rows]
+        return L.phase[None, nt:], L.plan[None, nt:], L.weight[None, nt:]
+    return L.phase[nt + b.rows], L.plan[nt + b.rows], L.weight[nt + b.rows]
 
 
 def fit(L: Layout, b: Batch, window: str, policy: str, arm: str):
     """(choice (S, R, n_score) in columns of us, charge (S, R, n_score)) of ``policy`` in ``arm``
     fitted on the window's fit rows of every (seed, run)."""
     keys = L.keys[(window, policy)]
-    cols = L.cols[arm]
+    cols = L.arm_cols[arm]
     n_fit = L.n_train if window == "train" else L.n_fit
     fit_rows = slice(0, n_fit)
     objective = b.us[:, :, fit_rows][..., cols] + L.plan[fit_rows][:, cols]
     regret = None
     if policy == "regret-aware":
         regret = (L.z, L.deviation_us, b.sem2[:, :, fit_rows][..., cols])
-    best, fb = registry.fit_keyed(keys.fit, keys.k, objective, regret)
+    best, fb = registry.fit_keyed(keys.fit, keys.k, objective, regret, weight=L.weight[fit_rows])
     if window == "train":
         score = keys.score if b.rows is None else keys.score[b.rows]
-        phase, plan = _test_view(L, b)
+        phase, plan, _ = _test_view(L, b)
     else:
         score, phase, plan = keys.score, L.phase[None, L.n_fit : L.n_train], L.plan[None, L.n_fit : L.n_train]
     score = np.broadcast_to(score, (best.shape[0], score.shape[-1]))
@@ -195,25 +195,33 @@ def _gather(us: np.ndarray, choice: np.ndarray) -> np.ndarray:
     return np.take_along_axis(us, choice[..., None], axis=-1)[..., 0]
 
 
-def _validation(L: Layout, b: Batch, order: list) -> tuple[np.ndarray, np.ndarray]:
-    """(index into ``order`` of each (seed, run)'s selected policy x arm, index into BASELINES of its
-    baseline), both chosen on the validation slice of the run's train (fitted on the part before it):
-    the baseline is the better of global and phase-keyed there, the policy the one with the best net
-    gain over it. Ties keep the first; without a validation slice, the first of each."""
+def validation(L: Layout, b: Batch, order: list) -> dict:
+    """The choice on the validation slice of each run's train (fitted on the part before it):
+    'nets' (S, R, len(order)) each policy x arm's weighted net µs there, 'base_nets' (S, R, 2) those of
+    BASELINES, 'baseline' (S, R) the better baseline's index, 'selected' (S, R) the index into
+    ``order`` of the best net gain over it. Ties keep the first; without a validation slice (or an
+    empty order), the first of each and no nets."""
     S, R = b.us.shape[:2]
     if not (L.n_fit >= 1 and L.n_train - L.n_fit >= 1) or not order:
-        return np.zeros((S, R), np.int64), np.zeros((S, R), np.int64)
+        zeros = np.zeros((S, R), np.int64)
+        return {"selected": zeros, "baseline": zeros, "nets": None, "base_nets": None}
     uv = b.us[:, :, L.n_fit : L.n_train]
+    wv = L.weight[L.n_fit : L.n_train]
 
     def net(policy, arm):
         choice, cost = fit(L, b, "fit", policy, arm)
-        return (_gather(uv, choice) + cost).mean(axis=-1)
+        return ((_gather(uv, choice) + cost) * wv).sum(axis=-1)
 
     base_nets = np.stack([net(p, "free") for p in BASELINES], axis=-1)
-    baseline = np.argmin(base_nets, axis=-1)
     base = base_nets.min(axis=-1)
-    gains = np.stack([100.0 * (base - net(p, a)) / base for p, a in order], axis=-1)
-    return np.argmax(gains, axis=-1), baseline
+    nets = np.stack([net(p, a) for p, a in order], axis=-1)
+    selected = np.argmax(100.0 * (base[..., None] - nets) / base[..., None], axis=-1)
+    return {
+        "selected": selected,
+        "baseline": np.argmin(base_nets, axis=-1),
+        "nets": nets,
+        "base_nets": base_nets,
+    }
 
 
 def _stacked(picks: dict, names: list, index: np.ndarray):
@@ -231,7 +239,7 @@ def _fusion_within_phase(L: Layout, ut: np.ndarray, phase_choice: np.ndarray) ->
     return np.argmin(np.where(mask, ut, np.inf), axis=-1)
 
 
-def choices(L: Layout, b: Batch) -> dict:
+def choices(L: Layout, b: Batch) -> tuple[dict, list, np.ndarray, np.ndarray]:
     """(picks, order, selected, baseline): picks {name: (choice (S, R, n_test), charge (S, R,
     n_test))} of everything the figures score; order: the policy x arm candidates of the selection;
     selected (S, R): each run's index into it; baseline (S, R): its index into BASELINES."""
@@ -240,21 +248,24 @@ def choices(L: Layout, b: Batch) -> dict:
     for arm in L.cols:
         for p in ("global", *L.deployable, *L.runtime):
             picks[f"{p}@{arm}"] = fit(L, b, "train", p, arm)
+    for p in registry.RICHER:
+        picks.setdefault(f"{p}@free", fit(L, b, "train", p, "free"))
     picks["phase"] = fit(L, b, "train", "phase-keyed", "free")
     picks["global"] = picks["global@free"]
     ut = b.us[:, :, nt:]
     zero = np.zeros(ut.shape[:-1])
     free = L.cols["free"]
     picks["oracle"] = (free[np.argmin(ut[..., free], axis=-1)], zero)
-    picks["oracle_b"] = picks["oracle"]
+    picks["oracle_all"] = (None, zero)  # chosen on the mean over runs: ``_oracle_all``
     picks["fwp"] = (_fusion_within_phase(L, ut, picks["phase"][0]), zero)
     order = [(p, a) for a in L.cols for p in L.deployable]
-    selected, baseline = _validation(L, b, order)
+    val = validation(L, b, order)
+    selected, baseline = val["selected"], val["baseline"]
     picks["selected"] = _stacked(picks, [f"{p}@{a}" for p, a in order], selected)
     picks["baseline"] = _stacked(picks, ["global", "phase"], baseline)
     if L.runtime:
         rt_order = [(p, "free") for p in L.runtime]
-        rt, _ = _validation(L, b, rt_order)
+        rt = validation(L, b, rt_order)["selected"]
         picks["runtime"] = _stacked(picks, [f"{p}@free" for p, _ in rt_order], rt)
     for c in np.flatnonzero(L.native):
         picks[f"native:{L.names[c]}"] = (np.full(ut.shape[:-1], c), zero)
@@ -262,7 +273,7 @@ def choices(L: Layout, b: Batch) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Scoring on other runs, and the intervals
+# Scoring on other runs, and the interval
 # ----------------------------------------------------------------------------------------------
 
 
@@ -282,7 +293,7 @@ def specs(L: Layout, picks: dict) -> dict:
     n = lambda k: lambda G, N: N[k]  # noqa: E731
     out = {
         "gap_to_oracle": (_pct(g("global"), g("oracle"), g("oracle")), None),
-        "gap_to_oracle_bound": (_pct(g("global"), g("oracle_b"), g("oracle_b")), None),
+        "gap_to_oracle_bound": (_pct(g("global"), g("oracle_all"), g("oracle_all")), None),
         "policy_gain": (_pct(n("baseline"), n("selected"), n("baseline")), None),
         "phase_split_gain": (_pct(n("global"), n("phase"), n("global")), None),
         "policy_gain_vs_global": (_pct(n("global"), n("selected"), n("global")), None),
@@ -293,6 +304,9 @@ def specs(L: Layout, picks: dict) -> dict:
     }
     if "runtime" in picks:
         out["policy_gain_runtime_dispatch"] = (_pct(n("baseline"), n("runtime"), n("baseline")), None)
+    for p in registry.RICHER:
+        if f"{p}@free" in picks:
+            out[f"richer_gain_{p}"] = (_pct(n("baseline"), n(f"{p}@free"), n("baseline")), None)
     if {"off", "on"} <= set(L.cols):
         out["fusion_speedup"] = (lambda G, N: G["global@off"] / G["global@on"], None)
         for ph, code in (("prefill", 1), ("decode", 0)):
@@ -307,7 +321,7 @@ def specs(L: Layout, picks: dict) -> dict:
     return out
 
 
-def _phase_picks(L: Layout, b: Batch, picks: dict) -> dict:
+def _phase_picks(L: Layout, b: Batch) -> dict:
     """Phase-keyed in the off and on arms (the per-phase fusion speedups' two sides)."""
     if not {"off", "on"} <= set(L.cols):
         return {}
@@ -317,175 +331,145 @@ def _phase_picks(L: Layout, b: Batch, picks: dict) -> dict:
     }
 
 
-def _sums(score, picks, mask, boot):
-    """Gross and net sums per pick (``score(name, choice, charge)`` -> per-invocation gross and net):
-    per pair (S, P); with ``boot``, per resample (S, P, B) and the per-invocation values (S, P, n)."""
-    G, N, GB, NB, X, XN = {}, {}, {}, {}, {}, {}
-    for k, (ch, co) in picks.items():
-        gross, net = score(k, ch, co)
-        if mask is not None:
-            gross, net = gross * mask, net * mask
-        G[k], N[k] = gross.sum(-1), net.sum(-1)
-        if boot is not None:
-            GB[k], NB[k] = gross @ boot.T, net @ boot.T
-            X[k], XN[k] = gross, net
-    return G, N, GB, NB, X, XN
-
-
-# The figures whose interval is the rule's bootstrap-t (decision-v3.1: the decided ones and their
-# bounds), each with the validation's other candidates beside it; every other figure keeps the Welch t.
-CANDIDATES_FOR = (*DECIDED, *HOLD_BY.values())
-# Of those, the figures whose rule interval is not '_b' (bootstrap-t with the jackknife run part), by
-# the engine suffix of the one they take. The gap and its bound: their noise is nearly all
-# pair-specific, where the jackknife over runs is biased up (docs/decision-validation.md, "What the
-# misses are made of", 4-5). decision-v3.2 gave them '_u' (the unbiased run part, clipped at 0: it
-# under-covers at 400 invocations); decision-v3.3 gives them '_c', the run part from its two variance
-# components on their Satterthwaite df (``interval.run_variance_components``; "Decision v3.3").
-# Below four runs both are the jackknife's. The policy figure keeps the jackknife, whose excess covers
-# the spread of its seeds' own truths (ibid., 5).
-RULE_INTERVAL = {"gap_to_oracle": "_c", **{bound: "_c" for bound in HOLD_BY.values()}}
-
-
-def _candidates(L: Layout, name: str, fn, sums, iv: dict, per_pair, per_boot, pair_runs, n_test: int) -> dict:
-    """The candidate intervals of figure ``name`` (``intervals``): '_lo_w'/'_hi_w' the Welch t interval
-    (decision v3's), '_lo_n'/'_hi_n' t on n_test - 1 df, '_lo_b'/'_hi_b' bootstrap-t with the
-    jackknife run part (decision v3.1's), '_lo_u'/'_hi_u' bootstrap-t with the unbiased run part (the
-    jackknife's below 4 runs), '_lo_c'/'_hi_c' bootstrap-t with the run part from its two variance
-    components on their Welch-Satterthwaite df and '_lo_c1'/'_hi_c1' the same on R - 1 df
-    (``interval.run_variance_components``; the jackknife's below 4 runs); '_lo'/'_hi' the rule's:
-    ``RULE_INTERVAL``'s for its figures, '_b' otherwise. The SE, df and p-value stay the Welch t's (a figure exceeds on Holm over the t
-    p-values). pair_runs: (A, B, R) of ``pairs``."""
-    G, N, GB, NB, X, XN = sums
-    A, B, R = pair_runs
-    lo_n, hi_n = interval.t_ntest(L.confidence, iv, n_test)
-    out = {"_lo_w": iv["_lo"], "_hi_w": iv["_hi"], "_lo_n": lo_n, "_hi_n": hi_n}
-    with np.errstate(invalid="ignore", divide="ignore"):
-        u0 = interval.linear_terms(fn, (G, N), (X, XN))
-        ub = interval.linear_terms(fn, (GB, NB), (X, XN))
-    pivot, se_inv = interval.pivots(iv, per_boot, u0, ub, L.boot)
-    out["_lo_b"], out["_hi_b"] = interval.ends(L.confidence, iv, pivot, se_inv, R)
-    unbiased = interval.run_variance_unbiased(per_pair, A, B, R)
-    var_u = np.where(np.isfinite(unbiased), np.maximum(unbiased, 0.0), iv["_var_runs"])
-    out["_lo_u"], out["_hi_u"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_u)
-    var_c, df_c = interval.run_variance_components(per_pair, A, B, R)
-    few = ~np.isfinite(var_c)  # below 4 runs: the jackknife's, as for '_u'
-    var_c, df_c = np.where(few, iv["_var_runs"], var_c), np.where(few, max(R - 1, 1), df_c)
-    out["_lo_c"], out["_hi_c"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_c, df_c)
-    out["_lo_c1"], out["_hi_c1"] = interval.ends(L.confidence, iv, pivot, se_inv, R, var_c)
-    rule = RULE_INTERVAL.get(name, "_b")
-    out["_lo"], out["_hi"] = out["_lo" + rule], out["_hi" + rule]
-    return out
+def _oracle_all(ut: np.ndarray, free: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
+    """The oracle chosen on the mean over runs of each test invocation (S, [B,] n_test) in columns of
+    us: over every run (``counts`` None), or over each run resample's draws (counts (B, R))."""
+    sub = ut[..., free]  # (S, R, n, Cf)
+    if counts is None:
+        return free[np.argmin(sub.mean(axis=1), axis=-1)]
+    mean = np.einsum("br,srnc->sbnc", counts, sub)
+    return free[np.argmin(mean, axis=-1)]
 
 
 def _pair_scorer(ut, A, B):
-    """Choices of run a scored on run b; ``oracle_b``: run b's own oracle (chosen on what scores it)."""
+    """Choices of run a scored on run b (a pick without choices carries its gross per scoring run);
+    ``oracle_all`` is handled by ``_sums``."""
 
-    def score(k, ch, co):
-        if k == "oracle_b":
-            gross = _gather(ut, ch)[:, B]
-            return gross, gross
-        gross = np.take_along_axis(ut[:, B], ch[:, A][..., None], -1)[..., 0]
+    def score(pick):
+        ch, co = pick[:2]
+        gross = pick[2][:, B] if ch is None else np.take_along_axis(ut[:, B], ch[:, A][..., None], -1)[..., 0]
         return gross, gross + co[:, A]
 
     return score
 
 
-def _truth_scorer(tt, free):
-    """Every run's choices scored on the true surface; ``oracle_b``: the true oracle."""
+def _truth_scorer(tt):
+    """Every run's choices scored on the true surface (a pick without choices: its own gross)."""
 
-    def score(k, ch, co):
-        gross = tt[..., free].min(-1) if k == "oracle_b" else _gather(tt, ch)
+    def score(pick):
+        ch, co = pick[:2]
+        gross = pick[2] if ch is None else _gather(tt, ch)
         return gross, gross + co
 
     return score
 
 
-def figures(L: Layout, b: Batch, truth: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Every figure of one mode for S studies at once: {'<figure>': estimate (S,), '<figure>_lo',
-    '_hi' (its interval: the rule's bootstrap-t for ``CANDIDATES_FOR``, which add '_lo_w'/'_hi_w',
-    '_lo_n'/'_hi_n', '_lo_b'/'_hi_b', '_lo_u'/'_hi_u', '_lo_c'/'_hi_c' and '_lo_c1'/'_hi_c1'; Welch t
-    otherwise), '_se', '_df'}; with ``truth`` ((N, C), or per seed (S, N, C)) also '<figure>_true', the
-    same fits scored on the true surface (mean over the runs' fits); 'gap_to_oracle_same_run' (v1);
-    'selected' (S, R) and 'baseline' (S, R) indices (see ``choices``)."""
+class _Lazy(dict):
+    """A dict whose missing key is computed on first use: each pick is summed only if a figure reads it."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        self[key] = value = self._make(key)
+        return value
+
+
+def _sums(score, picks, weight, mask, boot=None, oracle_all=None):
+    """Weighted gross and net sums per pick: per pair (S, P); with ``boot`` (B, n) also per resample
+    (S, P, B). ``oracle_all``: (its gross per pair (S, P, n), per run resample (S, P, B) or None)."""
+    w = weight if mask is None else weight * mask  # (S|1, n)
+    scored = _Lazy(lambda k: tuple(x * w[:, None] for x in score(picks[k])))
+
+    def oracle(per_boot):
+        if oracle_all is None:
+            raise KeyError("oracle_all")
+        return (oracle_all[0] * w[:, None]).sum(-1) if not per_boot else oracle_all[1](w)
+
+    G = _Lazy(lambda k: oracle(False) if k == "oracle_all" else scored[k][0].sum(-1))
+    N = _Lazy(lambda k: oracle(False) if k == "oracle_all" else scored[k][1].sum(-1))
+    if boot is None:
+        return G, N, None, None
+    GB = _Lazy(lambda k: oracle(True) if k == "oracle_all" else scored[k][0] @ boot.T)
+    NB = _Lazy(lambda k: GB[k] if k == "oracle_all" else scored[k][1] @ boot.T)
+    return G, N, GB, NB
+
+
+def _oracle_all_sums(ut, free, A, B, counts, boot):
+    """(per-pair gross (S, P, n), a function of the weights giving the per-resample sums (S, P, B))
+    of the oracle chosen on the mean over runs, scored on each pair's run b."""
+    point = _oracle_all(ut, free, None)  # (S, n)
+    per_pair = np.take_along_axis(ut[:, B], point[:, None, :, None], -1)[..., 0]
+    chosen = []  # each run resample's oracle (S, B, n), chosen once for every phase mask
+
+    def per_boot(w):
+        if not chosen:
+            chosen.append(_oracle_all(ut, free, counts))
+        out = np.empty((ut.shape[0], len(A), counts.shape[0]))
+        for p, b in enumerate(B):
+            val = np.take_along_axis(ut[:, b][:, None], chosen[0][..., None], -1)[..., 0]  # (S, B, n)
+            out[:, p] = np.einsum("sbn,sn,bn->sb", val, w, boot)
+        return out
+
+    return per_pair, per_boot
+
+
+def score(L: Layout, b: Batch, picks: dict, figure_specs: dict, truth: np.ndarray | None = None) -> dict:
+    """Score ``picks`` ({name: (choice, charge) (S, R, n_test)}, ``oracle_all`` among them or not; a
+    pick (None, charge, gross) has no choices and its gross latency per run instead, e.g. ``random``)
+    on every ordered pair of runs and give every figure of ``figure_specs`` (``specs``' form) its
+    estimate (S,) (the mean over pairs), '_lo', '_hi' (the two-way bootstrap's percentile
+    interval), '_se' (the resamples' standard deviation), '_boot' (S, B) the resamples; with
+    ``truth`` ((N, C), or per seed (S, N, C)) also '_true', the same fits scored on the true surface
+    (mean over the runs' fits; the bound's oracle is the true one)."""
     S, R, N, C = b.us.shape
     nt = L.n_train
-    picks, order, selected, baseline = choices(L, b)
-    picks.update(_phase_picks(L, b, picks))
     A, B = pairs(R)
     ut = b.us[:, :, nt:]
-    phase_t, _ = _test_view(L, b)
-    out = {"selected": selected, "baseline": baseline, "order": order}
+    phase_t, _, weight_t = _test_view(L, b)
+    counts = interval.run_counts(R, L.boot.shape[0], measured.group_seed(L.seed, L.mode, "runs"))
+    pw = interval.pair_weights(counts, A, B)
+    free = L.cols["free"]
+    oracle_all = _oracle_all_sums(ut, free, A, B, counts, L.boot)
+    out = {}
     tt = None
     if truth is not None:
         tt = np.asarray(truth)[..., nt:, :]
         tt = np.broadcast_to(tt if tt.ndim == 2 else tt[:, None], (S, R, N - nt, C))
+        true_oracle = (tt[..., free].min(-1), None) if oracle_all is not None else None
     sums, true_sums = {}, {}
-    for name, (fn, code) in specs(L, picks).items():
+    for name, (fn, code) in figure_specs.items():
         if code not in sums:
-            mask = None if code is None else (phase_t == code)[:, None].astype(float)
-            sums[code] = _sums(_pair_scorer(ut, A, B), picks, mask, L.boot)
+            mask = None if code is None else (phase_t == code).astype(float)
+            sums[code] = _sums(_pair_scorer(ut, A, B), picks, weight_t, mask, L.boot, oracle_all)
             if tt is not None:
-                true_sums[code] = _sums(_truth_scorer(tt, L.cols["free"]), picks, mask, None)
-        G, Nn, GB, NB = sums[code][:4]
+                true_sums[code] = _sums(_truth_scorer(tt), picks, weight_t, mask, None, true_oracle)
+        G, Nn, GB, NB = sums[code]
         with np.errstate(invalid="ignore", divide="ignore"):  # a seed without a phase: NaN
             per_pair, per_boot = fn(G, Nn), fn(GB, NB)
             if tt is not None:
                 out[name + "_true"] = fn(*true_sums[code][:2]).mean(axis=1)
-        iv = interval.interval(L.confidence, per_pair, per_boot, A, B, R)
-        out.update({name + k: v for k, v in iv.items() if k != "_var_runs"})
-        if name in CANDIDATES_FOR:
-            cand = _candidates(L, name, fn, sums[code], iv, per_pair, per_boot, (A, B, R), N - nt)
-            out.update({name + k: v for k, v in cand.items()})
-    same = [_gather(ut, picks[k][0]).sum(-1) for k in ("global", "oracle")]
-    out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)
+        boot = interval.pooled(per_boot, pw)
+        out[name] = per_pair.mean(axis=1)
+        out[name + "_lo"], out[name + "_hi"] = interval.percentile(boot, L.confidence)
+        out[name + "_se"] = interval.spread(boot)
+        out[name + "_boot"] = boot
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# The rule over one Holm family
-# ----------------------------------------------------------------------------------------------
-
-
-def p_above(est, se, df, threshold) -> np.ndarray:
-    """One-sided p-value of H0: figure <= threshold (NaN without an SE or with df < 1)."""
-    est, se, df = (np.asarray(x, float) for x in (est, se, df))
-    ok = np.isfinite(se) & np.isfinite(est) & (df >= 1)
-    scale = np.maximum(np.where(ok, se, 1.0), 1e-12 * max(1.0, abs(float(threshold))))
-    with np.errstate(invalid="ignore"):
-        p = stats.t.sf((np.where(ok, est, 0.0) - threshold) / scale, np.where(ok, df, 1.0))
-    return np.where(ok, p, np.nan)
-
-
-def holm(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Which nulls Holm's step-down procedure rejects at family-wise level ``alpha``; p (..., m), a
-    NaN p-value is never rejected (and counts in the family)."""
-    p = np.asarray(p, float)
-    m = p.shape[-1]
-    order = np.argsort(np.where(np.isnan(p), np.inf, p), axis=-1, kind="stable")
-    sorted_p = np.take_along_axis(p, order, axis=-1)
-    ok = np.cumprod(sorted_p <= alpha / (m - np.arange(m)), axis=-1).astype(bool)
-    reject = np.zeros(p.shape, bool)
-    np.put_along_axis(reject, order, ok, axis=-1)
-    return reject
-
-
-def rule(family: list[dict], alpha: float) -> dict[str, np.ndarray]:
-    """One Holm family of decided figures, each {'estimate', 'se', 'df', 'ci_high', 'threshold'} with
-    arrays (S,): 'exceeds' and 'holds' (S, m) and 'verdict' (S,).
-
-    A figure exceeds when Holm rejects "figure <= threshold" at family-wise level alpha (t p-values on
-    'se' and 'df'); it holds when its CI's upper end ('ci_high': the bootstrap-t interval's in a study,
-    ``CANDIDATES_FOR``) lies below the threshold. ``continue`` when any figure exceeds; ``stop`` when
-    every figure holds (an intersection-union test: each figure's own test at its level, no
-    multiplicity correction needed since every one must reject); otherwise ``no-decision``."""
-    if not family:
-        return {
-            "exceeds": np.zeros((1, 0), bool),
-            "holds": np.zeros((1, 0), bool),
-            "verdict": np.array(["no-decision"]),
-        }
-    pv = np.stack([p_above(f["estimate"], f["se"], f["df"], f["threshold"]) for f in family], axis=-1)
-    exceeds = holm(pv, alpha)
-    holds = np.stack([np.asarray(f["ci_high"], float) < f["threshold"] for f in family], axis=-1)
-    verdict = np.where(exceeds.any(-1), "continue", np.where(holds.all(-1), "stop", "no-decision"))
-    return {"p_value": pv, "exceeds": exceeds, "holds": holds, "verdict": verdict}
+def figures(L: Layout, b: Batch, truth: np.ndarray | None = None, only=None) -> dict[str, np.ndarray]:
+    """Every figure of one mode for S studies at once (``score`` of ``choices`` on ``specs``; ``only``:
+    just these figures), plus
+    'gap_to_oracle_same_run' (each run's own oracle), 'selected' (S, R), 'baseline' (S, R) and
+    'order' (see ``choices``)."""
+    picks, order, selected, baseline = choices(L, b)
+    picks.update(_phase_picks(L, b))
+    wanted = {k: v for k, v in specs(L, picks).items() if only is None or k in only}
+    out = score(L, b, picks, wanted, truth)
+    out.update(selected=selected, baseline=baseline, order=order)
+    ut = b.us[:, :, L.n_train :]
+    _, _, weight_t = _test_view(L, b)
+    same = [(_gather(ut, picks[k][0]) * weight_t[:, None]).sum(-1) for k in ("global", "oracle")]
+    out["gap_to_oracle_same_run"] = (100.0 * (same[0] - same[1]) / same[1]).mean(axis=1)
+    return out

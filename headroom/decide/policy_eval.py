@@ -1,40 +1,34 @@
-"""Dispatch policies scored on a chronological train/test split of the trace.
+"""policy_eval.parquet and factorial.parquet: every registry policy scored per run x mode x fusion
+arm, from the one estimator the decision uses (``headroom.decide.engine``).
 
 A *policy* maps an invocation's shape to a candidate (tile x fused); each is one object of the
 registry (``headroom.decide.registry``), fitted on the first ``train_fraction`` of a run's
 invocations (in trace order, never shuffled) and scored on the rest. T, a policy's test latency, is
-the summed ``median_us`` of the candidates it picks on the test invocations. Every figure is computed
-per mode (when timings carry ``mode``) and per fusion arm: ``off`` (our unfused candidates only),
-``on`` (fused only) and ``free`` (all of ours). When the timings hold native candidates (``backend``
-other than 'triton', e.g. torch SDPA), they enter only a fourth arm, ``native``: ours and the native
-ones together, so the report can say whether a materially different candidate set changes the headroom.
+the weighted sum of the ``median_us`` of the candidates it picks on the test invocations (weights: the
+trace's ``weight``, 1 unless the sampler stratified). Arms: ``off`` (our unfused candidates), ``on``
+(RoPE in the attention kernel), ``free`` (all of ours) and, when the timings hold native candidates,
+``native`` (ours and the natives together). ``random`` is scored as its expectation (the mean over the
+arm's candidates), ``oracle`` as the per-invocation best of the arm (it needs the future).
 
-Same-run figures (one row per run; v1, kept to show the winner's curse):
+Same-run figures (one row per run; the oracle chosen on the data it is scored on, so its gap is biased
+up by the winner's curse):
 
     gain_vs_global_pct = 100 * (T_global - T_policy) / T_global      (global fitted in the same arm)
-    gap_to_oracle_pct  = 100 * (T_policy - T_oracle) / T_oracle     (oracle: argmin of the test split)
-    net_gain_pct       = gain after each policy's lifecycle costs, per invocation (``costs.charge``,
-                         as the decision charges them): dispatch lookup + the switching penalty on
-                         each change of candidate within a phase (beyond what the global kernel
-                         pays) + each shape's own plan build per call (eager) + compile time of the
-                         candidates it uses amortized over ``deployment_invocations``. In graph mode
-                         the lookup is paid once at capture, so replays pay none.
+    gap_to_oracle_pct  = 100 * (T_policy - T_oracle) / T_oracle
+    net_gain_pct       = the gain after each policy's lifecycle costs per invocation (``costs.charge``,
+                         as the decision charges them)
 
-``ci_low``/``ci_high`` are the percentile bootstrap CI (level ``confidence``) of
-``gain_vs_global_pct`` over test invocations of that run (``gap_ci_*``, ``net_ci_*``: the same
-resamples for the other two figures); they ignore run-to-run variance.
-
-Cross-run figures (v2, the primary estimators; see ``headroom.decide.measured``), the same on every
-run's row of a (mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_gain_cv_pct`` and
-``net_gain_vs_phase_cv_pct`` (net gain over phase-keyed in the free arm), each with ``*_ci_low`` and
-``*_ci_high``: fitted on run a, scored on run b, pooled over ordered pairs, CI from a jackknife over
-runs plus a test-invocation bootstrap with t on runs - 1 degrees of freedom. With one or two runs
-they are NaN (no independent score, or no run variance to estimate).
+with ``ci_low``/``ci_high`` (``gap_ci_*``, ``net_ci_*``) the percentile interval over that run's test
+invocations (the decision's invocation resamples). Cross-run figures, the same on every run's row of a
+(mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_gain_cv_pct`` and
+``net_gain_vs_phase_cv_pct`` (over phase-keyed in the free arm), each with ``*_ci_low``/``*_ci_high``:
+fitted on run a, scored on run b, pooled over ordered pairs, the two-way bootstrap's interval
+(``headroom.decide.interval``).
 
 Selection (never on test): ``validation_net_gain_vs_phase_pct`` is a deployable policy's net gain over
-phase-keyed (free arm) on the validation slice inside the run's train (fitted on the part before it);
-``selected`` marks the policy x arm the decision takes for that run. The factorial chooses from the
-same column.
+phase-keyed (free arm) on the validation slice inside the run's train; ``selected`` marks the policy x
+arm the decision takes for that run (the best net gain over the better of global and phase-keyed
+there: ``engine.validation``). The factorial chooses from the validation column.
 """
 
 from __future__ import annotations
@@ -42,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.decide import measured
-from headroom.decide.costs import LifecycleCosts, lifecycle_costs
+from headroom.decide import engine, interval, measured
+from headroom.decide.costs import LifecycleCosts, charge, lifecycle_costs
 from headroom.decide.measured import (
     FUSION_ARMS,
     NATIVE_ARM,
@@ -51,10 +45,10 @@ from headroom.decide.measured import (
     TRACE_COLUMNS,
     ModeData,
     Options,
-    RunFits,
+    checked_modes,
     in_arm,
 )
-from headroom.decide.registry import DEPLOYABLE, POLICIES, bucket_label
+from headroom.decide.registry import DEPLOYABLE, KEYED, POLICIES, bucket_label
 
 __all__ = [
     "DEPLOYABLE",
@@ -66,71 +60,24 @@ __all__ = [
     "LifecycleCosts",
     "Options",
     "bucket_of",
+    "checked_modes",
     "evaluate",
     "factorial",
-    "fit_mode",
     "in_arm",
     "lifecycle_costs",
 ]
+CROSS = {
+    # column stem: (numerator's pick, the pick it is a gain over / a gap to), as % of the second
+    "gap_cv": lambda p, arm: (f"{p}@{arm}", f"oracle@{arm}", "gap"),
+    "gain_cv": lambda p, arm: (f"global@{arm}", f"{p}@{arm}", "gross"),
+    "net_gain_cv": lambda p, arm: (f"global@{arm}", f"{p}@{arm}", "net"),
+    "net_gain_vs_phase_cv": lambda p, arm: ("phase-keyed@free", f"{p}@{arm}", "net"),
+}
 
 
 def bucket_of(features: pd.DataFrame) -> np.ndarray:
     """Bucket label per invocation: phase and power-of-two ceilings of q_len, kv_len and batch."""
     return np.array([bucket_label(s) for s in features.to_dict("records")])
-
-
-def _check_columns(df: pd.DataFrame, required, name: str) -> None:
-    if not isinstance(df, pd.DataFrame):
-        raise ValueError(f"{name} must be a pandas DataFrame, got {type(df).__name__}")
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{name}: missing column(s) {missing}; see DESIGN.md 'Required columns'")
-
-
-def _percentiles(boot: np.ndarray, confidence: float) -> tuple[float, float]:
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def _check_inputs(trace, timings, train_fraction) -> None:
-    if not isinstance(train_fraction, int | float) or not 0.0 < float(train_fraction) < 1.0:
-        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
-    _check_columns(trace, TRACE_COLUMNS, "trace")
-    _check_columns(timings, TIMING_COLUMNS, "timings")
-    if trace["invocation"].duplicated().any():
-        raise ValueError("trace: invocation must be unique (one row per invocation)")
-    unknown = sorted(set(timings["invocation"]) - set(trace["invocation"]))
-    if unknown:
-        raise ValueError(f"timings: invocation(s) {unknown[:5]} are not in the trace")
-
-
-def fit_mode(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction: float, seed: int):
-    """(n_train, fits per run) of one mode: every policy fitted on each run's train."""
-    n = md.us.shape[1]
-    n_train, n_fit = measured.split(n, train_fraction, opts.validation_fraction)
-    if n_train < 1 or n - n_train < 1:
-        raise ValueError(
-            f"timings (mode {md.mode}): {n} invocation(s) cannot be split with train_fraction={train_fraction}"
-        )
-    ctx = {"costs": costs, "opts": opts, "seed": seed}
-    return n_train, [measured.fit_run(md, r, n_train, n_fit, ctx) for r in range(len(md.runs))]
-
-
-def checked_modes(trace, timings, lifecycle, train_fraction: float, options: dict):
-    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData)."""
-    opts = Options.from_mapping(options)
-    _check_inputs(trace, timings, train_fraction)
-    return opts, lifecycle_costs(lifecycle), measured.mode_data(trace, timings)
-
-
-def fitted_modes(trace, timings, lifecycle, train_fraction: float, seed: int, options: dict):
-    """Check the inputs, then per mode of the timings: (opts, its ModeData, n_train, each run's fits),
-    with ``options`` read into ``Options`` and the lifecycle's costs charged."""
-    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
-    for md in modes:
-        n_train, fits = fit_mode(md, costs, opts, train_fraction, seed)
-        yield opts, md, n_train, fits
 
 
 def evaluate(
@@ -142,18 +89,14 @@ def evaluate(
     seed: int = 0,
     **options,
 ) -> pd.DataFrame:
-    """Score every policy per run x mode x fusion arm, same-run and cross-run.
-
-    trace: DESIGN.md trace columns, one row per invocation. timings: portfolio rows (several runs
-    allowed; optional ``mode``, ``std_us``, ``reps``). lifecycle: lifecycle.parquet or None (no
-    costs). options: see ``Options``. Returns one row per run x mode x policy x fusion arm with the
-    policy_eval columns plus the fitted facts behind them (see module docstring for definitions).
-    """
+    """One row per run x mode x policy x fusion arm with the policy_eval columns and the fitted facts
+    behind them (the module docstring defines them). trace: DESIGN.md trace columns, one row per
+    invocation. timings: portfolio rows (several runs; optional ``mode``, ``std_us``, ``reps``).
+    lifecycle: lifecycle.parquet or None (no costs). options: see ``Options``."""
+    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
     rows = []
-    for opts, md, n_train, fits in fitted_modes(trace, timings, lifecycle, train_fraction, seed, options):
-        cross = _cross_columns(md, fits, n_train, opts, seed)
-        for r in range(len(md.runs)):
-            rows += _same_run_rows(md, fits[r], r, n_train, opts, seed, cross)
+    for md in modes:
+        rows += mode_rows(md, costs, opts, train_fraction, seed)
     out = pd.DataFrame(rows)
     if out.empty:
         raise ValueError("timings: no rows to evaluate")
@@ -161,114 +104,186 @@ def evaluate(
     return out
 
 
-def _same_run_rows(md: ModeData, rf: RunFits, r: int, n_train: int, opts, seed, cross) -> list[dict]:
-    us = md.us[r][n_train:]
-    n_test = us.shape[0]
-    boot = measured.group_seed(seed, md.runs[r], md.mode).integers(
-        0, n_test, size=(opts.bootstrap_resamples, n_test)
-    )
-    method = (
-        "percentile bootstrap of gain_vs_global_pct (gap_ci_*: gap_to_oracle_pct, net_ci_*: net_gain_pct) "
-        f"over {n_test} test invocations, {opts.bootstrap_resamples} paired resamples"
-    )
+def _picks(L: engine.Layout, b: engine.Batch) -> dict:
+    """{'<policy>@<arm>': (choice, charge) (1, R, n_test)} of every policy in every arm; random as
+    (None, charge, its expected latency per run)."""
+    ut = b.us[:, :, L.n_train :]
+    phase, plan, _ = engine._test_view(L, b)
+    picks = {}
+    for arm, cols in L.arm_cols.items():
+        for p in KEYED:
+            picks[f"{p}@{arm}"] = engine.fit(L, b, "train", p, arm)
+        oracle = cols[np.argmin(ut[..., cols], axis=-1)]
+        picks[f"oracle@{arm}"] = (oracle, _charge(L, oracle, phase, plan, "oracle"))
+        picks[f"random@{arm}"] = (None, _random_charge(L, cols, phase, plan), ut[..., cols].mean(-1))
+    return picks
+
+
+def _charge(L, choice, phase, plan, policy, compile_us=None):
+    dispatch = L.dispatch.get(policy, max(L.dispatch.values()))
+    compile_us = L.compile_us if compile_us is None else compile_us
+    return charge(choice, phase[:, None], plan[:, None], dispatch, L.switch_us, compile_us)
+
+
+def _random_charge(L, cols, phase, plan) -> np.ndarray:
+    """random's expected charge per invocation: its lookup, a switch on each within-phase step with
+    probability 1 - 1/C, the arm's mean plan build, every candidate of the arm compiled."""
+    C = len(cols)
+    same = np.concatenate([[False], phase[0, 1:] == phase[0, :-1]])
+    per = L.dispatch["random"] + L.switch_us * (1 - 1 / C) * same + plan[0][:, cols].mean(-1)
+    return (per + L.compile_us[cols].sum())[None, None]
+
+
+def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction: float, seed: int) -> list:
+    n = md.us.shape[1]
+    n_train, _ = measured.split(n, train_fraction, opts.validation_fraction)
+    if n_train < 1 or n - n_train < 1:
+        raise ValueError(
+            f"timings (mode {md.mode}): {n} invocation(s) cannot be split with train_fraction={train_fraction}"
+        )
+    L = engine.layout(md, opts, costs, train_fraction, seed, every=True)
+    b = engine.Batch(md.us[None], md.sem2[None])
+    R = len(md.runs)
+    picks = _picks(L, b)
+    for name, (ch, co, *rest) in list(picks.items()):
+        if ch is None:
+            picks[name] = (None, np.broadcast_to(co, (1, R, co.shape[-1])), *rest)
+    cross = _cross(L, b, picks, md)
+    order = [(p, a) for a in L.cols for p in L.deployable]
+    val = engine.validation(L, b, order)
     rows = []
-    for arm, arm_fits in rf.test.items():
-        lat = {p: measured.latency(us, f) for p, f in arm_fits.items()}
-        boot_sum = {p: v[boot].sum(axis=1) for p, v in lat.items()}
-        t = {p: float(v.sum()) for p, v in lat.items()}
-        g, o = arm_fits["global"], "oracle"
-
-        def net(total, policy, arm_fits=arm_fits):
-            return total / n_test + arm_fits[policy].cost_us
-
-        for policy, fit in arm_fits.items():
-            gain = 100.0 * (boot_sum["global"] - boot_sum[policy]) / boot_sum["global"]
-            gap = 100.0 * (boot_sum[policy] - boot_sum[o]) / boot_sum[o]
-            net_boot = 100.0 * (net(boot_sum["global"], "global") - net(boot_sum[policy], policy))
-            net_boot = net_boot / net(boot_sum["global"], "global")
-            row = {
-                "run": md.runs[r],
-                "mode": md.mode,
-                "policy": policy,
-                "fusion": arm,
-                "test_us": t[policy],
-                "gain_vs_global_pct": 100.0 * (t["global"] - t[policy]) / t["global"],
-                "gap_to_oracle_pct": 100.0 * (t[policy] - t[o]) / t[o],
-                "net_gain_pct": 100.0
-                * (net(t["global"], "global") - net(t[policy], policy))
-                / net(t["global"], "global"),
-            }
-            row.update(zip(("ci_low", "ci_high"), _percentiles(gain, opts.confidence), strict=True))
-            row.update(zip(("gap_ci_low", "gap_ci_high"), _percentiles(gap, opts.confidence), strict=True))
-            row.update(
-                zip(("net_ci_low", "net_ci_high"), _percentiles(net_boot, opts.confidence), strict=True)
-            )
-            row.update(_facts(md, fit, g, arm, n_train, n_test, opts, method))
-            row["validation_net_gain_vs_phase_pct"] = rf.validation.get((policy, arm), np.nan)
-            row["selected"] = (policy, arm) == rf.selected
-            row.update(cross[(policy, arm)])
-            rows.append(row)
+    for r in range(R):
+        same = _same_run(L, b, picks, md, r)
+        for arm in L.arm_cols:
+            for policy in POLICIES:
+                row = {"run": md.runs[r], "mode": md.mode, "policy": policy, "fusion": arm}
+                row.update(same[(policy, arm)])
+                row.update(_facts(L, md, picks, policy, arm, r, costs, opts))
+                row["validation_net_gain_vs_phase_pct"] = _validation_gain(val, order, policy, arm, r)
+                row["selected"] = bool(order) and order[int(val["selected"][0, r])] == (policy, arm)
+                row.update(cross[(policy, arm)])
+                rows.append(row)
     return rows
 
 
-def _facts(md, fit, g, arm, n_train, n_test, opts, method) -> dict:
+def _validation_gain(val, order, policy, arm, r) -> float:
+    if val["nets"] is None or (policy, arm) not in order:
+        return np.nan
+    phase = val["base_nets"][0, r, engine.BASELINES.index("phase-keyed")]
+    return float(100.0 * (phase - val["nets"][0, r, order.index((policy, arm))]) / phase)
+
+
+def _latency(L, b, pick, r):
+    """(test latency per invocation on run r, charge per invocation) of a pick."""
+    ch, co = pick[:2]
+    ut = b.us[0, r, L.n_train :]
+    lat = pick[2][0, r] if ch is None else ut[np.arange(len(ut)), ch[0, r]]
+    return lat, co[0, min(r, co.shape[1] - 1)]
+
+
+def _same_run(L, b, picks, md, r) -> dict:
+    """{(policy, arm): the same-run figures of run r with their percentile intervals}."""
+    w = L.weight[L.n_train :]
+    boot = L.boot * w  # (B, n): each resample's weights
+    out = {}
+    for arm in L.arm_cols:
+        lat = {p: _latency(L, b, picks[f"{p}@{arm}"], r) for p in POLICIES}
+        T = {p: float((v * w).sum()) for p, (v, _) in lat.items()}
+        TB = {p: boot @ v for p, (v, _) in lat.items()}
+        NET = {p: float(((v + c) * w).sum() / w.sum()) for p, (v, c) in lat.items()}
+        NB = {p: (boot @ (v + c)) / boot.sum(axis=1) for p, (v, c) in lat.items()}
+        for p in POLICIES:
+            gain = 100.0 * (TB["global"] - TB[p]) / TB["global"]
+            gap = 100.0 * (TB[p] - TB["oracle"]) / TB["oracle"]
+            net = 100.0 * (NB["global"] - NB[p]) / NB["global"]
+            row = {
+                "test_us": T[p],
+                "gain_vs_global_pct": 100.0 * (T["global"] - T[p]) / T["global"],
+                "gap_to_oracle_pct": 100.0 * (T[p] - T["oracle"]) / T["oracle"],
+                "net_gain_pct": 100.0 * (NET["global"] - NET[p]) / NET["global"],
+            }
+            for stem, x in (("ci", gain), ("gap_ci", gap), ("net_ci", net)):
+                lo, hi = interval.percentile(x[None], L.confidence)
+                row[f"{stem}_low"], row[f"{stem}_high"] = float(lo[0]), float(hi[0])
+            out[(p, arm)] = row
+    return out
+
+
+def _facts(L, md, picks, policy, arm, r, costs, opts) -> dict:
     """The fitted facts behind a row: what it used, what it costs, how the CI was made."""
+    cols = L.arm_cols[arm]
+    ch, co = picks[f"{policy}@{arm}"][:2]
+    phase = L.phase[L.n_train :]
+    same = phase[1:] == phase[:-1]
+    if ch is None:  # random: every candidate of the arm, an expected switch count
+        used = [md.names[c] for c in cols]
+        switches = float(same.sum() * (1 - 1 / len(cols)))
+    else:
+        seq = ch[0, r]
+        used = sorted({md.names[c] for c in np.unique(seq)})
+        switches = float(np.count_nonzero((seq[1:] != seq[:-1]) & same))
+    w = L.weight[L.n_train :]
+    compile_us = np.array([costs.compile_s.get(c, 0.0) for c in md.names]) * 1e6 / opts.deployment_invocations
+    per = co[0, min(r, co.shape[1] - 1)]
+    running = per - sum(compile_us[md.names.index(c)] for c in used)
+    _, basis = costs.dispatch_for(policy)
+    if md.mode == "graph":  # the lookup runs once, when the graph is captured for a shape
+        basis = "captured into the graph"
+    method = (
+        "percentile bootstrap over the run's test invocations (gap_ci_*: gap_to_oracle_pct, net_ci_*: "
+        f"net_gain_pct), {L.boot.shape[0]} resamples within step kinds; cross-run *_cv: two-way bootstrap "
+        "over runs and test invocations"
+    )
+    global_choice = picks[f"global@{arm}"][0][0, r, 0]
     return {
         "confidence": opts.confidence,
         "ci_method": method,
-        "deployable": fit.policy != "oracle",
-        "train_invocations": n_train,
-        "test_invocations": n_test,
-        "arm_candidates": len(md.arm_cols(arm)),
-        "global_candidate": md.names[int(g.choice[0])],
-        "candidates_used": ",".join(fit.used),
-        "switches": fit.switches,
-        "clusters": fit.fitted.k if fit.policy == "clustered" else pd.NA,
-        "cost_per_invocation_us": fit.cost_us,
-        "running_cost_us": fit.running_us,
+        "deployable": policy != "oracle",
+        "train_invocations": L.n_train,
+        "test_invocations": L.n - L.n_train,
+        "arm_candidates": len(cols),
+        "global_candidate": md.names[int(global_choice)],
+        "candidates_used": ",".join(used),
+        "switches": switches,
+        "clusters": L.keys[("train", "clustered")].k if policy == "clustered" else pd.NA,
+        "cost_per_invocation_us": float((per * w).sum() / w.sum()),
+        "running_cost_us": float((running * w).sum() / w.sum()),
         "deployment_invocations": opts.deployment_invocations,
-        "dispatch_basis": fit.basis,
-        "compile_s": fit.compile_s,
-        "cache_bytes": fit.cache_bytes,
+        "dispatch_basis": basis,
+        "compile_s": sum(costs.compile_s.get(c, 0.0) for c in used),
+        "cache_bytes": sum(costs.cache_bytes.get(c, 0.0) for c in used),
         "dropped_candidates": ",".join(map(str, md.dropped)),
     }
 
 
-CROSS_FIGURES = {
-    # column stem: (figure function, the two fits it reads: (policy, arm) -> name in the figure)
-    "gap_cv": lambda p: (measured.gap_pct(p), {p: None, "oracle": None}),
-    "gain_cv": lambda p: (measured.gain_pct(p), {p: None, "global": None}),
-    "net_gain_cv": lambda p: (measured.gain_pct(p, net=True), {p: None, "global": None}),
-    "net_gain_vs_phase_cv": lambda p: (
-        measured.gain_pct(p, "phase@free", net=True),
-        {p: None, "phase@free": None},
-    ),
-}
-
-
-def _cross_columns(md: ModeData, fits: list[RunFits], n_train: int, opts, seed) -> dict:
-    """{(policy, arm): cross-run columns}, pooled over ordered pairs of runs."""
-    n_test = md.us.shape[1] - n_train
-    boot = measured.boot_indices(n_test, opts.bootstrap_resamples, measured.group_seed(seed, md.mode, "cv"))
-    out = {}
-    for arm in md.arms():
+def _cross(L, b, picks, md) -> dict:
+    """{(policy, arm): cross-run columns}, from the engine's pair scoring and interval."""
+    figure_specs = {}
+    for arm in L.arm_cols:
         for policy in POLICIES:
-            cols = {}
-            for stem, make in CROSS_FIGURES.items():
-                figure, names = make(policy)
+            for stem, make in CROSS.items():
+                a, c, kind = make(policy, arm)
+                if kind == "gap":
+                    fn = engine._pct(lambda G, N, a=a: G[a], lambda G, N, c=c: G[c], lambda G, N, c=c: G[c])
+                else:
+                    key = "G" if kind == "gross" else "N"
 
-                def pick(name, arm=arm):
-                    return lambda rf: (
-                        rf.test["free"]["phase-keyed"] if name == "phase@free" else rf.test[arm][name],
-                        None,
-                    )
+                    def get(k, key=key):
+                        return (lambda G, N: G[k]) if key == "G" else (lambda G, N: N[k])
 
-                pairs = measured.pair_vectors(md, fits, {name: pick(name) for name in names}, n_train)
-                e = measured.pooled(pairs, figure, boot, opts.confidence) if pairs else None
-                cols[f"{stem}_pct"] = e.estimate if e else np.nan
-                cols[f"{stem}_ci_low"] = e.ci_low if e else np.nan
-                cols[f"{stem}_ci_high"] = e.ci_high if e else np.nan
-            out[(policy, arm)] = cols
+                    fn = engine._pct(get(a), get(c), get(a))
+                figure_specs[f"{stem}|{policy}|{arm}"] = (fn, None)
+    if len(md.runs) < 2:  # no pair of runs: no cross-run figure
+        nan = {f"{stem}{x}": np.nan for stem in CROSS for x in ("_pct", "_ci_low", "_ci_high")}
+        return {(p, a): dict(nan) for a in L.arm_cols for p in POLICIES}
+    f = engine.score(L, b, picks, figure_specs)
+    out = {}
+    for name in figure_specs:
+        stem, policy, arm = name.split("|")
+        cols = out.setdefault((policy, arm), {})
+        cols[f"{stem}_pct"] = float(f[name][0])
+        cols[f"{stem}_ci_low"] = float(f[name + "_lo"][0])
+        cols[f"{stem}_ci_high"] = float(f[name + "_hi"][0])
     return out
 
 
@@ -292,7 +307,7 @@ def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
     interaction_pct = combined - policy - fusion. fusion_speedup = A/B. A (run, mode) without both
     an unfused and a fused arm gets a row with status 'skipped' and the reason.
     """
-    _check_columns(
+    measured.check_columns(
         policy_eval,
         ("run", "policy", "fusion", "test_us", "gain_vs_global_pct", FACTORIAL_SELECTION),
         "policy_eval",

@@ -21,17 +21,21 @@ from headroom.policies.fit import Train, fit_keyed, fit_objective, key_codes, re
 __all__ = [
     "DEPLOYABLE",
     "GRAPH_DEPLOYABLE",
+    "KEYED",
     "POLICIES",
+    "RICHER",
     "Train",
     "deployable_in",
     "fit_keyed",
     "fit_objective",
     "key_codes",
+    "needs",
     "regret_of",
 ]
 __all__ += _policies.__all__
 
 POLICIES = (*_policies.REGISTRY, "oracle")
+KEYED = tuple(p for p in _policies.REGISTRY if p != "random")  # fitted per key through ``fit_keyed``
 # Policies a serving system could ship that adapt to shape beyond the phase split; the better of
 # `global` and `phase-keyed` is the baseline they must beat, `random` a floor, `oracle` needs the future.
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed")
@@ -39,6 +43,21 @@ DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed
 # capture (phase, padded batch size) can be baked into the graphs. The others would need a runtime
 # dispatch inside the graph; graph mode reports them and decides on these.
 GRAPH_DEPLOYABLE = ("batch-keyed",)
+
+
+# Richer policy families, each scored beside the decided figure so that a gap no deployable policy
+# captures is stated with what would capture it: exact-key keys on the whole shape (batch, q_len,
+# kv_len), bucketed on powers of two of each.
+RICHER = ("exact-key", "bucketed")
+
+
+def needs(policy: str, mode: str) -> str:
+    """What deploying ``policy`` in ``mode`` takes, in a server's words."""
+    if mode == "graph" and policy not in GRAPH_DEPLOYABLE:
+        return "a runtime dispatch inside the captured graph (kv_len is not fixed at capture)"
+    if mode == "graph":
+        return "one graph per padded batch size, captured with its kernel"
+    return "a table lookup before each call"
 
 
 def deployable_in(mode: str) -> tuple[str, ...]:

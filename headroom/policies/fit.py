@@ -40,6 +40,7 @@ class Train:
     clusters: int = 4
     seed: int = 0
     charge_us: np.ndarray | None = None  # (n, C) per-call charge of each candidate (eager plan builds)
+    weight: np.ndarray | None = None  # (n,) invocations each row stands for (a stratified trace's weight)
 
 
 def key_codes(keys: list) -> tuple[np.ndarray, list]:
@@ -67,25 +68,32 @@ def fit_table(policy, train: Train):
     policy.candidates = tuple(train.candidates)
     policy.prepare(train.features)
     codes, uniques = key_codes(policy.keys(train.features))
-    best, fb = fit_keyed(codes, len(uniques), fit_objective(train), regret_of(policy, train))
+    best, fb = fit_keyed(
+        codes, len(uniques), fit_objective(train), regret_of(policy, train), weight=train.weight
+    )
     policy.fallback = int(fb)
     policy.table = dict(zip(uniques, best.tolist(), strict=True))
     return policy
 
 
-def fit_keyed(codes: np.ndarray, k: int, us: np.ndarray, regret=None) -> tuple[np.ndarray, np.ndarray]:
+def fit_keyed(
+    codes: np.ndarray, k: int, us: np.ndarray, regret=None, weight: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(best column per key (..., k), global column (...)) of a keyed policy on ``us`` (..., n, C):
-    the least summed cost per key; a tie keeps the global column (no switch). Leading axes are seeds
-    and runs of the simulator; a study's run is ``us`` (n, C).
+    the least weighted summed cost per key; a tie keeps the global column (no switch). Leading axes
+    are seeds and runs of the simulator; a study's run is ``us`` (n, C). weight (n,): how many of the
+    workload's invocations each row stands for (a stratified trace's ``weight``; None: 1 each).
 
     regret (z, deviation_us, sem2 (..., n, C)): keep a key on the global column unless the lower
-    confidence bound of its per-invocation gain exceeds the deviation cost; the gain's standard error
-    combines the medians' noise (sem2 of both columns) and the spread of the gain over the key's
-    invocations (when it has at least two)."""
-    onehot = np.zeros((k, us.shape[-2]))
-    onehot[codes, np.arange(us.shape[-2])] = 1.0
-    fb = np.argmin(us.sum(axis=-2), axis=-1)
-    sums = np.einsum("kn,...nc->...kc", onehot, us)
+    confidence bound of its per-invocation gain (weighted mean over the key's rows) exceeds the
+    deviation cost; the gain's standard error combines the medians' noise (sem2 of both columns) and
+    the spread of the gain over the key's invocations (when it has at least two)."""
+    n = us.shape[-2]
+    w = np.ones(n) if weight is None else np.asarray(weight, float)
+    onehot = np.zeros((k, n))
+    onehot[codes, np.arange(n)] = 1.0
+    fb = np.argmin((us * w[:, None]).sum(axis=-2), axis=-1)
+    sums = np.einsum("kn,...nc->...kc", onehot * w, us)
     best = np.argmin(sums, axis=-1)
     at_fb = np.take_along_axis(sums, np.broadcast_to(fb[..., None, None], (*fb.shape, k, 1)), -1)[..., 0]
     at_best = np.take_along_axis(sums, best[..., None], -1)[..., 0]
@@ -99,7 +107,8 @@ def fit_keyed(codes: np.ndarray, k: int, us: np.ndarray, regret=None) -> tuple[n
     d = pick(us, fb_rows) - pick(us, row_best)
     s2 = pick(sem2, fb_rows) + pick(sem2, row_best)
     cnt = onehot.sum(axis=1)
-    mean = (d @ onehot.T) / cnt
+    share = onehot * w / np.maximum((onehot * w).sum(axis=1, keepdims=True), 1e-300)
+    mean = d @ share.T
     spread = ((d - mean[..., codes]) ** 2 @ onehot.T) / np.maximum(cnt - 1, 1)
     se2 = (s2 @ onehot.T) / cnt**2 + np.where(cnt >= 2, spread / cnt, 0.0)
     deviate = (best != fb[..., None]) & (mean - z * np.sqrt(se2) > deviation_us)

@@ -1,4 +1,4 @@
-"""The study's figures (analysis/figures.py): the deployment profile, step types, the profile's
+"""The study's figures (decide/figures.py, decide/measured.py): the deployment profile, step types, the profile's
 parts, and the figure rows the decision reads, with the split and seed of the default study."""
 
 from __future__ import annotations
@@ -25,22 +25,22 @@ def test_profile_units_and_step_types():
     assert figures.unit_of("gap_to_oracle") == "%" and figures.unit_of("fusion_speedup") == "x"
     assert figures.unit_of(f"{figures.KERNEL_ROWS}sdpa") == "x"
     tr = S.trace("AC")
-    assert figures.step_of(tr).tolist() == ["mixed", "decode-only"]
+    assert measured.step_of(tr).tolist() == ["mixed", "decode-only"]
     # a serving trace's step column (trace.requests.STEPS): the decodes of a mixed step are mixed
-    assert figures.step_of(tr.assign(step=["prefill", "decode"])).tolist() == ["mixed", "decode-only"]
-    assert figures.step_of(tr.assign(step=["mixed-prefill", "mixed-decode"])).tolist() == ["mixed", "mixed"]
-    assert figures.step_of(tr.assign(step=[None, "mixed-decode"])).tolist() == ["mixed", "mixed"]
+    assert measured.step_of(tr.assign(step=["prefill", "decode"])).tolist() == ["mixed", "decode-only"]
+    assert measured.step_of(tr.assign(step=["mixed-prefill", "mixed-decode"])).tolist() == ["mixed", "mixed"]
+    assert measured.step_of(tr.assign(step=[None, "mixed-decode"])).tolist() == ["mixed", "mixed"]
     with pytest.raises(ValueError, match=r"step holds \['chunk'\]"):
-        figures.step_of(tr.assign(step=["chunk", "decode"]))
+        measured.step_of(tr.assign(step=["chunk", "decode"]))
 
 
 def test_a_part_holds_its_step_types_invocations_in_order():
     tr = S.trace("ACAC")
     (md,) = measured.mode_data(tr, S.timings(tr, _lat, runs=(1, 2)))
-    sub = figures.part(md, "decode-only")
+    sub = measured.part(md, "decode-only")
     assert sub.features["invocation"].tolist() == [1, 3] and sub.us.shape == (2, 2, md.us.shape[2])
     np.testing.assert_array_equal(sub.us, md.us[:, [1, 3]])
-    assert figures.part(md, "prefill") is None
+    assert measured.part(md, "prefill") is None
 
 
 def test_study_figures_take_the_default_studys_split_and_seed():

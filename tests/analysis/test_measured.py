@@ -1,4 +1,4 @@
-"""Cross-run arrays and splits (analysis/measured.py): one mode's runs as (run, invocation,
+"""What was measured, as arrays (decide/measured.py): one mode's runs as (run, invocation,
 candidate) matrices, the chronological train/validation/test split, the fusion arms, seeded draws
 and the options' checks."""
 
@@ -52,8 +52,6 @@ def test_arms_and_seeded_draws():
     a, b = measured.group_seed(0, "graph", 1).random(3), measured.group_seed(0, "graph", 1).random(3)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, measured.group_seed(0, "graph", 2).random(3))
-    idx = measured.boot_indices(5, 7, np.random.default_rng(0))
-    assert idx.shape == (7, 5) and idx.min() >= 0 and idx.max() < 5
 
 
 def test_options_default_to_the_study_and_refuse_what_they_cannot_use():
@@ -68,9 +66,20 @@ def test_options_default_to_the_study_and_refuse_what_they_cannot_use():
         measured.Options.from_mapping({"confidence": 0.4})
 
 
-def test_figure_functions_are_the_percentages_the_report_prints():
-    sums, charges = {"global": 200.0, "oracle": 160.0, "p": 180.0}, {"global": 0.0, "p": 1.0}
-    assert measured.gap_pct("global")(sums, charges, 10) == pytest.approx(25.0)
-    assert measured.gain_pct("p")(sums, charges, 10) == pytest.approx(10.0)
-    assert measured.gain_pct("p", net=True)(sums, charges, 10) == pytest.approx(5.0)  # 1 µs a call
-    assert measured.ratio("global", "p")(sums, charges, 10) == pytest.approx(200 / 180)
+def test_weights_and_strata_of_a_trace():
+    tr = S.trace("ACCA")
+    np.testing.assert_array_equal(measured.weights_of(tr), [1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(measured.weights_of(tr.assign(weight=[4.0, 0.5, 0.5, 4.0])), [4, 0.5, 0.5, 4])
+    with pytest.raises(ValueError, match="weight must be positive"):
+        measured.weights_of(tr.assign(weight=[1.0, 0.0, 1.0, 1.0]))
+    strata = measured.strata_of(tr)
+    assert strata[0] == strata[3] != strata[1] == strata[2]  # one stratum per step kind
+
+
+def test_eager_timings_recorded_back_to_back_are_flagged():
+    tr = S.trace("AC")
+    tm = S.timings(tr, _latency, runs=(1, 2), modes=("eager", "graph"))
+    eager, graph = measured.mode_data(tr, tm.assign(timing_method="cuda_events"))
+    assert eager.host_included and not graph.host_included
+    (new,) = measured.mode_data(tr, S.timings(tr, _latency, runs=(1, 2)).assign(timing_method="spin-events"))
+    assert not new.host_included
