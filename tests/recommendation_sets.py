@@ -23,7 +23,7 @@ def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, depl
     tr = S.trace(seq)
     tm = S.timings(tr, latency, modes=modes)
     figs = figures.study_figures(tr, tm, deployment=deployment, **FAST)
-    d = decision.decide(figs, None, S.environment(), deployment=deployment)
+    d = decision.decide(figs, None, S.environment(), deployment=deployment, min_test_invocations=5)
     table, content = recommendation.build(
         d,
         tr,

@@ -342,8 +342,9 @@ def _headline(fig: pd.DataFrame, units: dict, device: str, deployment: dict) -> 
     verdict, code, left_out = rule.headline({u: (v, c) for u, (v, c, _, _) in parts.items()})
     open_ = [why for u, (v, c, why, _) in parts.items() if v == "no-decision" and u not in left_out]
     said = open_[0] if verdict == "no-decision" and open_ else words.reason(code)
-    first = f"{words.VERDICT_WORD[verdict]} {scope}: {said}."
+    first = f"{words.VERDICT_WORD[verdict]} {scope}: {said}"
     if left_out:
-        first += " Not decided: " + "; ".join(f"{u} ({parts[u][1]})" for u in left_out) + "."
+        first += "; not decided: " + ", ".join(f"{u} ({parts[u][1]})" for u in left_out)
+    first += "."
     per = " ".join(f"{u}: {v}, {why}." for u, (v, _, why, _) in parts.items())
     return verdict, code, f"{first} Per part: {per}"

@@ -451,7 +451,7 @@ def score(L: Layout, b: Batch, picks: dict, figure_specs: dict, truth: np.ndarra
             if tt is not None:
                 out[name + "_true"] = fn(*true_sums[code][:2]).mean(axis=1)
         boot = interval.pooled(per_boot, pw)
-        out[name] = per_pair.mean(axis=1)
+        out[name] = per_pair.mean(axis=1) if per_pair.shape[1] else np.full(S, np.nan)  # one run: no pair
         out[name + "_lo"], out[name + "_hi"] = interval.percentile(boot, L.confidence)
         out[name + "_se"] = interval.spread(boot)
         out[name + "_boot"] = boot

@@ -181,11 +181,13 @@ def simulate(
     redraw: bool = True,
     seed: int = 20240610,
     only=None,
+    decide: bool = True,
 ) -> dict[str, np.ndarray]:
     """Figures and the rule's states per seed for ``truth`` (N, C) under ``noise_`` (seeds, R, N, C):
     the engine and ``rule.family`` on each simulated study; '<figure>_true' the truth targets. With
     ``redraw`` each seed's test invocations are redrawn (``redraw_rows``). thresholds: the decision
-    section (config ``decision:``); only: the figures to compute (default: every one)."""
+    section (config ``decision:``); only: the figures to compute (default: every one); decide: apply
+    the rule (it needs the decided figures)."""
     rng = np.random.default_rng(seed)
     thr = {f: float(thresholds[rule.THRESHOLD_OF[f]]) for f in rule.DECIDED}
     nt = L.n_train
@@ -207,7 +209,8 @@ def simulate(
             for k, v in f.items()
             if k not in ("selected", "baseline", "order") and not k.endswith("_boot")
         }
-        f.update(rule.family(f, thr))
+        if decide:
+            f.update(rule.family(f, thr))
         parts.append(f)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 

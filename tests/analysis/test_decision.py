@@ -154,7 +154,7 @@ def test_a_part_with_too_few_test_invocations_is_reported_and_the_headline_is_de
     assert set(mixed["mode_reason_code"]) == {"too-few-invocations"} and not mixed["decided"].any()
     assert set(mixed["state"]) == {"reported"}
     assert (d["verdict"].iloc[0], d["reason_code"].iloc[0]) == ("stop", "holds")
-    assert "Not decided: eager@mixed (too-few-invocations)" in d["reason"].iloc[0]
+    assert "not decided: eager@mixed (too-few-invocations)" in d["reason"].iloc[0]
     at_default = decision.decide(figures.study_figures(tr, tm, **FAST), None, S.environment("cuda"))
     assert (at_default["verdict"].iloc[0], at_default["reason_code"].iloc[0]) == (
         "no-decision",

@@ -63,8 +63,9 @@ SECTION_OF = {
     "measure/portfolio.py": "portfolio", "measure/timing.py": "portfolio", "measure/noise.py": "portfolio",
     "measure/lifecycle.py": "lifecycle", "measure/graph_sweep.py": "graph_sweep",
     "measure/calibrate.py": "calibrate", "measure/correctness.py": "correctness",
-    "trace/invocations.py": "trace", "trace/requests.py": "trace", "analysis/policy_eval.py": "policies",
-    "analysis/decision.py": "decision", "analysis/crossrun.py": "policies", "analysis/figures.py": "decision",
+    "trace/invocations.py": "trace", "trace/requests.py": "trace", "decide/policy_eval.py": "policies",
+    "decide/decision.py": "decision", "decide/measured.py": "policies", "decide/figures.py": "decision",
+    "decide/rule.py": "decision", "decide/power.py": "decision",
 }  # fmt: skip
 MODULES = sorted(str(p.relative_to(ROOT / "headroom")) for p in (ROOT / "headroom").rglob("*.py"))
 
@@ -184,12 +185,12 @@ CODE_CHECKS = {
     "policies": (_policies_check, None),
     "correctness": (correctness.tolerances, "tolerances"),
 }
-UNCHECKED = {"policy_eval.seed"}
+UNCHECKED = {"policies.seed"}
 #: Keys whose valid values depend on other keys (config.check_semantics, trace.settings): the code
 #: may refuse what the schema accepts, never the other way round.
 RELATIONS = {
     "graph_sweep.tile": "an index into tiles",
-    "trace.invocations": "must leave a train and a test invocation at policy_eval.train_fraction",
+    "trace.invocations": "must leave a train and a test invocation at policies.train_fraction",
     "trace.tokens.max_kv_len": "a multiple of trace.round_to",
     "trace.batching.max_batched_tokens": "more than trace.batching.max_batch",
     "portfolio.adaptive.max_samples.eager": "at least portfolio.adaptive.min_samples.eager",

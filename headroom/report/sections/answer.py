@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from headroom.decide.words import label
 from headroom.report.model import Section, estimate_ci, fmt, pct
 from headroom.report.ship import SOURCES, Ship
 
 TITLE = "The answer: verdict, what to ship, what this study could detect"
-SHORT = {
-    "gap_to_oracle": "the global kernel's gap to the oracle",
-    "policy_gain": "the best deployable policy's net gain",
-}
-# the state of a decided figure that carries each verdict
-CARRIES = {"continue": "exceeds", "stop": "holds", "no-decision": "inconclusive"}
 
 
 def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
@@ -30,30 +25,36 @@ def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
 
 
 def verdict_sentences(d: pd.DataFrame | None, why: str) -> tuple[str, str]:
-    """('Verdict: continue.', 'For the deployment profile (per mode: ...), it rests on ...')."""
+    """('Verdict: stop.', the decision's first sentence, and for a headroom no deployable policy
+    captures: where it lives and what richer policy would capture it, with what deploying that needs)."""
     if d is None or d.empty:
         return "Verdict: no-decision.", f"No decision was read ({why})."
     verdict = str(d["verdict"].iloc[0])
-    if "figure" not in d.columns or "mode_verdict" not in d.columns:
-        first = str(d["reason"].iloc[0]).split(". ")[0].rstrip(".")
-        return f"Verdict: {verdict}.", f"{first}."
-    modes = d[~d["mode"].astype(str).str.contains("@")].drop_duplicates("mode")
-    per_mode = ", ".join(f"{m} {v}" for m, v in zip(modes["mode"], modes["mode_verdict"], strict=True))
-    decided = d[d["decided"].astype(bool)]
-    if "family" in d.columns and (decided["family"] == "profile").any():
-        decided = decided[decided["family"] == "profile"]
-        scope = "For the deployment profile"
-    else:
-        scope = "Over the modes"
-    carry = decided[decided["state"] == CARRIES.get(verdict, "")]
-    rows = (carry if len(carry) else decided).head(2)
-    parts = [
-        f"{SHORT.get(r.figure, r.figure)} ({r.mode}) {estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit)}"
-        f" against a {fmt(r.threshold)}{r.unit} threshold ({r.state})"
-        for r in rows.itertuples()
-    ]
-    rests = "; ".join(parts) if parts else "no decided figure"
-    return f"Verdict: {verdict}.", f"{scope} (per mode: {per_mode}), it rests on {rests}."
+    first = str(d["reason"].iloc[0]).split(". Per part:")[0].rstrip(".") + "."
+    if "reason_code" not in d.columns or d["reason_code"].iloc[0] != "uncapturable":
+        return f"Verdict: {verdict}.", first
+    return f"Verdict: {verdict}.", first + " " + " ".join(uncapturable(d))
+
+
+def uncapturable(d: pd.DataFrame) -> list[str]:
+    """Per decided unit whose gap exceeds and no deployable policy captures it: the headroom per
+    invocation, the shapes that carry it, and the richer policies' cross-run gains with what
+    deploying each needs."""
+    out = []
+    units = d[(d["mode_reason_code"] == "uncapturable") & (d["family"] == d["family"].iloc[0])]
+    if "profile" in set(d["family"]):
+        units = d[(d["mode_reason_code"] == "uncapturable") & (d["family"] == "profile")]
+    for unit, rows in units.groupby("mode", sort=False):
+        gap = rows[rows["figure"] == "gap_to_oracle"].iloc[0]
+        where = rows[rows["figure"] == "gap_carried_by"]
+        richer = rows[rows["figure"].astype(str).str.startswith("richer_gain_")]
+        said = f"In {unit}: the per-invocation best kernel is {estimate_ci(gap.estimate, gap.ci_low, gap.ci_high, '%')} ahead of the global one"
+        if len(where):
+            said += f"; {where.iloc[0].detail}"
+        for r in richer.itertuples():
+            said += f"; {label(r.figure)} {estimate_ci(r.estimate, r.ci_low, r.ci_high, '%')} ({r.detail.split('; ')[-1]})"
+        out.append(said + ".")
+    return out
 
 
 def ship_line(x: Ship) -> str:

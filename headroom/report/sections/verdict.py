@@ -5,25 +5,24 @@ from __future__ import annotations
 
 import pandas as pd
 
+from headroom.decide.words import label
 from headroom.report.model import Section, estimate_ci, fmt, skipped, table
 
-FIGURE_LABELS = {
-    "gap_to_oracle": "global kernel's gap to the oracle (fusion arm free)",
-    "policy_gain": "best deployable policy's net gain over the better of global and phase-keyed "
-    "(both chosen on validation)",
-    "policy_gain_runtime_dispatch": "kv-keyed policies' net gain (graph mode: needs runtime dispatch "
-    "inside the graph; reported, not decided)",
-    "fusion_speedup": "trace-weighted fusion speedup (global unfused / global fused)",
-    "kernel_vs_best_unfused": "recommended kernel's speedup over the best unfused kernel",
-    "policy_gain_switch_0x": "policy figure with no switch penalty (the detail: the mode's verdict then)",
-    "policy_gain_switch_2x": "policy figure at twice the measured switch penalty (the detail: the verdict)",
-    "fusion_speedup_sweep": "fusion speedup of the graph sweep (two fixed shapes; diagnostic)",
-    "gap_to_oracle_same_run": "same-run gap to the oracle (v1: oracle chosen on the data it is scored on)",
-    "policy_gain_mde": "smallest net gain over the baseline the rule detects (80% power, simulated "
-    "on this study's trace and noise): what a stop here rules out",
-    "policy_gain_no_mde": "no planted net gain up to this reached 80% power on this study's trace "
-    "and noise (the detail gives the largest power seen): not a minimum detectable effect",
-}
+# reported rows shown beside the decided figures
+SHOWN = (
+    "gap_to_oracle_bound",
+    "policy_gain_runtime_dispatch",
+    "richer_gain_exact-key",
+    "richer_gain_bucketed",
+    "gap_carried_by",
+    "fusion_speedup",
+    "policy_gain_switch_0x",
+    "policy_gain_switch_2x",
+    "fusion_speedup_sweep",
+    "gap_to_oracle_same_run",
+    "policy_gain_mde",
+    "policy_gain_no_mde",
+)
 
 
 def section(d: pd.DataFrame | None, why: str) -> Section:
@@ -35,29 +34,28 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
     s = Section("decision", title)
     s.text.append(f"The decision's reason, as it states it: {d['reason'].iloc[0]}")
     s.text += _kernel_lines(d)
-    fams = d.drop_duplicates("family") if "family" in d.columns else d.drop_duplicates("mode")
-    s.text += [f"{m.mode} mode: {m.mode_verdict} ({m.mode_reason})." for m in fams.itertuples()]
+    units = d.drop_duplicates("mode")
+    units = units[units["mode_verdict"] != "reported"]
+    s.text += [f"{m.mode}: {m.mode_verdict} ({m.mode_reason})." for m in units.itertuples()]
     s.text.append(
         "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
-        "and scored on another (all ordered pairs of runs); CIs combine a jackknife over runs with a "
-        "bootstrap over test invocations: the decided figures' CIs (and the gap bound's, on which the gap "
-        "holds) are bootstrap-t since decision-v3.1 (from four runs on, the gap's and its bound's run part "
-        "the pair mean's variance from its run and pair components since decision-v3.3), every other row's and "
-        "every p-value the t interval "
-        "with Welch-Satterthwaite degrees of freedom; `continue` needs Holm's procedure (within the mode, "
-        "or within the deployment profile's parts for the headline) to reject a figure's 'at or below "
-        "threshold'. "
+        "and scored on another (all ordered pairs of runs). Its interval is the two-way bootstrap's: runs "
+        "and test invocations resampled independently, the figure recomputed on each resample, the 2.5% "
+        "and 97.5% quantiles. A figure exceeds its threshold when the interval's lower end lies above it, "
+        "holds when its upper end lies below it (the gap on its bound, whose best kernel is chosen on the "
+        "mean of all runs). `continue` needs the deployable policy's net gain to exceed; `stop` needs it "
+        "and the gap to hold, or the gap to exceed with no deployable policy capturing it (`uncapturable`). "
         "Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
         "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
         "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
         "bound beats its cost), batch-keyed (phase and padded batch size: the only ones a CUDA Graph can "
         "hold) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
     )
-    shown = d[(d["decided"] | d["figure"].isin(FIGURE_LABELS)) & ~d["figure"].str.startswith(KERNEL)]
+    shown = d[(d["decided"] | d["figure"].isin(SHOWN)) & ~d["figure"].str.startswith(KERNEL)]
     rows = [
         {
             "mode": r.mode,
-            "figure": FIGURE_LABELS.get(r.figure, r.figure),
+            "figure": label(r.figure),
             "estimate [CI]": estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit),
             "threshold": f"{fmt(r.threshold)}{'×' if r.unit == 'x' else r.unit}"
             if pd.notna(r.threshold)
@@ -65,7 +63,9 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
             "state": r.state,
             "p (one-sided)": fmt(r.p_value) if pd.notna(r.p_value) else "",
             "note": r.detail
-            if str(r.figure).startswith(("policy_gain_switch_", "policy_gain_mde", "policy_gain_no"))
+            if str(r.figure).startswith(
+                ("policy_gain_switch_", "policy_gain_mde", "policy_gain_no", "richer_", "gap_carried")
+            )
             else "",
         }
         for r in shown.itertuples()
