@@ -10,6 +10,7 @@ rule policies:
         trace=f"{S}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
         lifecycle=f"{S}/lifecycle.parquet",
+        calibration=f"{S}/calibration.parquet",
         code=src("scripts/policies.py"),
     output:
         **artifact(policy_eval=f"{S}/policy_eval.parquet"),
@@ -26,6 +27,8 @@ rule policies:
         runtime=30,
     params:
         policies=cfg("policies"),
+        # the decoder-layer model that says where eager host time is exposed (headroom/decide/layer.py)
+        recommendation=cfg("recommendation"),
     script:
         "../scripts/policies.py"
 
@@ -62,6 +65,7 @@ rule decision:
         trace=f"{S}/trace.parquet",
         portfolio=PORTFOLIO_RUNS,
         lifecycle=f"{S}/lifecycle.parquet",
+        calibration=f"{S}/calibration.parquet",
         graph_sweep=f"{S}/graph_sweep.parquet",
         environment=f"{S}/environment.parquet",
         code=src("scripts/decision.py"),
@@ -81,6 +85,7 @@ rule decision:
         decision=cfg("decision"),
         # the figures are fitted and scored as in `policies`, so they read its settings
         policies=cfg("policies"),
+        recommendation=cfg("recommendation"),
     script:
         "../scripts/decision.py"
 

@@ -9,6 +9,15 @@ def main(stage):
     train_fraction, seed = options.pop("train_fraction"), options.pop("seed")
     thresholds = {**defaults.section("decision"), **stage.params["decision"]}
     trace, portfolio, lifecycle = stage.read("trace"), stage.read_all("portfolio"), stage.read("lifecycle")
+    # eager timings carry the host time the GPU does not hide, by the decoder-layer model
+    host = {
+        "calibration": stage.read("calibration"),
+        "intermediate_ratio": float(
+            {**defaults.section("recommendation"), **(stage.params["recommendation"] or {})}[
+                "intermediate_ratio"
+            ]
+        ),
+    }
     figs = figures.study_figures(
         trace,
         portfolio,
@@ -17,6 +26,7 @@ def main(stage):
         seed=seed,
         deployment=thresholds.get("deployment"),
         thresholds=thresholds,
+        **host,
         **options,
     )
     verdict = decision.decide(
@@ -34,7 +44,9 @@ def main(stage):
         verdict["reason"].iloc[0],
     )
     if (verdict["device"] == "cuda").all():  # a decision on GPU measurements: what could it detect?
-        opts, costs, modes = measured.checked_modes(trace, portfolio, lifecycle, train_fraction, options)
+        opts, costs, modes = measured.checked_modes(
+            trace, portfolio, lifecycle, train_fraction, options, *host.values()
+        )
         found = {}
         for md in modes:
             if md.host_included:  # not decided: no power to state

@@ -8,16 +8,19 @@ def main(stage):
     options = dict(stage.params["policies"])
     train_fraction = options.pop("train_fraction")
     seed = options.pop("seed", defaults.value("policies", "seed"))
-    policy_eval = policy_eval.evaluate(
+    layer = {**defaults.section("recommendation"), **(stage.params["recommendation"] or {})}
+    table = policy_eval.evaluate(
         stage.read("trace"),
         stage.read_all("portfolio"),
         stage.read("lifecycle"),
         train_fraction=train_fraction,
         seed=seed,
+        calibration=stage.read("calibration"),
+        intermediate_ratio=float(layer["intermediate_ratio"]),
         **options,
     )
-    stage.write("policy_eval", policy_eval)
-    stage.write("factorial", policy_eval.factorial(policy_eval))
+    stage.write("policy_eval", table)
+    stage.write("factorial", policy_eval.factorial(table))
 
 
 run_stage(snakemake, main)

@@ -33,9 +33,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from headroom.analysis.roofline import dtype_bytes
 from headroom.decide import engine, figures, measured, registry
 from headroom.decide.decision import figure_row, pure_phase_split
+from headroom.decide.layer import gemm_us, rates
 from headroom.decide.measured import checked_modes
 from headroom.dispatch import HARD, SOFT
 
@@ -124,32 +124,6 @@ def kernel_of(rows: pd.DataFrame, md, L) -> tuple[str, int]:
 # ----------------------------------------------------------------------------------------------
 # What it is worth per decoder layer
 # ----------------------------------------------------------------------------------------------
-
-
-def rates(calibration: pd.DataFrame | None) -> tuple[float, float]:
-    """(matmul FLOP/s, HBM bytes/s) of calibrate's ok rows; NaN where not measured (the CPU)."""
-    out = []
-    for name in ("matmul_flops_per_s", "hbm_bytes_per_s"):
-        ok = pd.DataFrame() if calibration is None else calibration[calibration["name"] == name]
-        if "status" in ok.columns:
-            ok = ok[ok["status"].astype(str) == "ok"]
-        value = float(ok["value"].iloc[0]) if len(ok) and pd.notna(ok["value"].iloc[0]) else math.nan
-        out.append(value if value > 0 else math.nan)
-    return out[0], out[1]
-
-
-def gemm_us(features: pd.DataFrame, intermediate_ratio: float, flops_per_s: float, bytes_per_s: float):
-    """(n,) µs of a decoder layer's GEMMs per invocation: q/k/v/o projections and a gated MLP (three
-    matrices of width ``intermediate_ratio`` x the model width heads_q x head_dim) over the
-    invocation's batch x q_len tokens, at the matmul rate or the HBM read of the weights, whichever
-    is slower (decode GEMMs are weight-bound)."""
-    f = features
-    width = f["heads_q"].to_numpy(float) * f["head_dim"].to_numpy(float)
-    kv = f["heads_kv"].to_numpy(float) * f["head_dim"].to_numpy(float)
-    params = width * (width + 2 * kv) + width * width + 3 * width * intermediate_ratio * width
-    tokens = f["batch"].to_numpy(float) * f["q_len"].to_numpy(float)
-    item = np.array([dtype_bytes(d) for d in f["dtype"].astype(str)], dtype=float)
-    return np.maximum(2.0 * tokens * params / flops_per_s, params * item / bytes_per_s) * 1e6
 
 
 def layer_model(md, col: int, gemm: np.ndarray) -> dict:
@@ -308,7 +282,9 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     options = dict(policies)
     train_fraction = options.pop("train_fraction")
     seed = options.pop("seed", defaults.value("policies", "seed"))
-    opts, costs, modes = checked_modes(trace, portfolio, lifecycle, train_fraction, options)
+    opts, costs, modes = checked_modes(
+        trace, portfolio, lifecycle, train_fraction, options, calibration, intermediate_ratio
+    )
     deployment = figures.deployment_profile(deployment)
     scopes = scopes_of({m.mode: m for m in modes}, decision, deployment)
     if not scopes:

@@ -41,11 +41,11 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts
+from headroom.core.contracts import dtype_bytes
 from headroom.measure.candidates import placement
 from kernels import schedule, split
 
 MODES = ("eager", "graph")
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "fp32": 4}
 CONSTANTS = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "matmul_flops_per_s")
 
 _RATE_UNITS = {
@@ -63,13 +63,6 @@ _RATE_UNITS = {
     "tflops": 1e12,
 }
 _TIME_UNITS = {"us": 1.0, "µs": 1.0, "ns": 1e-3, "ms": 1e3, "s": 1e6}
-
-
-def dtype_bytes(dtype: str) -> int:
-    key = str(dtype).removeprefix("torch.")
-    if key not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r} not understood; expected one of {sorted(DTYPE_BYTES)}")
-    return DTYPE_BYTES[key]
 
 
 def causal_pairs(q_len: int, kv_len: int) -> int:

@@ -260,3 +260,14 @@ def contract(kind: str) -> Contract:
 def check(kind: str, data: pa.Table | pa.Schema) -> None:
     """Check a table (or a schema) against the contract of `kind` (ValueError naming what is wrong)."""
     contract(kind).check(data)
+
+
+# Bytes per element of the dtypes a partition may name (the trace's `dtype` column).
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def dtype_bytes(dtype: str) -> int:
+    key = str(dtype).removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r} not understood; expected one of {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]

@@ -54,19 +54,24 @@ def study_figures(
     deployment=None,
     thresholds=None,
     switch_sensitivity=True,
+    calibration=None,
+    intermediate_ratio=None,
     **options,
 ) -> pd.DataFrame:
     """One row per (mode, figure): estimate, ci_low, ci_high, se, p_value (the bootstrap's one-sided
     p-value of "at or below its threshold", for figures with one), runs, invocations, test_invocations,
     pairs, decided, detail, family (the mode's own, or ``profile`` for the deployment profile's parts
     ``<mode>@<step>``). train_fraction, seed and thresholds (config ``decision:``) left out are the
-    default study's."""
+    default study's; with the calibration and ``intermediate_ratio``, eager timings carry the host
+    time the GPU does not hide (``layer.host_bound``)."""
     if train_fraction is None:
         train_fraction = defaults.value("policies", "train_fraction")
     seed = defaults.value("policies", "seed") if seed is None else seed
     thresholds = {**defaults.section("decision"), **(thresholds or {})}
     deployment = deployment_profile(deployment)
-    opts, costs, modes = measured.checked_modes(trace, timings, lifecycle, train_fraction, options)
+    opts, costs, modes = measured.checked_modes(
+        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio
+    )
     rows = []
     for md in modes:
         rows += mode_figures(md, costs, opts, train_fraction, seed, thresholds)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts, defaults
+from headroom.decide import layer
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
 
 FUSION_ARMS = ("off", "on", "free")
@@ -292,8 +293,21 @@ def check_inputs(trace, timings, train_fraction) -> None:
         raise ValueError(f"timings: invocation(s) {unknown[:5]} are not in the trace")
 
 
-def checked_modes(trace, timings, lifecycle, train_fraction: float, options: Mapping):
-    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData)."""
+def checked_modes(
+    trace,
+    timings,
+    lifecycle,
+    train_fraction: float,
+    options: Mapping,
+    calibration=None,
+    intermediate_ratio=None,
+):
+    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData). With the calibration and
+    the decoder-layer model's ``intermediate_ratio``, eager timings carry the host time the GPU does
+    not hide (``layer.host_bound``)."""
     opts = Options.from_mapping(options)
     check_inputs(trace, timings, train_fraction)
-    return opts, lifecycle_costs(lifecycle), mode_data(trace, timings)
+    modes = mode_data(trace, timings)
+    if calibration is not None and intermediate_ratio is not None:
+        modes = [layer.host_bound(md, calibration, intermediate_ratio) for md in modes]
+    return opts, lifecycle_costs(lifecycle), modes

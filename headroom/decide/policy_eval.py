@@ -87,13 +87,18 @@ def evaluate(
     *,
     train_fraction: float = 0.5,
     seed: int = 0,
+    calibration: pd.DataFrame | None = None,
+    intermediate_ratio: float | None = None,
     **options,
 ) -> pd.DataFrame:
     """One row per run x mode x policy x fusion arm with the policy_eval columns and the fitted facts
     behind them (the module docstring defines them). trace: DESIGN.md trace columns, one row per
     invocation. timings: portfolio rows (several runs; optional ``mode``, ``std_us``, ``reps``).
-    lifecycle: lifecycle.parquet or None (no costs). options: see ``Options``."""
-    opts, costs, modes = checked_modes(trace, timings, lifecycle, train_fraction, options)
+    lifecycle: lifecycle.parquet or None (no costs). calibration and intermediate_ratio: eager
+    timings carry the host time the GPU does not hide (``layer.host_bound``). options: see ``Options``."""
+    opts, costs, modes = checked_modes(
+        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio
+    )
     rows = []
     for md in modes:
         rows += mode_rows(md, costs, opts, train_fraction, seed)

@@ -26,18 +26,16 @@ from typing import Any
 
 import numpy as np
 
-#: Bytes of one element of each partition dtype (the KV cache's element).
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+from headroom.core.contracts import dtype_bytes
 
 
 def kv_bytes_per_token(partition: dict[str, Any], layers: int) -> int:
     """K and V of one token across all layers: 2 x heads_kv x head_dim x dtype bytes x layers."""
-    dtype = str(partition["dtype"])
-    if dtype not in _DTYPE_BYTES:
-        raise ValueError(
-            f"config key 'partition.dtype': {dtype!r}; the prefix cache knows {sorted(_DTYPE_BYTES)}"
-        )
-    return 2 * int(partition["heads_kv"]) * int(partition["head_dim"]) * _DTYPE_BYTES[dtype] * int(layers)
+    try:
+        item = dtype_bytes(str(partition["dtype"]))
+    except ValueError as e:
+        raise ValueError(f"config key 'partition.dtype': {e}") from None
+    return 2 * int(partition["heads_kv"]) * int(partition["head_dim"]) * item * int(layers)
 
 
 def capacity_blocks(cache_cfg: dict[str, Any], partition: dict[str, Any]) -> int:
