@@ -239,10 +239,15 @@ def _unit(rows: pd.DataFrame, device: str, thr: dict) -> tuple[str, str, str, di
     return verdict, code, _unit_reason(by, state, code), state
 
 
+def _sentence(code: str, state: dict) -> str:
+    """The reason code's sentence, naming the open figure (the policy figure's if it is open)."""
+    open_figure = "policy_gain" if state.get("policy_gain") not in ("holds", "exceeds") else "gap_to_oracle"
+    return words.reason(code, figure=open_figure)
+
+
 def _unit_reason(by: pd.DataFrame, state: dict, code: str) -> str:
     """The unit's reason: the sentence of its code, then the decided figures as measured."""
-    open_figure = "policy_gain" if state["policy_gain"] not in ("holds", "exceeds") else "gap_to_oracle"
-    said = words.reason(code, figure=open_figure)
+    said = _sentence(code, state)
     figures = "; ".join(
         f"{words.describe(by.loc[f].to_dict() | {'figure': f})}: {state[f]}" for f in rule.DECIDED
     )
@@ -340,8 +345,8 @@ def _headline(fig: pd.DataFrame, units: dict, device: str, deployment: dict) -> 
     if not parts:
         return "no-decision", "no-interval", "No decision: no figure could be measured."
     verdict, code, left_out = rule.headline({u: (v, c) for u, (v, c, _, _) in parts.items()})
-    open_ = [why for u, (v, c, why, _) in parts.items() if v == "no-decision" and u not in left_out]
-    said = open_[0] if verdict == "no-decision" and open_ else words.reason(code)
+    open_ = [(c, st) for u, (v, c, _, st) in parts.items() if v == "no-decision" and u not in left_out]
+    said = _sentence(*open_[0]) if verdict == "no-decision" and open_ else words.reason(code)
     first = f"{words.VERDICT_WORD[verdict]} {scope}: {said}"
     if left_out:
         first += "; not decided: " + ", ".join(f"{u} ({parts[u][1]})" for u in left_out)
