@@ -110,7 +110,7 @@ _T = {
     "invocation": INT, "phase": STR, "batch": INT, "q_len": INT, "kv_len": INT, "heads_q": INT,
     "heads_kv": INT, "head_dim": INT, "dtype": STR, "shape_key": STR, "arrival_s": FLOAT,
     "kv_summary": STR, "kv_len_raw": FLOAT, "request": INT, "source_invocation": INT, "step": STR,
-    "cached_tokens": INT, "kv_lens": INTS,
+    "cached_tokens": INT, "kv_lens": INTS, "weight": FLOAT,
     # candidates
     "candidate": STR, "tile": INT, "block_m": INT, "block_n": INT, "num_warps": INT, "num_stages": INT,
     "fused": BOOL, "backend": STR, "rope": STR, "generation": INT,
@@ -156,9 +156,10 @@ _STATS = "median_us mean_us p10_us p90_us std_us rel_std_pct"
 
 # step, cached_tokens and kv_lens came with serving traces (issue 22; headroom/trace/invocations.py
 # SERVING_COLUMNS): absent in traces without a prefix cache, chunked prefill or per-sequence decodes.
+# weight came with the stratified sampler (decision v4): absent where every invocation stands for one.
 TRACE = _contract(
     "trace",
-    f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation step cached_tokens kv_lens",
+    f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation step cached_tokens kv_lens weight",
     required=_TRACE,
 )
 # rope and generation came with generation-2 kernels: absent in older studies (generation 1).

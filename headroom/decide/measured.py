@@ -20,17 +20,16 @@ import pandas as pd
 from headroom.core import contracts, defaults
 from headroom.decide import layer
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
+from headroom.trace.requests import STEP_KIND, STEP_KIND_OF_PHASE
 
 FUSION_ARMS = ("off", "on", "free")
 NATIVE_ARM = "native"
 # The trace contract's columns the analysis reads (all but dtype).
 TRACE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "dtype")
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
-# A trace without step kinds: a decode invocation stands for a decode-only step, a prefill for a mixed one.
-STEP_OF_PHASE = {"decode": "decode-only", "prefill": "mixed"}
-# A serving trace's `step` column (headroom.trace.requests.STEPS) -> the profile's step kind: only a
-# step of decodes alone is decode-only; a step with a prefill (chunk) is mixed, its decodes included.
-STEP_TYPE = {"decode": "decode-only", "prefill": "mixed", "mixed-prefill": "mixed", "mixed-decode": "mixed"}
+# The profile's step kind of a serving trace's `step` values, and of a phase without them: one table,
+# the trace sampler's (headroom.trace.requests).
+STEP_TYPE, STEP_OF_PHASE = STEP_KIND, STEP_KIND_OF_PHASE
 # Eager timings recorded before the GPU-only method (portfolio timing_method 'cuda_events'): calls
 # timed back to back, so a short call's figure is the host's launch path. Reported, never decided.
 HOST_INCLUDED = "cuda_events"

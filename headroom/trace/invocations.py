@@ -31,10 +31,19 @@ import pandas as pd
 
 from headroom.core import artifacts, contracts, defaults
 from headroom.trace import prefix_cache, serving
-from headroom.trace.requests import DECODE, NS_PER_S, PREFILL, STEPS, Requests, read_request_log
+from headroom.trace.requests import (
+    DECODE,
+    NS_PER_S,
+    PREFILL,
+    STEP_KIND,
+    STEP_KIND_OF_PHASE,
+    STEPS,
+    Requests,
+    read_request_log,
+)
 from headroom.trace.steps import simulate
 
-SAMPLERS = ("stride", "head")
+SAMPLERS = ("stride", "head", "stratified")
 KV_SUMMARIES = ("max", "mean", "per_sequence")
 #: The serving columns (contracts.TRACE): written when the trace models serving (a prefix cache,
 #: chunked prefill or per-sequence decode lengths), absent otherwise, so older studies' traces keep
@@ -42,7 +51,9 @@ KV_SUMMARIES = ("max", "mean", "per_sequence")
 SERVING_COLUMNS = ("step", "cached_tokens", "kv_lens")
 #: Columns every trace has, in order (the contract in headroom/core/contracts.py); a serving trace
 #: adds SERVING_COLUMNS after them.
-COLUMNS = tuple(c for c in contracts.TRACE.names if c not in SERVING_COLUMNS)
+#: The stratified sampler's column: how many of the window's invocations each one stands for.
+WEIGHT = "weight"
+COLUMNS = tuple(c for c in contracts.TRACE.names if c not in (*SERVING_COLUMNS, WEIGHT))
 PARTITION_KEYS = ("heads_q", "heads_kv", "head_dim", "dtype")
 
 
@@ -83,6 +94,7 @@ def settings(trace_cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["invocations"] is not None:
         check.pos_int("invocations")
     check.need(cfg["sampler"] in SAMPLERS, "sampler", f"must be one of {SAMPLERS}")
+    check.pos_int("stratified.min_per_kind")
     check.need(isinstance(cfg["seed"], int) and cfg["seed"] >= 0, "seed", "must be an integer >= 0")
     check.pos_int("round_to")
     check.need(
@@ -306,6 +318,58 @@ def _sample(n: int, count: int | None, sampler: str) -> np.ndarray:
     return (np.arange(count, dtype=np.int64) * n) // count  # stride: floor(i * n / count)
 
 
+def allocation(sizes: dict[str, int], count: int, min_per_kind: int) -> dict[str, int]:
+    """How many of ``count`` invocations each step kind gets: at least ``min_per_kind`` (all of a kind
+    that holds fewer), the rest in proportion to what each kind has left in the window (largest
+    remainders), never more than a kind holds. A floor the count cannot give every kind is lowered to
+    an equal share."""
+    floor = min(min_per_kind, count // max(len(sizes), 1))
+    take = {k: min(n, floor) for k, n in sizes.items()}
+    left = count - sum(take.values())
+    while left > 0:
+        room = {k: sizes[k] - take[k] for k in sizes if sizes[k] > take[k]}
+        if not room:
+            break
+        total = sum(room.values())
+        share = {k: left * r / total for k, r in room.items()}
+        add = {k: min(room[k], int(share[k])) for k in room}
+        for k in sorted(room, key=lambda k: (share[k] - int(share[k]), room[k]), reverse=True):
+            if sum(add.values()) >= left:
+                break
+            if add[k] < room[k]:
+                add[k] += 1
+        for k, a in add.items():
+            take[k] += a
+        left -= sum(add.values())
+    return take
+
+
+def stratified(kinds: np.ndarray, count: int | None, min_per_kind: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices ascending, weight of each) of a sample of the window's invocations whose step kinds are
+    ``kinds``: ``allocation`` per kind, stride sampling within a kind; weight = the kind's invocations
+    in the window over those sampled, so weighted sums over the sample are unbiased for the window's."""
+    names, codes = np.unique(kinds, return_inverse=True)
+    sizes = {str(k): int((codes == i).sum()) for i, k in enumerate(names)}
+    take = allocation(sizes, len(kinds) if count is None else min(count, len(kinds)), min_per_kind)
+    idx, weight = [], []
+    for i, k in enumerate(names):
+        members = np.flatnonzero(codes == i)
+        picked = members[_sample(len(members), take[str(k)], "stride")]
+        idx.append(picked)
+        weight.append(np.full(len(picked), len(members) / max(len(picked), 1)))
+    idx, weight = np.concatenate(idx), np.concatenate(weight)
+    order = np.argsort(idx, kind="stable")
+    return idx[order], weight[order]
+
+
+def step_kinds(phase: np.ndarray, step: np.ndarray | None) -> np.ndarray:
+    """Each invocation's step kind (decode-only or mixed) from its phase codes and, where the engine
+    records them, its step codes (requests.STEP_KIND)."""
+    if step is not None:
+        return np.asarray([STEP_KIND[s] for s in STEPS])[step]
+    return np.where(phase == PREFILL, STEP_KIND_OF_PHASE["prefill"], STEP_KIND_OF_PHASE["decode"])
+
+
 def build_trace(
     trace_cfg: dict[str, Any], partition: dict[str, Any], *, base_dir: str | Path = "."
 ) -> pd.DataFrame:
@@ -333,8 +397,16 @@ def build(
     requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
 
     stream, in_window = _window(requests, cfg, where)
-    picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
+    if cfg["sampler"] == "stratified":
+        step = None if stream.step is None else stream.step[in_window]
+        kinds = step_kinds(stream.phase[in_window], step)
+        chosen, weight = stratified(kinds, cfg["invocations"], cfg["stratified"]["min_per_kind"])
+        picked = in_window[chosen]
+    else:
+        picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
     df = _invocations(stream.take(picked), picked, requests, cfg, part)
+    if cfg["sampler"] == "stratified":
+        df[WEIGHT] = weight
     facts = {}
     if is_serving(cfg):
         df = _serving_columns(df, stream, picked, cfg)
@@ -550,6 +622,7 @@ def describe(
         "top_shape_keys": {str(k): int(v) for k, v in df["shape_key"].value_counts().head(10).items()},
         "split": None,
         "serving": serving.describe(df, extra),
+        "kinds": _kinds(df, train_fraction),
     }
     if train_fraction is not None:
         if not 0 < train_fraction < 1:
@@ -568,6 +641,24 @@ def describe(
             "unseen_test_invocation_share": float(test["shape_key"].isin(unseen).mean())
             if len(test)
             else 0.0,
+        }
+    return out
+
+
+def _kinds(df: pd.DataFrame, train_fraction: float | None) -> dict[str, dict[str, float]]:
+    """Per step kind (a deployment-profile part): the window's invocations it stands for (the sum of
+    its weights), those sampled, their weight and, given train_fraction, how many its own split tests."""
+    step = df["step"].map(STEP_KIND) if "step" in df else pd.Series(np.nan, index=df.index)
+    kinds = step.fillna(df["phase"].map(STEP_KIND_OF_PHASE))
+    weight = df[WEIGHT] if WEIGHT in df else pd.Series(1.0, index=df.index)
+    out = {}
+    for kind, rows in df.groupby(kinds.to_numpy(), sort=True):
+        n = len(rows)
+        out[str(kind)] = {
+            "window": float(weight[rows.index].sum()),
+            "sampled": n,
+            "weight": float(weight[rows.index].mean()),
+            "test": None if train_fraction is None else n - math.floor(n * train_fraction),
         }
     return out
 
@@ -593,6 +684,10 @@ def describe_text(
         if p["invocations"]:
             row += f"  {_p50_range(p['q_len']):<22} {_p50_range(p['kv_len']):<24} {_p50_range(p['batch'])}"
         lines.append(row)
+    lines += ["", f"{'step kind':<12} {'window':>8} {'sampled':>8} {'weight':>8} {'tested':>7}"]
+    for kind, k in d["kinds"].items():
+        tested = "" if k["test"] is None else f"{k['test']:>7}"
+        lines.append(f"{kind:<12} {k['window']:>8.0f} {k['sampled']:>8} {k['weight']:>8.2f} {tested}")
     batches = d["phases"]["decode"]["batch_counts"]
     if batches:
         lines += ["", "decode batch sizes: " + ", ".join(f"{b}: {c}" for b, c in batches.items())]

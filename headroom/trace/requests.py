@@ -44,6 +44,11 @@ PREFILL, DECODE = 0, 1  # phase codes; prefill sorts first at equal times
 #: The trace's `step` values by code (Stream.step): what the engine step an invocation belongs to
 #: ran. Without chunked prefill every prefill is `prefill` and every decode `decode`.
 STEPS = ("prefill", "decode", "mixed-prefill", "mixed-decode")
+#: The deployment profile's step kind of each `step` value: only a step of decodes alone is
+#: decode-only; a step with a prefill (chunk) is mixed, its decodes included. Without a `step` column
+#: (no serving model), a decode invocation stands for a decode-only step and a prefill for a mixed one.
+STEP_KIND = {"decode": "decode-only", "prefill": "mixed", "mixed-prefill": "mixed", "mixed-decode": "mixed"}
+STEP_KIND_OF_PHASE = {"decode": "decode-only", "prefill": "mixed"}
 
 
 @dataclass(frozen=True)

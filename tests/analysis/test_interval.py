@@ -48,7 +48,11 @@ def test_the_two_way_bootstrap_covers_the_mean_of_a_crossed_design():
     R, n, seeds, hits = 6, 40, 200, 0
     A, B = engine.pairs(R)
     for _ in range(seeds):
-        x = 0.5 * rng.standard_normal((R, 1)) + rng.standard_normal((1, n)) + 0.3 * rng.standard_normal((R, n))
+        x = (
+            0.5 * rng.standard_normal((R, 1))
+            + rng.standard_normal((1, n))
+            + 0.3 * rng.standard_normal((R, n))
+        )
         ic = interval.invocation_counts(np.zeros(n), 400, rng)
         rc = interval.run_counts(R, 400, rng)
         per_boot = (x[B] @ ic.T / n)[None]  # (1, P, resamples)

@@ -69,7 +69,9 @@ def test_options_default_to_the_study_and_refuse_what_they_cannot_use():
 def test_weights_and_strata_of_a_trace():
     tr = S.trace("ACCA")
     np.testing.assert_array_equal(measured.weights_of(tr), [1.0, 1.0, 1.0, 1.0])
-    np.testing.assert_array_equal(measured.weights_of(tr.assign(weight=[4.0, 0.5, 0.5, 4.0])), [4, 0.5, 0.5, 4])
+    np.testing.assert_array_equal(
+        measured.weights_of(tr.assign(weight=[4.0, 0.5, 0.5, 4.0])), [4, 0.5, 0.5, 4]
+    )
     with pytest.raises(ValueError, match="weight must be positive"):
         measured.weights_of(tr.assign(weight=[1.0, 0.0, 1.0, 1.0]))
     strata = measured.strata_of(tr)

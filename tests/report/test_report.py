@@ -65,7 +65,10 @@ def _inputs(device: str) -> dict:
     life.loc[life["kind"] == "cache", "value"] = 60.0 * 2**20  # 60 MiB a candidate
     return {
         "decision": decision.decide(
-            figures.study_figures(tr, tm, S.lifecycle(), bootstrap_resamples=100, random_draws=10), gs, env, min_test_invocations=5
+            figures.study_figures(tr, tm, S.lifecycle(), bootstrap_resamples=100, random_draws=10),
+            gs,
+            env,
+            min_test_invocations=5,
         ),
         "environment": env,
         "trace": tr,

@@ -82,7 +82,7 @@ def test_samplers_keep_chronological_order(tmp_path):
     cfg = {"source": src, "batching": {"decode_step_s": 0.5}}
     full = build_trace({**cfg, "invocations": None}, SMALL)
     assert len(full) == 20
-    stride = build_trace({**cfg, "invocations": 6}, SMALL)
+    stride = build_trace({**cfg, "invocations": 6, "sampler": "stride"}, SMALL)
     assert stride["source_invocation"].tolist() == [0, 3, 6, 10, 13, 16]  # floor(i * 20 / 6)
     assert stride["arrival_s"].tolist() == full["arrival_s"].iloc[[0, 3, 6, 10, 13, 16]].tolist()
     assert stride["invocation"].tolist() == list(range(6))
@@ -90,6 +90,15 @@ def test_samplers_keep_chronological_order(tmp_path):
     assert head["source_invocation"].tolist() == list(range(6))
     with pytest.raises(ValueError, match=r"holds 20 invocations, fewer than trace.invocations = 21"):
         build_trace({**cfg, "invocations": 21}, SMALL)
+    # stratified: 10 prefills (mixed steps) and 10 decodes (decode-only), 3 of each, each kind stride
+    # sampled, every one weighted by its kind's count over its sample
+    strat = build_trace(
+        {**cfg, "invocations": 6, "sampler": "stratified", "stratified": {"min_per_kind": 3}}, SMALL
+    )
+    assert strat["source_invocation"].is_monotonic_increasing and strat["invocation"].tolist() == list(
+        range(6)
+    )
+    assert (strat["phase"] == "prefill").sum() == 3 and strat["weight"].tolist() == [10 / 3] * 6
 
 
 def test_tokens_are_scaled_half_up_and_clipped_to_max_kv_len():
@@ -157,7 +166,7 @@ def test_synthetic_trace_is_chronological_seeded_and_complete():
     df = build_trace({}, PART)
     n = defaults.value("trace", "invocations")
     assert len(df) == n
-    assert tuple(df.columns) == COLUMNS and set(REQUIRED) <= set(df.columns)
+    assert tuple(df.columns) == (*COLUMNS, "weight") and set(REQUIRED) <= set(df.columns)
     assert df["invocation"].tolist() == list(range(n))
     assert df["arrival_s"].is_monotonic_increasing
     assert set(df["phase"]) == {"prefill", "decode"}
@@ -349,3 +358,22 @@ def test_script_writes_nothing_for_a_bad_log(tmp_path, monkeypatch):
         run_script(out, {"source": str(bad), "invocations": None}, [str(bad)])
     assert not out.exists() and not artifacts.sidecar(out).exists()
     assert [p.name for p in out.parent.iterdir()] == ["trace.log"]
+
+
+def test_the_stratified_allocation_gives_each_kind_its_floor_and_the_rest_in_proportion():
+    from headroom.trace.invocations import allocation, stratified
+
+    assert allocation({"decode-only": 2700, "mixed": 250}, 128, 64) == {"decode-only": 64, "mixed": 64}
+    # the rest in proportion to what each kind has left (largest remainders), never more than it holds
+    assert allocation({"decode-only": 900, "mixed": 100}, 200, 50) == {"decode-only": 144, "mixed": 56}
+    assert allocation({"decode-only": 900, "mixed": 10}, 128, 64) == {"decode-only": 118, "mixed": 10}
+    # a floor the count cannot give every kind is an equal share
+    assert allocation({"decode-only": 900, "mixed": 100}, 6, 64) == {"decode-only": 3, "mixed": 3}
+    kinds = np.array(["decode-only"] * 90 + ["mixed"] * 10)[np.random.default_rng(0).permutation(100)]
+    idx, w = stratified(kinds, 40, 15)
+    assert (np.diff(idx) > 0).all() and len(idx) == 40
+    x = np.random.default_rng(1).gamma(2.0, size=100) * np.where(kinds == "mixed", 10.0, 1.0)
+    for k in ("decode-only", "mixed"):  # weights sum to the window's count per kind
+        assert w[kinds[idx] == k].sum() == pytest.approx((kinds == k).sum())
+    # the weighted sample mean estimates the window's mean without the kinds' bias
+    assert abs((w * x[idx]).sum() / w.sum() - x.mean()) < abs(x[idx].mean() - x.mean())
