@@ -122,7 +122,7 @@ _T = {
     "run": INT, "pid": INT, "mode": STR, "median_us": FLOAT, "mean_us": FLOAT, "p10_us": FLOAT,
     "p90_us": FLOAT, "std_us": FLOAT, "rel_std_pct": FLOAT, "reps": INT, "rep": INT, "position": INT,
     "latency_us": FLOAT, "calls": INT, "timed_calls": INT, "calls_per_sample": INT, "device": STR,
-    "working_set_bytes": INT, "l2_bytes": INT, "regime": STR, "regime_multiple": FLOAT,
+    "working_set_bytes": INT, "timing_method": STR, "host_us": FLOAT, "l2_bytes": INT, "regime": STR, "regime_multiple": FLOAT,
     "residency": STR, "target_bytes": INT, "buffer_sets": INT, "calls_per_graph": INT,
     "fusion_speedup": FLOAT, "rse_pct": FLOAT, "stop_reason": STR, "cell_wall_s": FLOAT,
     # lifecycle
@@ -178,7 +178,8 @@ STOP_REASONS = ("fixed", "target", "count_cap", "time_cap")
 PORTFOLIO = _contract(
     "portfolio",
     "run pid device mode invocation shape_key phase candidate tile fused backend position "
-    f"{_STATS} reps rse_pct stop_reason cell_wall_s timed_calls calls_per_sample working_set_bytes",
+    f"{_STATS} reps rse_pct stop_reason cell_wall_s timed_calls calls_per_sample working_set_bytes "
+    "timing_method host_us",
     required="run pid mode invocation shape_key candidate tile fused median_us mean_us p10_us p90_us std_us reps",
 )
 PORTFOLIO_SAMPLES = _contract(

@@ -32,11 +32,13 @@ from headroom.core import settings as stage_settings
 from headroom.measure import inputs, portfolio, timing
 
 # What calibrate measures, its unit and its regime: tables, so laid out by hand (hence fmt: skip).
-NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_graph_us", "graph_launch_us",
-         "matmul_flops_per_s", "l2_bytes")  # fmt: skip
+NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_gpu_us", "launch_triton_host_us",
+         "launch_host_us", "launch_graph_us", "graph_launch_us", "matmul_flops_per_s", "l2_bytes")  # fmt: skip
 UNITS = {"hbm_bytes_per_s": "bytes/s", "l2_bytes_per_s": "bytes/s", "launch_eager_us": "us", "launch_graph_us": "us",
+         "launch_gpu_us": "us", "launch_triton_host_us": "us", "launch_host_us": "us",
          "graph_launch_us": "us", "matmul_flops_per_s": "flop/s", "l2_bytes": "bytes"}  # fmt: skip
 REGIMES = {"hbm_bytes_per_s": "hbm", "l2_bytes_per_s": "l2-resident", "launch_eager_us": "launch",
+           "launch_gpu_us": "launch", "launch_triton_host_us": "launch", "launch_host_us": "launch",
            "launch_graph_us": "launch", "graph_launch_us": "launch", "matmul_flops_per_s": "compute",
            "l2_bytes": "device"}  # fmt: skip
 COLUMNS = list(contracts.CALIBRATION.names)
@@ -171,8 +173,20 @@ def _launches(rec: _Recorder, cfg: dict[str, Any], eager, graph) -> None:
 
     anchor = torch.empty(16, device="cuda")
     reps = cfg["reps"]
-    t = _median_us(eager, "eager", empty_kernel_launch, (anchor,))
-    rec.add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call", reps)
+    # the harness floor as recorded before decision v4: back to back, the host's launch path included
+    floor = timing.Harness("cuda", warmup=cfg["warmup_reps"], reps=reps, eager_method="back-to-back")
+    t = _median_us(floor, "eager", empty_kernel_launch, (anchor,))
+    rec.add("launch_eager_us", t, 0, "empty Triton kernel, eager, CUDA events per call, back to back", reps)
+    m = eager.time("eager", empty_kernel_launch, [(anchor,)])
+    rec.add(
+        "launch_gpu_us", float(np.median(m.samples_us)), 0, "empty Triton kernel, eager on a busy GPU", reps
+    )
+    rec.add("launch_triton_host_us", m.host_us, 0, "empty Triton kernel: host enqueue per call", reps)
+    # what one of a decoder layer's other kernels costs the host (headroom/decide/layer.py): a
+    # torch matmul's enqueue, on operands too small for its GPU time to matter
+    small = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    m = eager.time("eager", torch.matmul, [(small, small)])
+    rec.add("launch_host_us", m.host_us, 0, "torch.matmul 64^2 bf16: host enqueue per call", reps)
     t = _median_us(graph, "graph", empty_kernel_launch, (anchor,))
     rec.add("launch_graph_us", t, 0, f"empty Triton kernel, {cfg['graph_calls']} per CUDA graph replay", reps)
     t = graph.graph_launch_us(empty_kernel_launch, (anchor,))

@@ -16,7 +16,10 @@ Rows (``portfolio/run-{run}.parquet``), one per (mode, invocation, candidate):
     calls_per_sample (1 eager, graph_calls graph), graph_replay_us (median undivided replay; NaN
     eager), buffer_sets, set_bytes, working_set_bytes, floor_us (empty kernel, same mode and
     method), floor_ratio (median_us / floor_us), near_floor (floor_ratio < floor_factor),
-    graph_launch_us (one-call graph replay; NaN without CUDA), flush_l2, timing_method
+    graph_launch_us (one-call graph replay; NaN without CUDA), flush_l2, timing_method (per mode:
+    eager 'spin-events' — GPU time, the GPU held while the host enqueues, timing.py — graph
+    'cuda_events', the interpreter 'host_clock'), host_us (eager on CUDA: the host's median enqueue
+    µs per call)
     ('cuda_events' | 'host_clock'), device, device_name, sm_clock_mhz (NVML, read after the
     invocation; NaN when unreadable), triton_cache_dir, run_wall_s.
 Samples (``portfolio/run-{run}-samples.parquet``), one per timed sample:
@@ -302,7 +305,6 @@ class _Bench:
             "device_name": inputs.device_name(device),
             "triton_cache_dir": triton_cache_dir(),
             "flush_l2": cfg["flush_l2"],
-            "timing_method": "cuda_events" if device == "cuda" else "host_clock",
         }
         log.info(
             "portfolio run %d: pid %d, %s, modes %s, L2 %d bytes, triton cache %s, sm clock %.0f MHz",
@@ -375,6 +377,8 @@ class _Bench:
             "working_set_bytes": nbytes * m.buffer_sets,
             "floor_us": self.floor[mode],
             "graph_launch_us": self.graph_launch,
+            "timing_method": m.method,
+            "host_us": m.host_us,
         }
 
     def _samples(self, mode: str, inv: Any, cand: Any, position: int, m: Any) -> tuple:

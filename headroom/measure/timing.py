@@ -1,11 +1,17 @@
 """How every latency in the study is measured: one harness, three methods.
 
-- ``eager`` on CUDA: warm-up calls, then ``reps`` timed calls, each bracketed by a pair of CUDA
-  events; the host synchronizes once per measurement (not per call), so the events cost a few
-  hundred nanoseconds of host time each and no round trip. The events time the stream between
-  them, so when the host cannot keep the GPU busy (tiny decode kernels) the host launch gap is
-  part of the figure: that is what an eager server pays, and the harness floor (an empty Triton
-  kernel timed the same way) says how much of a figure it is.
+- ``eager`` on CUDA (``EAGER_METHOD`` 'spin-events'): warm-up calls, then the timed calls in
+  batches of at most ``SPIN_BATCH``, each call bracketed by a pair of CUDA events, while the GPU is
+  held by a spin kernel (``torch.cuda._sleep``) long enough for the host to enqueue the whole batch:
+  the events then bracket GPU work only, back to back, as a server's CPU runs ahead of a busy GPU.
+  The spin is sized from the host's enqueue time per call so far (x ``SPIN_MARGIN``) and verified:
+  an event recorded right after it that has already completed when the batch is enqueued means the
+  GPU went idle inside the batch, and the batch is timed again with a spin twice as long. The
+  host's enqueue time per call, measured while the GPU spins, is kept beside the GPU time
+  (``Measurement.host_us``): what an eager call costs the CPU, charged by the decision only where
+  the host bounds a decoder layer (headroom/decide/layer.py). 'back-to-back' (the method before
+  decision v4: no spin, so a short call's figure is its host launch path) stays for calibrate's
+  harness floor and tools/eager_timing_check.py.
 - ``graph`` on CUDA: ``graph_calls`` back-to-back calls captured into one ``torch.cuda.CUDAGraph``
   (rotating input sets inside the graph); each replay is bracketed by events and divided by the
   calls in it, so the graph's own launch cost is amortized the way a serving forward pass amortizes
@@ -32,6 +38,7 @@ same code. The rule looks at the cell's own samples only, never at other candida
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +54,15 @@ MODES = ("eager", "graph")
 # Calls made once on a side stream before capture: CUDA Graph capture needs every kernel compiled
 # and every lazy allocation done, and PyTorch's docs ask for warm-up on a side stream.
 _CAPTURE_WARMUP_CALLS = 3
+EAGER_METHODS = ("spin-events", "back-to-back")
+EAGER_METHOD = "spin-events"
+# Timed calls per spin: each call records two events and launches a few kernels, and CUDA queues
+# about a thousand pending commands before the host blocks; a full queue would make the host wait
+# for the GPU, and the spin check would read that as a spin too short.
+SPIN_BATCH = 64
+SPIN_MARGIN = 2.0  # the spin covers twice the host time the batch is expected to take
+SPIN_FLOOR_US = 200.0  # and never less: the first estimate of a cell comes from few calls
+SPIN_RETRIES = 6  # doublings of a spin found too short before the measurement fails
 
 
 def cuda_available() -> bool:
@@ -213,6 +229,8 @@ class Measurement:
     samples_us: one latency per sample, in microseconds per call (graph: replay / calls_per_sample)
     calls_per_sample: 1 for eager, the calls captured in the graph for graph mode
     replay_us: graph only, the undivided replay times (same order as samples_us)
+    host_us: eager on CUDA with the spin: the host's median enqueue time per call (NaN otherwise)
+    method: how the samples were taken (``timing_method`` in the portfolio rows)
     buffer_sets: distinct input sets the calls rotated among
     stop_reason: one of STOP_REASONS; rse_pct: the median's relative standard error it reached
     wall_s: wall-clock seconds of the timed loop (batches, their synchronizations)
@@ -226,6 +244,8 @@ class Measurement:
     stop_reason: str = "fixed"
     rse_pct: float = math.nan
     wall_s: float = math.nan
+    host_us: float = math.nan  # eager 'spin-events': median enqueue µs per call on the host
+    method: str = ""
 
     @property
     def timed_calls(self) -> int:
@@ -279,6 +299,8 @@ class Harness:
     stop: {mode: StopRule} for the adaptive sampler; a mode left out (or None) samples fixed
     clock: an ``int`` nanosecond clock (``time.perf_counter_ns``): the host-clock samples and every
         measurement's wall time; tests pass a fake one
+    eager_method: 'spin-events' (the default: GPU time, the host's enqueue time beside it) or
+        'back-to-back' (the host launch path included; the harness floor)
     warmup, reps and graph_calls left out are the default study's ``portfolio`` warmup_reps, reps
     and graph_calls (config/config.yaml)
     """
@@ -294,8 +316,13 @@ class Harness:
         replays: int | None = None,
         stop: dict[str, StopRule] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        eager_method: str = EAGER_METHOD,
     ) -> None:
         warmup, reps, graph_calls = _sampling(warmup, reps, graph_calls)
+        if eager_method not in EAGER_METHODS:
+            raise ValueError(f"eager_method must be one of {EAGER_METHODS}, got {eager_method!r}")
+        self.eager_method = eager_method
+        self._cycles_per_us = math.nan
         _check_harness_args(device, warmup, reps, graph_calls, replays, stop)
         self.device = device
         self.warmup = warmup
@@ -324,19 +351,34 @@ class Harness:
             self._flush_write()
 
     def time(self, mode: str, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
-        """Time ``fn(*input_sets[i % len(input_sets)])`` in ``mode`` ('eager' or 'graph')."""
+        """Time ``fn(*input_sets[i % len(input_sets)])`` in ``mode`` ('eager' or 'graph'). A ``fn``
+        with a ``hold`` attribute (a context: a native's attention backend) is timed inside it,
+        entered once for the whole measurement, as a server chooses its backend once."""
         if mode not in self.modes:
             raise ValueError(f"mode must be one of {self.modes} on device {self.device!r}, got {mode!r}")
         if len(input_sets) == 0:
             raise ValueError("input_sets must hold at least one tuple of arguments")
+        with fn.hold() if hasattr(fn, "hold") else contextlib.nullcontext():
+            return self._time(mode, fn, input_sets)
+
+    def _time(self, mode: str, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         if mode == "graph":
             return self._graph(fn, input_sets)
         n = len(input_sets)
+        t0 = self.clock()
         for i in range(self.warmup):
             fn(*input_sets[i % n])
-        take = self._eager_cuda(fn, input_sets) if self.device == "cuda" else self._eager_host(fn, input_sets)
+        warm_ns = (self.clock() - t0) / max(self.warmup, 1)
+        if self.device != "cuda":
+            take, method, host = self._eager_host(fn, input_sets), "host_clock", None
+        elif self.eager_method == "back-to-back":
+            take, method, host = self._eager_cuda(fn, input_sets), "cuda_events", None
+        else:
+            host = []
+            take, method = self._eager_spin(fn, input_sets, warm_ns / 1e3, host), "spin-events"
         us, reason, rse, wall_s = self._sample("eager", take, self.reps)
-        return Measurement("eager", us, 1, n, None, reason, rse, wall_s)
+        host_us = float(np.median(host)) if host else math.nan
+        return Measurement("eager", us, 1, n, None, reason, rse, wall_s, host_us, method)
 
     def _sample(self, mode: str, take: Callable[[int], np.ndarray], fixed: int):
         return sample_loop(self.stop.get(mode), take, fixed, self.clock)
@@ -381,6 +423,70 @@ class Harness:
 
         return take
 
+    def _eager_spin(
+        self, fn: Callable, input_sets: Sequence[tuple], guess_us: float, host: list
+    ) -> Callable[[int], np.ndarray]:
+        """k calls in batches of at most SPIN_BATCH, each batch enqueued behind a spin kernel that
+        holds the GPU until the host has enqueued it (the module docstring); ``host`` gathers each
+        batch's enqueue µs per call. ``guess_us``: the warm-up's host time per call, the first
+        estimate of the spin a batch needs."""
+        import torch
+
+        n, done, per_call = len(input_sets), [0], [max(guess_us, 1.0)]
+        held = torch.cuda.Event()
+        torch.cuda.synchronize()
+
+        def batch(k: int) -> np.ndarray:
+            events = self._events[:k]
+            spin_us = max(SPIN_FLOOR_US, SPIN_MARGIN * per_call[0] * k)
+            for _ in range(SPIN_RETRIES + 1):
+                torch.cuda._sleep(int(spin_us * self.cycles_per_us()))
+                held.record()
+                t0 = self.clock()
+                for j, (start, end) in enumerate(events):
+                    args = input_sets[(done[0] + j) % n]
+                    self._flush()
+                    start.record()
+                    fn(*args)
+                    end.record()
+                enqueue_us = (self.clock() - t0) / 1e3 / k
+                covered = not held.query()  # the spin still runs: the GPU never waited on the host
+                torch.cuda.synchronize()
+                per_call[0] = enqueue_us
+                if covered:
+                    host.append(enqueue_us)
+                    done[0] += k
+                    return np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
+                spin_us = max(2.0 * spin_us, SPIN_MARGIN * enqueue_us * k)
+            raise RuntimeError(
+                f"eager timing: a spin of {spin_us:.0f} µs still ended before {k} calls were enqueued "
+                f"({enqueue_us:.1f} µs each): the host is stalled"
+            )
+
+        def take(k: int) -> np.ndarray:
+            parts = []
+            while k > 0:
+                parts.append(batch(min(k, SPIN_BATCH)))
+                k -= len(parts[-1])
+            return np.concatenate(parts)
+
+        return take
+
+    def cycles_per_us(self) -> float:
+        """GPU clock cycles per µs of the spin kernel, measured once per harness: a spin of 10^6
+        cycles timed by CUDA events."""
+        if math.isnan(self._cycles_per_us):
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1_000)  # the kernel's first launch loads it
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            end.record()
+            torch.cuda.synchronize()
+            self._cycles_per_us = 1_000_000 / (1e3 * start.elapsed_time(end))
+        return self._cycles_per_us
+
     def _graph(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         """Capture ``graph_calls`` calls per graph; with more input sets than calls, capture
         several graphs over consecutive slices of the sets and alternate replays among them, so
@@ -421,6 +527,7 @@ class Harness:
             reason,
             rse,
             wall_s,
+            method="cuda_events",
         )
 
     def _capture(self, fn: Callable, input_sets: Sequence[tuple]) -> list:
