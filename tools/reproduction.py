@@ -38,10 +38,6 @@ REFERENCE = ROOT / "data" / "reference" / "h200"
 
 
 MODES = ("eager", "graph")
-UNIT = {
-    f: "x"
-    for f in ("fusion_speedup", "fusion_speedup_prefill", "fusion_speedup_decode", "fusion_speedup_sweep")
-}
 GPU_STAGES = ("environment", "correctness", "portfolio", "lifecycle", "graph_sweep", "calibrate")
 L40S = {
     "gap": "0.149–0.670%",
@@ -93,7 +89,7 @@ class Study:
 
     def v2(self, mode: str, name: str) -> str:
         r = self.figure(mode, name)
-        return "n/a" if r is None else ci(r["estimate"], r["ci_low"], r["ci_high"], UNIT.get(name, "%"))
+        return "n/a" if r is None else ci(r["estimate"], r["ci_low"], r["ci_high"], str(r["unit"]))
 
     def v2_per_mode(self, name: str, modes=MODES) -> str:
         return "; ".join(f"{m} {self.v2(m, name)}" for m in modes)

@@ -120,7 +120,7 @@ def test_auto_with_cuda_keeps_the_default_study():
     assert study["device"] == "cuda"
     assert study["partition"]["dtype"] == "bfloat16" and study["portfolio"]["reps"] == 280
     assert (
-        len(study["tiles"]) == 5 and study["trace"]["invocations"] == 128 and study["portfolio"]["runs"] == 6
+        len(study["tiles"]) == 5 and study["trace"]["invocations"] == 160 and study["portfolio"]["runs"] == 6
     )
 
 

@@ -86,7 +86,7 @@ def test_the_pilot_fits_one_device_call(model):
 def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
     assert cli.main(["plan", "default", "replay-h200-default-gen2"]) == 0
     out = capsys.readouterr().out
-    assert "study default (cuda): 128 invocations" in out and "6 runs" in out and "timed cells 27,648" in out
+    assert "study default (cuda): 160 invocations" in out and "6 runs" in out and "timed cells 34,560" in out
     assert "replay of" in out and "no GPU jobs" in out
     assert cli.main(["plan", "no-such-study"]) == cli.EXIT_USAGE
     assert "unknown study 'no-such-study'" in capsys.readouterr().err

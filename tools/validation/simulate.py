@@ -2,7 +2,7 @@
 recorded study's trace, noise and costs at a study design, with the engine and rule the pipeline runs.
 
     PYTHONPATH=$PWD python tools/validation/simulate.py data/reference/h200/default-gen2-6x100-c \
-        --seeds 400 --runs 6 --per-part 64 --out data/validation/v4
+        --seeds 400 --runs 6 --invocations 128 --min-per-kind 64 --out data/validation/v4
 
 writes <out>/<study>.csv (one row per deployment-profile part x scenario, and the headline rows) and
 <out>/<study>.md (the acceptance table, with the command). Scenarios, per part of the deployment
@@ -18,9 +18,12 @@ profile (decode-only steps in graph mode, mixed steps in eager mode):
 * coverage of the decided figures' intervals (gap, its bound, the policy figure) of their truth
   targets (the mean over seeds of each figure scored on the true surface) in every scenario.
 
-The design: ``--runs`` runs; each part's invocations resampled to ``--per-part`` (stride over the
-recorded part, with replacement when it holds fewer), weighted as the stratified sampler weights them
-(``weight`` = the part's invocations in the recorded trace / sampled). A part's noise is its recorded
+The design: ``--runs`` runs of ``--invocations`` invocations, allocated to the step kinds as the
+stratified sampler allocates them (at least ``--min-per-kind`` each, the rest by the recorded mix;
+defaults: the shipped config's); each part's recorded invocations resampled to its count (stride,
+with replacement when the part holds fewer: a recorded part of few distinct invocations then repeats
+them, and its test invocations are not independent — its coverage is then no evidence), weighted as
+the sampler weights them. A part's noise is its recorded
 graph mode's: eager timings recorded before decision v4 include the host's launch path, and eager
 calls timed on a busy GPU read the graph replay's time within 1-2 µs (issue 35's H200 table), so
 the graph mode's noise on the part's invocations, with eager's costs (lookups, plan builds), stands
@@ -96,7 +99,17 @@ def stratified(md: measured.ModeData, per_part: int | None) -> measured.ModeData
     return replace(md, features=feats, us=md.us[:, idx], sem2=md.sem2[:, idx], host_us=None)
 
 
-def parts(study_dir, runs: int | None, per_part: int | None, resamples: int, eager_noise: str) -> list[Part]:
+def design(modes: dict, invocations: int, min_per_kind: int) -> dict[str, int]:
+    """Each step kind's invocations at the design, as the stratified sampler allocates them
+    (``headroom.trace.invocations.allocation``) on a window whose mix is the recorded trace's."""
+    from headroom.trace.invocations import allocation
+
+    kinds = measured.step_of(next(iter(modes.values())).features)
+    sizes = {k: int((kinds == k).sum()) * 1000 for k in set(kinds)}  # the recorded mix, a long window
+    return allocation(sizes, invocations, min_per_kind)
+
+
+def parts(study_dir, runs: int | None, per_kind: dict, resamples: int, eager_noise: str) -> list[Part]:
     modes, costs = recorded(study_dir)
     pol = defaults.section("policies")
     opts = measured.Options.from_mapping(
@@ -109,7 +122,7 @@ def parts(study_dir, runs: int | None, per_part: int | None, resamples: int, eag
         sub = measured.part(source, step)
         if sub is None:
             continue
-        sub = replace(stratified(sub, per_part), mode=mode, timing=())
+        sub = replace(stratified(sub, per_kind[step]), mode=mode, timing=())
         L = engine.layout(sub, opts, costs, pol["train_fraction"], pol["seed"])
         out.append(Part(f"{mode}@{step}", sub, L, power.estimate_noise(sub), runs or len(source.runs)))
     return out
@@ -138,10 +151,19 @@ def sized(p: Part, make, figure: str, target: float, thresholds: dict, seeds: in
 
 
 def run(
-    study_dir, *, seeds=400, runs=6, per_part=64, resamples=200, eager_noise="graph", seed=0
+    study_dir,
+    *,
+    seeds=400,
+    runs=6,
+    invocations=128,
+    min_per_kind=64,
+    resamples=200,
+    eager_noise="graph",
+    seed=0,
 ) -> pd.DataFrame:
     thresholds = defaults.section("decision")
-    ps = parts(study_dir, runs, per_part, resamples, eager_noise)
+    per_kind = design(recorded(study_dir)[0], invocations, min_per_kind)
+    ps = parts(study_dir, runs, per_kind, resamples, eager_noise)
     planted = next(i for i, p in enumerate(ps) if p.md.mode == "graph")
     noise = [power.noise(p.md, p.model, seeds, p.runs, seed + 17 * (j + 1)) for j, p in enumerate(ps)]
     flats = [
@@ -160,7 +182,8 @@ def run(
     base = {
         "study": Path(study_dir).name,
         "runs": runs,
-        "per_part": per_part,
+        "invocations": invocations,
+        "min_per_kind": min_per_kind,
         "seeds": seeds,
         "eager_noise": eager_noise,
     }
@@ -183,7 +206,13 @@ def run(
             row[event], row[f"{event}_lo"], row[f"{event}_hi"] = rate(x)
         rows.append(row)
         for q, s in zip(ps, sims, strict=True):
-            r = {**base, "part": q.name, "scenario": name, "effect": effect if q is p else 0.0}
+            r = {
+                **base,
+                "part": q.name,
+                "scenario": name,
+                "effect": effect if q is p else 0.0,
+                "part_invocations": q.md.us.shape[1],
+            }
             for event, x in (("continue", s["verdict"] == "continue"), ("stop", s["verdict"] == "stop")):
                 r[event], r[f"{event}_lo"], r[f"{event}_hi"] = rate(x)
             for f in COVERED:
@@ -229,15 +258,18 @@ def main(argv=None) -> int:
     ap.add_argument("study_dir")
     ap.add_argument("--seeds", type=int, default=400)
     ap.add_argument("--runs", type=int, default=6)
-    ap.add_argument("--per-part", type=int, default=64)
+    ap.add_argument("--invocations", type=int, default=defaults.value("trace", "invocations"))
+    ap.add_argument(
+        "--min-per-kind", type=int, default=defaults.section("trace")["stratified"]["min_per_kind"]
+    )
     ap.add_argument("--resamples", type=int, default=200)
     ap.add_argument("--eager-noise", choices=("graph", "recorded"), default="graph")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     t = time.time()
-    df = run(args.study_dir, seeds=args.seeds, runs=args.runs, per_part=args.per_part, resamples=args.resamples, eager_noise=args.eager_noise)  # fmt: skip
+    df = run(args.study_dir, seeds=args.seeds, runs=args.runs, invocations=args.invocations, min_per_kind=args.min_per_kind, resamples=args.resamples, eager_noise=args.eager_noise)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"{Path(args.study_dir).name}-{args.runs}x{args.per_part}"
+    name = f"{Path(args.study_dir).name}-{args.runs}x{args.invocations}"
     df.to_csv(args.out / f"{name}.csv", index=False)
     command = "PYTHONPATH=$PWD python tools/validation/simulate.py " + " ".join(argv or sys.argv[1:])
     (args.out / f"{name}.md").write_text(table(df, command) + f"\n{time.time() - t:.0f} s on this machine.\n")
