@@ -14,6 +14,8 @@ from headroom.core import artifacts, catalog, cli, identity, layout, replay, sta
 from tests.artifact_helpers import write_filled
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200"
+# another run's environment and calibration: the retired generation-1 default's (tests/fixtures/h200-gen1)
+GEN1 = Path(__file__).resolve().parents[1] / "fixtures" / "h200-gen1"
 
 
 def _write(path: Path, df: pd.DataFrame, kind: str, study: str, inputs: dict[str, str] | None = None) -> str:
@@ -155,7 +157,7 @@ def _recorded_copy(tmp_path: Path, study: str) -> Path:
 def test_replay_refuses_a_generation1_calibration_in_a_generation2_folder(tmp_path):
     folder = _recorded_copy(tmp_path, "default-gen2")
     assert replay.check_recorded(folder)  # the folder as recorded replays
-    copy_artifact(REFERENCE / "default/calibration.parquet", folder / "calibration.parquet")
+    copy_artifact(GEN1 / "calibration.parquet", folder / "calibration.parquet")
     with pytest.raises(replay.ReplayError, match="mixes artifacts of different runs") as err:
         replay.check_recorded(folder, study="replay-x")
     assert "calibration.parquet" in str(err.value) and "different code" in str(err.value)
@@ -172,7 +174,7 @@ def test_replay_refuses_an_environment_of_another_run(tmp_path):
     table = artifacts.read_table(folder / "calibration.parquet")
     artifacts.write(table, folder / "calibration.parquet", kind="calibration", provenance=prov)
     assert replay.check_recorded(folder)
-    copy_artifact(REFERENCE / "default/environment.parquet", folder / "environment.parquet")
+    copy_artifact(GEN1 / "environment.parquet", folder / "environment.parquet")
     with pytest.raises(replay.ReplayError) as err:
         replay.check_recorded(folder)
     other = artifacts.recorded_hash(folder / "environment.parquet")
@@ -184,10 +186,10 @@ def test_replay_refuses_a_generation1_environment_in_a_generation2_reference(tmp
     """The committed references predate the environment edge; their README's table, written at
     import from the verified artifacts, names the environment that belongs there."""
     folder = _recorded_copy(tmp_path, "default-gen2")
-    copy_artifact(REFERENCE / "default/environment.parquet", folder / "environment.parquet")
+    copy_artifact(GEN1 / "environment.parquet", folder / "environment.parquet")
     with pytest.raises(replay.ReplayError) as err:
         replay.check_recorded(folder)
-    gen1 = artifacts.recorded_hash(REFERENCE / "default/environment.parquet")
+    gen1 = artifacts.recorded_hash(GEN1 / "environment.parquet")
     gen2 = artifacts.recorded_hash(REFERENCE / "default-gen2/environment.parquet")
     assert f"environment.parquet has BLAKE3 {gen1[:16]}" in str(err.value)
     assert f"default-gen2's README.md recorded {gen2[:16]}" in str(err.value)
@@ -362,7 +364,7 @@ def test_the_plan_refuses_a_generation1_calibration_in_a_generation2_replay(tmp_
     project = copy_project(tmp_path / "p")
     study_dir = project / "results/replay-h200-default-gen2"
     _imported(REFERENCE / "default-gen2", study_dir)
-    copy_artifact(REFERENCE / "default/calibration.parquet", study_dir / "calibration.parquet")
+    copy_artifact(GEN1 / "calibration.parquet", study_dir / "calibration.parquet")
     before = (study_dir / "calibration.parquet").read_bytes()
     proc = snakemake(
         project, "-n", "--config", "studies=[replay-h200-default-gen2]", check=False, timeout=300
