@@ -37,7 +37,9 @@ def _jobs(plan: str) -> list[dict[str, str]]:
 
 
 def test_two_studies_and_a_replay_plan_into_their_own_folders_with_one_catalog(project):
-    proc = snakemake(project, "--dry-run", "--config", "studies=[default,azure-conv,replay-h200-default-gen2]")
+    proc = snakemake(
+        project, "--dry-run", "--config", "studies=[default,azure-conv,replay-h200-default-gen2]"
+    )
     jobs = _jobs(proc.stdout)
     for job in jobs:
         if job["study"]:
@@ -47,7 +49,10 @@ def test_two_studies_and_a_replay_plan_into_their_own_folders_with_one_catalog(p
         by_study.setdefault(job["study"], set()).add(job["rule"])
     assert {"trace", "correctness", "portfolio", "report"} <= by_study["default"]
     assert by_study["azure-conv"] == by_study["default"]
-    assert "replay" in by_study["replay-h200-default-gen2"] and "portfolio" not in by_study["replay-h200-default-gen2"]
+    assert (
+        "replay" in by_study["replay-h200-default-gen2"]
+        and "portfolio" not in by_study["replay-h200-default-gen2"]
+    )
     assert [j["rule"] for j in jobs].count("catalog") == 1
 
 
