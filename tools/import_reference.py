@@ -13,6 +13,7 @@ not kept: `snakemake --cores 1 --config replay=DEST/NAME` regenerates it on any 
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 import sys
 import tarfile
@@ -52,8 +53,9 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
             rows.append((name, digest, (out / name).stat().st_size))
         if (results / "benchmarks").is_dir():
             shutil.copytree(results / "benchmarks", out / "benchmarks")
-        if log:
-            shutil.copyfile(log, out / "snakemake.log")
+        if log:  # compressed (the tracked tree stays one transfer for an offline GPU host), no timestamp
+            with open(log, "rb") as src, gzip.GzipFile(out / "snakemake.log.gz", "wb", 9, mtime=0) as dst:
+                shutil.copyfileobj(src, dst)
     env = artifacts.read(out / "environment.parquet").iloc[0]
     lines = [
         f"# Reference measurements: study `{study}`",
@@ -72,7 +74,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         *MANIFEST_HEADER,  # the manifest check_recorded holds a replay folder to
         *[manifest_row(n, d, b) for n, d, b in rows],
         "",
-        "`benchmarks/` holds Snakemake's per-stage wall times of the run; `snakemake.log` its log.",
+        "`benchmarks/` holds Snakemake's per-stage wall times of the run; `snakemake.log.gz` its log.",
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return out
