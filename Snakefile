@@ -9,7 +9,7 @@ min_version("9.0")
 
 # `headroom` imports from this checkout, installed or not (rules/common.smk says more).
 sys.path.insert(0, workflow.basedir)
-from headroom.core.config import type_cli_values
+from headroom.core.config import ConfigError, check_size, type_cli_values, validate_schema
 
 
 configfile: "config/config.yaml"
@@ -17,8 +17,16 @@ configfile: "config/config.yaml"
 
 # A nested --config value (decision={max_gap_to_oracle_pct: 2.0}) arrives as strings: typed here
 # as the schema types it, in the merged config and in the overrides the studies are planned with.
-type_cli_values(config)
-type_cli_values(workflow.config_settings.config)
+# headroom's own schema check comes first: YAML aliases expanding past its node limit are refused
+# before anything walks them, and an error is one short line (snakemake's validate prints the whole
+# config); snakemake's then fills in the schema's defaults.
+try:
+    check_size(config, "the configuration (config/config.yaml, --configfile, --config)")
+    type_cli_values(config)
+    type_cli_values(workflow.config_settings.config)
+    validate_schema(config)
+except ConfigError as exc:
+    raise WorkflowError(f"invalid configuration: {exc}")
 validate(config, "headroom/core/schema.yaml")
 
 

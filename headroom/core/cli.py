@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from headroom import __version__
-from headroom.core import artifacts, contracts, defaults, identity, layout
+from headroom.core import artifacts, contracts, defaults, identity, layout, reruns
 from headroom.core import catalog as hcatalog
 from headroom.core.replay import lineage_input
 
@@ -134,10 +134,9 @@ def check_results_folder(results: Path) -> None:
 
 
 def _rebuild_hint(results: Path) -> str:
-    return (
-        f"delete {results / layout.CATALOG_NAME} and rerun the pipeline "
-        "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
-    )
+    from headroom.core import verify
+
+    return verify._rebuild_hint(results)
 
 
 def study_folder(results: Path, study: str | None) -> tuple[str, Path]:
@@ -534,6 +533,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         folder = study_folder(Path(args.results), args.study)[1] if args.study else None
         problems = recompute.recompute_results(Path(args.results), folder)
+    lock = reruns.stale_lock(_project_root(Path(args.results)))
+    if lock:  # not a problem of the results, but the next run stops on it
+        _err(f"warning: {lock}")
     if problems:
         for p in problems:
             print(f"FAIL {p}")
@@ -686,7 +688,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(jsonable(node), indent=2))
     else:
-        for line in lineage_lines(node, code=not args.no_code):
+        for line in lineage_lines(node, code=args.code):
             print(line)
     bad = lineage_problems(node)
     if bad:
@@ -829,13 +831,15 @@ def cmd_snakemake(args: argparse.Namespace) -> int:
 
 
 def _count(text: str) -> int:
-    """argparse type: a whole number >= 0."""
+    """argparse type: a whole number from 0 to sys.maxsize (what a count of rows or levels can be)."""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"{n} is negative; give 0 or more")
+    if n > sys.maxsize:
+        raise argparse.ArgumentTypeError(f"{text} is too large; give at most {sys.maxsize} (0: all)")
     return n
 
 
@@ -906,7 +910,10 @@ def _add_lineage(sub, common) -> None:
     )
     ln.add_argument("path")
     ln.add_argument("--depth", type=_count, default=None, help="levels of inputs to show (default: all)")
-    ln.add_argument("--no-code", action="store_true", help="leave out the source files of each rule")
+    shown = ln.add_mutually_exclusive_group()
+    # The artifacts only by default: every rule's code files, at every level, are hundreds of lines.
+    shown.add_argument("--code", action="store_true", help="also list each rule's source files and their BLAKE3")
+    shown.add_argument("--no-code", action="store_true", help="the artifacts only (the default)")
     ln.add_argument("--json", action="store_true", help="the lineage tree as JSON")
     ln.set_defaults(func=cmd_lineage)
 
@@ -992,6 +999,56 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
+class StdoutError(Exception):
+    """Writing the answer to stdout failed (a full disk, /dev/full, an I/O error): `main` says so."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause.strerror or str(cause))
+
+
+class _Stdout:
+    """sys.stdout whose write and flush errors (other than a reader gone away, BrokenPipeError) are
+    StdoutError, so `main` can tell them from a verb's own OSError and say so in one line."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def write(self, text: str) -> int:
+        try:
+            return self._raw.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._raw.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
+
+
+def _open_std_streams() -> list[str]:
+    """Which of stdout and stderr were closed at start (`headroom gate >&-`): each is opened on
+    /dev/null, so the verb runs as usual (and no file the verb opens takes the free descriptor 1 or
+    2, where a library's writes to it would land)."""
+    closed = []
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            closed.append(name)
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 (kept open for the run)
+    return closed
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `headroom snakemake` hands every word after the verb to Snakemake."""
     parser = build_parser()
@@ -1004,16 +1061,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    closed = _open_std_streams()
+    raw, sys.stdout = sys.stdout, _Stdout(sys.stdout)
     try:
-        code = _run(args)
+        code = _run(parse(argv))
         sys.stdout.flush()  # here, not at exit: a reader gone away (`| head`) is then quiet too
+        if "stdout" in closed:
+            _err("stdout was closed, so the answer was not printed; the exit code stands")
         return code
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except StdoutError as exc:
+        _quiet_stdout()  # what is left unwritten goes nowhere, at exit too
+        _err(f"cannot write the answer to stdout ({exc}); nothing more was written")
+        return EXIT_ERROR
     except KeyboardInterrupt:  # while the last output was flushed
         return _interrupted()
+    finally:
+        sys.stdout = raw
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -1037,4 +1103,8 @@ def _interrupted() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m headroom.core.cli`: run the imported module's main, so that a verb of a higher
+    # floor raising headroom.core.cli.CliError meets the same class here (not __main__'s copy)
+    from headroom.core import cli as _cli
+
+    sys.exit(_cli.main())

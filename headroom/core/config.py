@@ -50,12 +50,76 @@ MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
 SourceCheck = Callable[[dict[str, Any]], object]
 
 
+#: The longest a configuration error's message may be: a value is shown cut to SHOWN_CHARS, and a
+#: message that still comes out longer is cut here.
+MAX_MESSAGE_CHARS = 2000
+SHOWN_CHARS = 200
+#: The most nodes (mappings, lists, scalars) a configuration may hold with every YAML alias expanded:
+#: a few hundred bytes of nested aliases expand to billions of nodes in whatever walks the tree
+#: (the schema check, a merge), so the expanded size is counted first, without expanding.
+MAX_CONFIG_NODES = 10_000
+
+
 class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and the value."""
+    """A configuration value is invalid; the message names the key and the value (at most
+    MAX_MESSAGE_CHARS characters: a huge value is never echoed whole)."""
+
+    def __init__(self, message: str):
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 40] + f" ... ({len(message):,} characters, cut)"
+        super().__init__(message)
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: its repr, cut to SHOWN_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
+def expanded_nodes(data: Any, limit: int = MAX_CONFIG_NODES) -> int | None:
+    """How many nodes `data` holds with every shared container counted once per place it appears
+    (as YAML aliases expand), counted without expanding: each container's size once, by identity,
+    with an explicit stack (no recursion). None past `limit` or for a container holding itself."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            total = 1 + sum(sizes[id(c)] if isinstance(c, dict | list) else 1 for c in children)
+            if total > limit:
+                return None
+            sizes[key] = total
+            open_.discard(key)
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            return None  # a recursive alias: infinite once expanded
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, dict | list) and id(c) not in sizes)
+    return sizes[id(data)] if isinstance(data, dict | list) else 1
+
+
+def check_size(data: Any, where: str) -> None:
+    """Refuse a configuration past MAX_CONFIG_NODES nodes once its aliases are expanded (a YAML
+    "billion laughs"), before anything walks it; `where` names the file or the source."""
+    if expanded_nodes(data) is None:
+        raise ConfigError(
+            f"{where}: the configuration holds more than {MAX_CONFIG_NODES:,} values once its YAML aliases "
+            "(*name) are expanded, or an alias inside itself; a study's configuration is a few hundred "
+            "values: write them out"
+        )
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:
-    """A YAML config file as a mapping; a syntax error names the file, line and column."""
+    """A YAML config file as a mapping; a syntax error names the file, line and column; a file past
+    MAX_CONFIG_NODES nodes once its aliases are expanded is refused (`check_size`)."""
     with open(path) as fh:
         try:
             data = yaml.safe_load(fh)
@@ -65,8 +129,11 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
             raise ConfigError(f"{path}, {where}: YAML syntax error: {exc.problem or exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: YAML syntax error: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: YAML nested too deeply to read; a configuration is a few levels deep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    check_size(data, str(path))
     return data
 
 
@@ -88,6 +155,7 @@ def validate_schema(config: dict[str, Any]) -> None:
     bound, the schema's reason for it); a NaN or infinite number anywhere is refused too."""
     import jsonschema
 
+    check_size(config, "the configuration")
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
@@ -98,13 +166,23 @@ def validate_schema(config: dict[str, Any]) -> None:
             if err.validator == "maximum" and "description" in err.schema
             else ""
         )
-        raise ConfigError(f"config key '{key}': {err.message} (value: {err.instance!r}){why}")
+        if err.validator == "additionalProperties":  # the keys named; the mapping holding them is not shown
+            unknown = sorted(set(err.instance) - set(err.schema.get("properties", {})), key=str)
+            raise ConfigError(
+                f"config key '{key}': unknown key(s) {', '.join(shown(k) for k in unknown)}; known: "
+                f"{', '.join(sorted(err.schema.get('properties', {})))}"
+            )
+        raise ConfigError(f"config key '{key}': {_cut(err.message)} (value: {shown(err.instance)}){why}")
     path = _non_finite(config, ())
     if path is not None:
         raise ConfigError(
             f"config key '{_key(path)}': {_at(config, path)!r} is not a finite number; every number of a "
             "study is finite (a missing bound is null where the schema allows it)"
         )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def _non_finite(node: Any, path: tuple) -> tuple | None:
@@ -370,7 +448,7 @@ def study_names(config: dict[str, Any]) -> list[str]:
         return [name]
     names = config.get("studies") or ["default"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f"config key 'studies': expected a list of study names, got {names!r}")
+        raise ConfigError(f"config key 'studies': expected a list of study names, got {shown(names)}")
     seen = set()
     for name in names:
         if not STUDY_NAME.fullmatch(name):

@@ -17,15 +17,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headroom.core import artifacts, integrity, layout
+from headroom.core import artifacts, integrity, layout, reruns
 from headroom.core import catalog as hcatalog
 
 
 def _rebuild_hint(results: Path) -> str:
-    return (
-        f"delete {results / layout.CATALOG_NAME} and rerun the pipeline "
-        "(snakemake --cores 1 --resources gpu=1), which rebuilds only the catalog"
-    )
+    """Rebuilding the catalog: delete it and rerun, naming the jobs that reruns (headroom/core/reruns.py)."""
+    path = results / layout.CATALOG_NAME
+    root = results.resolve().parent
+    return f"delete {path} and " + reruns.rerun_hint(root, [str(path.resolve().relative_to(root))])
+
+
+def _stale_hint(results: Path, rel: str) -> str:
+    """An artifact the catalog loaded is gone (a plain run writes it again and what is made from it)
+    or has other bytes now (a plain run reruns what is made from it, the catalog too)."""
+    return reruns.rerun_hint(results.resolve().parent, changed=[rel])
 
 
 def _stale_catalog(con, results: Path, root: Path, current: dict[str, str], study: str | None) -> list[str]:
@@ -46,7 +52,7 @@ def _stale_catalog(con, results: Path, root: Path, current: dict[str, str], stud
             what = "is missing" if now is None else f"has BLAKE3 {now}"
             problems.append(
                 f"{path}: stale, it loaded {rel} with BLAKE3 {recorded} but the file {what}; "
-                f"{_rebuild_hint(results)}"
+                f"{_stale_hint(results, rel)}"
             )
     return problems
 

@@ -27,7 +27,6 @@ longer trace: a recorded longer study (config/studies/power-pilot.yaml) refits t
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +84,7 @@ class Reference:
     overheads: list[tuple[int, int, float]]  # per run: cells, eager calls, seconds beyond the samples
     samples_per_cell: dict[str, float]  # per mode, as recorded (run 1)
     calls_per_sample: dict[str, int]
+    device: str = "cuda"  # where it was measured (its environment's device)
 
     @property
     def cells(self) -> int:
@@ -117,6 +117,8 @@ def read_reference(path: Path) -> Reference:
         overheads.append((len(rows), eager_calls, inner - timed))
     first = runs[0]
     source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source", "synthetic")
+    env = path / "environment.parquet"
+    device = str(artifacts.read(env)["device"].iloc[0]) if env.exists() else "cuda"
     return Reference(
         name=path.name,
         path=path,
@@ -133,6 +135,7 @@ def read_reference(path: Path) -> Reference:
         overheads=overheads,
         samples_per_cell=first.groupby("mode")["reps"].mean().to_dict(),
         calls_per_sample=first.groupby("mode")["calls_per_sample"].max().astype(int).to_dict(),
+        device=device,
     )
 
 
@@ -170,8 +173,8 @@ class Model:
 def fit(refs: list[Reference]) -> Model:
     from scipy.optimize import nnls
 
-    fixed = {s: float(np.mean([r.stage_s[s] for r in refs if s in r.stage_s])) for s in FIXED_STAGES}
-    fixed = {s: v for s, v in fixed.items() if math.isfinite(v)}
+    timed = {s: [r.stage_s[s] for r in refs if s in r.stage_s] for s in FIXED_STAGES}
+    fixed = {s: float(np.mean(v)) for s, v in timed.items() if v}
     linear = {}
     for stage in _LINEAR:
         fitted = [r for r in refs if (r.name, stage) not in UNEXPLAINED]
@@ -286,7 +289,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     if study.get("replay"):
         jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
         return JobPlan(name, jobs, 0, {"replay": study["replay"]})
-    trace = invocations.build_trace(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
+    trace, provenance = invocations.build(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
     built = hcandidates.build(
         study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
     )
@@ -297,14 +300,25 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     cfg = portfolio.settings({k: v for k, v in study["portfolio"].items() if k != "runs"})
     modes = portfolio.modes_for(cfg["mode"], study["device"])
     per_mode = simulated_cell(ref.samples(), cfg)
+    untimed = [m for m in modes if m not in per_mode or m not in model.call_us]
+    if untimed:
+        timed = sorted(set(per_mode) & set(model.call_us))
+        raise ValueError(
+            f"no reference timed {'/'.join(untimed)} mode ({ref.name}, the closest to study {name!r}, timed "
+            f"{'/'.join(timed) or 'none'}; recorded on {ref.device}): plan a {study['device']} study on "
+            f"references recorded in every mode it times (--references, default {REFERENCE_ROOT})"
+        )
     megabytes = float(np.mean([inputs.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
     calls = {"eager": 1, "graph": cfg["graph_calls"]}
     n_inv, n_cand = len(trace), len(admitted)
     samples = {m: per_mode[m][0] for m in modes}
     run_s = _run_s(model, n_inv * n_cand, samples, calls, megabytes)
     runs = int(study["portfolio"]["runs"])
+    measured_on = sorted({r.device for r in model.refs})
     facts = {
         "device": study["device"],
+        "device_why": study.get("device_why", ""),
+        "measured_on": measured_on,
         "invocations": n_inv,
         "shapes": int(trace["shape_key"].nunique()),
         "candidates": n_cand,
@@ -315,6 +329,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
         "reference": ref.name,
         "megabytes": megabytes,
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
+        "trace_note": invocations.clip_note(provenance),
     }
     jobs = _stage_jobs(model, n_cand, facts["shapes"], runs, run_s)
     return JobPlan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
@@ -352,15 +367,23 @@ def plan_text(plan: JobPlan) -> str:
         head = f"reference {plan.study}: measured {f['measured_s']:.0f} s"
     else:
         per = ", ".join(f"{m} {n:.1f}" for m, n in f["samples_per_cell"].items())
+        why = f": {f['device_why']}" if f.get("device_why") else ""
         head = (
-            f"study {plan.study} ({f['device']}): {f['invocations']} invocations, {f['shapes']} shapes, "
+            f"study {plan.study} ({f['device']}{why}): {f['invocations']} invocations, {f['shapes']} shapes, "
             f"{f['candidates']} candidates, modes {'/'.join(f['modes'])}, {f['runs']} runs, sampler "
             f"{f['sampler']} (samples per cell: {per}, replayed on {f['reference']}'s samples; "
             f"{f['megabytes']:.0f} MB per input set: "
             + ", ".join(f"{m} {us:.0f} us" for m, us in f["call_us"].items())
             + " per call)"
         )
-    lines = [head, f"  {'job':<12} {'count':>5} {'gpu':>4} {'predicted_s':>12}"]
+    lines = [head] + ([f"  {f['trace_note']}"] if f.get("trace_note") else [])
+    if f.get("measured_on") and f["device"] not in f["measured_on"]:
+        slower = ", far longer on the interpreter" if f["device"] == "interpret" else ""
+        lines.append(
+            f"  (predicted from references measured on {'/'.join(f['measured_on'])}; this study runs on "
+            f"{f['device']}: expect another time{slower})"
+        )
+    lines.append(f"  {'job':<12} {'count':>5} {'gpu':>4} {'predicted_s':>12}")
     for stage, n, s in plan.jobs:
         each = f"{n} x {s:.1f}" if n > 1 else f"{s:.1f}"
         lines.append(f"  {stage:<12} {n:>5} {('yes' if stage in GPU_STAGES else 'no'):>4} {each:>12}")
@@ -379,11 +402,32 @@ def add_parser(sub: Any) -> None:
     p.add_argument("studies", nargs="*", help="study names (default: --study, else config.yaml's studies)")
     p.add_argument("--references", default=str(REFERENCE_ROOT), help="recorded studies, <gpu>/<study>/")
     p.add_argument(
+        "--device",
+        choices=["auto", "cuda", "interpret"],
+        default=None,
+        help="the device to plan for (default: config's `device`, resolved as snakemake resolves it here: "
+        "auto is cuda when a GPU is visible, else the interpreter with the smoke overlay)",
+    )
+    p.add_argument(
         "--validate",
         action="store_true",
         help="also the model's plan of each reference beside its measured time",
     )
     p.set_defaults(func=cmd_plan)
+
+
+def device_why(requested: str, device: str, given: bool) -> str:
+    """Why the plan is of this device's study: the one snakemake runs here (`device: auto` resolved by
+    headroom.core.config.resolve_device, as the pipeline resolves it), or the one asked for."""
+    if device == "replay":
+        return ""
+    if given:
+        return f"--device {requested}"
+    if requested != "auto":
+        return f"config device: {requested}"
+    if device == "interpret":
+        return "no GPU visible here: the interpreter's smoke study, as snakemake runs it here; --device cuda plans the GPU study"
+    return "a GPU is visible here, as snakemake runs it here; --device interpret plans the interpreter's"
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -395,9 +439,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         config = hconfig.load(PROJECT_ROOT / "config" / "config.yaml")
         names = args.studies or ([args.study] if getattr(args, "study", None) else config["studies"])
         model = fit(references(Path(args.references)))
+        requested = args.device or config["device"]
         studies = hconfig.plan_studies(
-            {**config, "studies": list(names)}, cuda_available=True, check_source=htsource.check
+            {**config, "device": requested, "studies": list(names)}, check_source=htsource.check
         )
+        for study in studies.values():
+            study["device_why"] = device_why(requested, study["device"], given=args.device is not None)
         texts = [plan_text(plan_study(name, study, model)) for name, study in studies.items()]
         if args.validate:
             texts += [plan_text(reference_plan(ref, model)) for ref in model.refs]

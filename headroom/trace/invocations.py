@@ -425,7 +425,43 @@ def build(
     }
     if cache is not None:
         provenance["prefix_cache"] = cache
+    clipped = _clipped(requests, cfg["tokens"]["max_kv_len"])
+    if clipped:
+        provenance["tokens_clipped"] = clipped
     return df, {**provenance, **facts}
+
+
+#: The share of a log's prompts clipped at trace.tokens.max_kv_len past which the trace says so as a
+#: warning: its prefills then mostly share one shape.
+CLIP_WARN_SHARE = 0.5
+
+
+def _clipped(requests: Requests, max_kv_len: int | None) -> int:
+    """How many requests' prompts sit at the clip (max_kv_len - 1 tokens after scale_tokens)."""
+    return 0 if max_kv_len is None else int(np.count_nonzero(requests.context >= max_kv_len - 1))
+
+
+def clip_note(extra: dict[str, Any] | None) -> str | None:
+    """What the trace's provenance says of prompts clipped at trace.tokens.max_kv_len (None: none
+    were), a warning once they are most of the log: a log whose prompts all exceed the interpreter's
+    max_kv_len collapses to one prefill shape."""
+    extra = extra or {}
+    clipped, total = extra.get("tokens_clipped"), extra.get("source_requests")
+    if not clipped or not total:
+        return None
+    tokens = extra.get("settings", {}).get("tokens", {})
+    share = clipped / total
+    note = (
+        f"{clipped:,} of {total:,} requests' prompts ({share:.0%}) reach trace.tokens.max_kv_len "
+        f"({tokens.get('max_kv_len')}) after trace.tokens.scale ({tokens.get('scale')}) and are clipped to "
+        f"{tokens.get('max_kv_len', 1) - 1} tokens"
+    )
+    if share < CLIP_WARN_SHARE:
+        return note
+    return (
+        f"warning: {note}: their prefills share one shape; scale the log down further (trace.tokens.scale, "
+        "in a study's smoke: overlay for the interpreter: docs/traces.md) or raise max_kv_len"
+    )
 
 
 def is_serving(cfg: dict[str, Any]) -> bool:
@@ -702,6 +738,8 @@ def describe_text(
             f"{split['unseen_test_invocation_share']:.1%} of test invocations)",
         ]
     lines += serving.text(d["serving"])
+    note = clip_note(extra)
+    lines += ["", note] if note else []
     lines += ["", "most frequent shape keys:"]
     lines += [f"  {c:>6}  {k}" for k, c in d["top_shape_keys"].items()]
     return "\n".join(lines) + "\n"

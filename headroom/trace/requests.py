@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -126,7 +127,15 @@ LOG_SUFFIXES = (".csv", ".parquet", ".pq", ".jsonl")
 MAX_BLOCKS = 50_000_000
 #: `trace.arrival_format` values that name a unit of plain numbers (ns per unit); null reads ISO 8601
 #: timestamps or numbers of seconds (decided by the values), any other string is a strptime format.
-ARRIVAL_UNITS = {"seconds": NS_PER_S, "milliseconds": 1_000_000}
+ARRIVAL_UNITS = {"seconds": NS_PER_S, "milliseconds": 1_000_000, "microseconds": 1_000}
+#: What unit an epoch number most likely is, by its size (today: ~1.7e9 s, 1.7e12 ms, 1.7e15 us,
+#: 1.7e18 ns): the first whose floor it reaches. Named when numbers read in another unit overflow.
+EPOCH_UNIT_FLOORS = ((1e17, "nanoseconds"), (1e14, "microseconds"), (1e11, "milliseconds"))
+#: Deepest nesting a JSONL line may hold (a request is an object of numbers and one list): the JSON
+#: parser recurses, so a line of thousands of '[' is refused before it is parsed.
+JSONL_MAX_DEPTH = 64
+#: The times int64 nanoseconds hold (1677-09-21 .. 2262-04-11).
+_NS_MIN, _NS_MAX = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
 
 
 def _invalid_utf8_line(path: Path) -> tuple[int, int] | None:
@@ -166,11 +175,19 @@ def _missing_columns(
     path: Path, present: list[str], columns: dict[str, str], where: str = "row 0 (header)"
 ) -> None:
     missing = [f"{role} -> '{name}'" for role, name in columns.items() if name not in present]
-    if missing:
-        raise ValueError(
-            f"{path}: {where}, missing column(s) {', '.join(missing)}; present: {present}. "
-            "Map the log's columns with trace.columns."
-        )
+    if not missing:
+        return
+    # A file that shares no column with the mapping may be anything (a link to /etc/passwd named
+    # log.csv): its first line is content, never shown. One that shares some is the log, its names shown.
+    shown = (
+        f"present: {present}"
+        if len(missing) < len(columns)
+        else f"it has none of them ({len(present)} field(s), not shown: it may be no request log)"
+    )
+    raise ValueError(
+        f"{path}: {where}, missing column(s) {', '.join(missing)}; {shown}. "
+        "Map the log's columns with trace.columns."
+    )
 
 
 def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
@@ -355,8 +372,23 @@ def _batches(path: Path, columns: dict[str, str]) -> Iterator[dict[str, pd.Serie
 # -- JSONL: one JSON object per line, read a block of lines at a time ---------------------------------
 
 
+def _json_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in one JSON text, strings left out, without parsing
+    it (json.loads recurses: a line of 100,000 '[' would raise RecursionError)."""
+    if raw.count(b"[") + raw.count(b"{") <= JSONL_MAX_DEPTH:
+        return 0  # (cannot nest deeper than it opens: the common line is not scanned)
+    text = np.frombuffer(re.sub(rb'"(?:[^"\\]|\\.)*"', b"", raw), np.uint8)
+    step = np.isin(text, (ord("["), ord("{"))).astype(np.int64) - np.isin(text, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
 def _jsonl_object(path: Path, raw: bytes, line: int) -> dict[str, Any]:
     where = f"{path}: row {line} (line {line})"
+    if _json_depth(raw) > JSONL_MAX_DEPTH:
+        raise ValueError(
+            f"{where}: JSON nested deeper than {JSONL_MAX_DEPTH} levels; a JSONL request log holds one flat "
+            "object per line (numbers, strings and a list of block hashes)"
+        )
     try:
         obj = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -396,8 +428,11 @@ def _jsonl_rows(
         for name in names:
             where = f"{path}: row {first + i} (line {first + i})"
             if name not in obj:
+                shared = any(n in obj for n in names)  # (none shared: content of who knows what, not shown)
                 raise ValueError(
-                    f"{where}: missing key '{name}'; present: {sorted(obj)}. Map the log's keys with trace.columns."
+                    f"{where}: missing key '{name}'; "
+                    + (f"present: {sorted(obj)}" if shared else f"it has none of the mapped keys ({len(obj)} key(s))")
+                    + ". Map the log's keys with trace.columns."
                 )
             value = obj[name]
             if name not in lists and (isinstance(value, bool) or not isinstance(value, int | float | str)):
@@ -436,21 +471,69 @@ def _shown(value: Any) -> str:
 
 
 def _values(col: pa.Array) -> pd.Series:
-    return (
-        col.to_pandas() if pa.types.is_timestamp(col.type) else pd.Series(col.to_numpy(zero_copy_only=False))
-    )
+    if pa.types.is_timestamp(col.type):
+        return col.to_pandas()
+    if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and (
+        col.null_count or col.flatten().null_count
+    ):
+        # NumPy would make every row's hashes floats with NaN for the null: keep each row as it is,
+        # so the null is refused at its own row
+        return pd.Series(col.to_pylist(), dtype=object)
+    return pd.Series(col.to_numpy(zero_copy_only=False))
 
 
 def _numeric_arrival(values: pd.Series, where: Any, column: str, unit: str) -> np.ndarray:
-    """Arrivals that are plain numbers of `unit` (seconds or milliseconds) as int64 ns."""
-    number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    """Arrivals that are plain numbers of `unit` (seconds, milliseconds or microseconds) as int64 ns;
+    a number whose nanoseconds do not fit int64 (past the year 2262 from 1970) is refused, naming the
+    unit it most likely is (an int64 cast would wrap it silently to the same value for every row)."""
+    parsed = pd.to_numeric(values, errors="coerce")
+    number = parsed.to_numpy(dtype=float)
     bad = np.flatnonzero(~np.isfinite(number))
     if bad.size:
         i = int(bad[0])
         raise ValueError(
             f"{where(i)}, column '{column}': unparsable arrival {_shown(values.iloc[i])} (the column holds {unit})"
         )
-    return np.round(number * ARRIVAL_UNITS[unit]).astype(np.int64)
+    per = ARRIVAL_UNITS[unit]
+    whole = parsed.dtype.kind == "i"  # then exact (a float holds 53 bits, epoch ns take 61)
+    ns = parsed.to_numpy(np.int64) if whole else np.round(number * per)
+    over = np.flatnonzero(np.abs(ns) > INT64_MAX // per if whole else np.abs(ns) >= 2.0**63)
+    if over.size:
+        i = int(over[0])
+        likely = next((u for floor, u in EPOCH_UNIT_FLOORS if abs(number[i]) >= floor), None)
+        hint = (
+            f"it looks like epoch {likely}: set trace.arrival_format to {likely}"
+            if likely in ARRIVAL_UNITS and likely != unit
+            else f"it looks like epoch {likely}: convert the column to {' or '.join(ARRIVAL_UNITS)}"
+            if likely and likely != unit
+            else "check the column and trace.arrival_format"
+        )
+        raise ValueError(
+            f"{where(i)}, column '{column}': arrival {_shown(values.iloc[i])} read as {unit} is past what "
+            f"int64 nanoseconds hold (the year 2262 from 1970); {hint}"
+        )
+    return ns * per if whole else ns.astype(np.int64)
+
+
+def check_arrival_format(fmt: str | None) -> None:
+    """`trace.arrival_format`: null, a unit of ARRIVAL_UNITS, or a strptime format with at least one
+    directive that the timestamp parser accepts; ValueError naming the key otherwise (checked where
+    the plan runs, so a bad directive never waits for the trace job)."""
+    if fmt is None or fmt in ARRIVAL_UNITS:
+        return
+    units = ", ".join(ARRIVAL_UNITS)
+    if "%" not in fmt:
+        raise ValueError(
+            f"config key 'trace.arrival_format': {fmt!r} is neither a unit ({units}) nor a strptime "
+            "format (it holds no % directive); set null for ISO 8601 timestamps or numbers of seconds"
+        )
+    try:
+        pd.to_datetime(pd.Series(["0"], dtype=object), format=fmt, errors="coerce", utc=True)
+    except ValueError as exc:
+        raise ValueError(
+            f"config key 'trace.arrival_format': {fmt!r} is not a strptime format ({exc}); e.g. "
+            f"'%Y-%m-%d %H:%M:%S', or a unit ({units}), or null for ISO 8601 timestamps"
+        ) from None
 
 
 def _parse_arrival(
@@ -469,6 +552,7 @@ def _parse_arrival(
             seconds = as_number is not None and as_number.notna().mean() > 0.5
         if seconds:
             return _numeric_arrival(values, where, column, "seconds"), True
+        check_arrival_format(fmt)
         parsed = pd.to_datetime(values, format=fmt or "ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if bad.size:
@@ -476,6 +560,14 @@ def _parse_arrival(
         raise ValueError(
             f"{where(i)}, column '{column}': unparsable timestamp "
             f"{_shown(values.iloc[i])} (expected {fmt or 'ISO 8601'}; set trace.arrival_format)"
+        )
+    # Parsed at a coarser unit than ns, a timestamp may lie past what int64 ns hold (1677..2262).
+    outside = np.flatnonzero(((parsed < _NS_MIN) | (parsed > _NS_MAX)).to_numpy())
+    if outside.size:
+        i = int(outside[0])
+        raise ValueError(
+            f"{where(i)}, column '{column}': timestamp {_shown(values.iloc[i])} lies outside "
+            f"{_NS_MIN:%Y-%m-%d} .. {_NS_MAX:%Y-%m-%d}, the times int64 nanoseconds hold; is it the arrival column?"
         )
     return parsed.dt.tz_convert(None).dt.as_unit("ns").astype(np.int64).to_numpy(), False
 

@@ -23,6 +23,7 @@ def check(trace_cfg: dict[str, Any], base_dir: str | os.PathLike = ".") -> Path 
     if trace_cfg.get("source", "synthetic") == "synthetic":
         return None  # (an installed wheel validates such a study without the default config)
     cfg = invocations.settings(trace_cfg)
+    requests.check_arrival_format(cfg["arrival_format"])
     path = invocations.resolve_source(cfg["source"], base_dir)
     requests.check_log(path, cfg["columns"])
     return path

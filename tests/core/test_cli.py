@@ -286,13 +286,19 @@ def test_lineage_exits_1_when_an_input_is_changed_or_missing(project, capsys, mo
     assert code == cli.EXIT_ERROR and json.loads(out)["inputs"][0]["status"] == "missing"
 
 
-def test_lineage_depth_no_code_and_json(project, capsys, monkeypatch):
+def test_lineage_depth_code_and_json(project, capsys, monkeypatch):
     monkeypatch.chdir(project)
     decision = "results/default/decision.parquet"
-    _, full, _ = run(capsys, "lineage", decision)
+    # issue 31 case 28: the artifacts only by default (every rule's code files at every level were
+    # 683 lines on an interpreter run); --code adds them, --no-code is the default kept
+    _, short, _ = run(capsys, "lineage", decision)
+    assert "code " not in short and "results/default/trace.parquet  [rule trace" in short
+    _, full, _ = run(capsys, "lineage", decision, "--code")
     assert "code scripts/x.py" in full and "results/default/trace.parquet  [rule trace" in full
     _, out, _ = run(capsys, "lineage", decision, "--no-code")
-    assert "code " not in out and "trace.parquet" in out
+    assert out == short
+    with pytest.raises(SystemExit):
+        cli.parse(["lineage", decision, "--code", "--no-code"])
     _, out, _ = run(capsys, "lineage", decision, "--depth", "0")
     assert "trace.parquet  (beyond --depth)" in out
     code, out, _ = run(capsys, "lineage", decision, "--json")
@@ -511,3 +517,197 @@ def test_snakemake_with_an_unwritable_home_gets_the_fix_not_a_traceback(tmp_path
     assert "XDG_CACHE_HOME=" in proc.stderr
     ok = headroom("snakemake", "--version", cwd=tmp_path, env={**env, "XDG_CACHE_HOME": str(tmp_path)})
     assert ok.returncode == 0 and ok.stdout.strip()[0].isdigit(), ok.stderr
+
+
+# -- issue 31 cases 16-18, 20, 24: closed or full stdout, bounded counts, locks, rerun hints -------
+#: Each verb (`snakemake` hands over to Snakemake, `plan` has its own test) with the exit code it
+#: gives on `project`: gate's verdict (default: stop), recommend's "not run" (no recommendation
+#: there), trace describe's error (a hand-made trace of two columns).
+VERBS = [
+    (("query", "SELECT study FROM decision", "--format", "csv"), 0),
+    (("verify",), 0),
+    (("lineage", "results/default/decision.parquet"), 0),
+    (("gate", "--study", "default"), cli.GATE_EXIT["stop"]),
+    (("gate", "--study", "azure-conv", "--json"), cli.GATE_EXIT["continue"]),
+    (("recommend", "--study", "default"), cli.EXIT_NOT_RUN),
+    (("trace", "describe", "--study", "default"), cli.EXIT_ERROR),
+]
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> Path:
+    """A results folder whose study has a recommendation (recommend --json prints it)."""
+    from tests import analysis_sets as S
+    from tests.recommendation_sets import recommend, write_study
+
+    _, d, table, content = recommend(lambda k, t, f, r, m, i: S.BASE_US[k] * (0.8 if f else 1.0), "ABC" * 8)
+    return write_study(tmp_path_factory.mktemp("shipped") / "results" / "hand", d, table, content).parent
+
+
+@pytest.mark.parametrize("args, want", VERBS, ids=[" ".join(a[:2]) for a, _ in VERBS])
+def test_every_verb_with_stdout_closed_exits_with_its_code_and_says_so(project, args, want):
+    # case 16: `headroom gate >&-` was an AttributeError traceback
+    proc = subprocess.run(
+        [sys.executable, "-m", "headroom.core.cli", *args],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),  # noqa: PLW1509 (the child's stdout closed, as `>&-` does)
+    )
+    err = _no_traceback(proc)
+    assert proc.returncode == want, err
+    assert "stdout was closed, so the answer was not printed" in err
+
+
+def test_a_closed_stdout_gives_no_free_descriptor_to_the_catalog(project):
+    # with fd 1 closed, the first file opened takes it: a library writing to stdout would write there
+    before = (project / "results" / layout.CATALOG_NAME).read_bytes()
+    subprocess.run(
+        [sys.executable, "-m", "headroom.core.cli", "query", "SELECT * FROM decision"],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),  # noqa: PLW1509
+    )
+    assert (project / "results" / layout.CATALOG_NAME).read_bytes() == before
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("recommend", "--json"),
+        ("query", "SELECT * FROM recommendation", "--format", "csv"),
+        ("query", "SELECT * FROM recommendation", "--format", "json"),
+        ("query", "SELECT * FROM recommendation"),
+        ("gate", "--json"),
+        ("verify",),
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_stdout_on_a_full_device_is_one_line_and_no_traceback(shipped, args):
+    # case 17: OSError [Errno 28] tracebacks
+    catalog.build(layout.discover(shipped), shipped / layout.CATALOG_NAME, project_root=shipped.parent)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "headroom.core.cli", *args],
+            cwd=shipped.parent,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    err = _no_traceback(proc)
+    assert proc.returncode == cli.EXIT_ERROR, err
+    assert err.strip().splitlines()[-1] == (
+        "headroom: cannot write the answer to stdout (No space left on device); nothing more was written"
+    ), err
+
+
+@pytest.mark.parametrize("flag", [("query", "SELECT 1", "--max-rows"), ("lineage", "x.parquet", "--depth")])
+def test_a_count_past_int64_is_a_usage_error(project, flag):
+    # case 18: --max-rows 9223372036854775808 was a ValueError traceback from islice
+    proc = headroom(*flag, "9223372036854775808", cwd=project)
+    err = _no_traceback(proc)
+    assert proc.returncode == cli.EXIT_USAGE
+    assert err.strip().splitlines()[-1].endswith(
+        f"9223372036854775808 is too large; give at most {sys.maxsize} (0: all)"
+    )
+    assert headroom(*flag[:2], "--max-rows" if flag[0] == "query" else "--depth", str(sys.maxsize), cwd=project).returncode in (0, 1)
+
+
+def _lock(project: Path) -> Path:
+    """What a snakemake run killed with kill -9 leaves: its lock files, paths relative to the project."""
+    locks = project / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("results/default/trace.parquet\n")
+    (locks / "0.output.lock").write_text("results/default/decision.parquet\n")
+    return locks
+
+
+def test_verify_names_a_lock_left_by_a_killed_run(project):
+    # case 20: a plain rerun stops on Snakemake's stale lock until `snakemake --unlock`
+    locks = _lock(project)
+    proc = headroom("verify", cwd=project)
+    err = _no_traceback(proc)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok: ")  # the results are fine
+    assert f"warning: {locks} holds 2 lock(s) of a snakemake run that did not end" in err
+    assert "snakemake --unlock" in err and "Directory cannot be locked" in err
+    for lock in locks.iterdir():
+        lock.unlink()
+    assert "lock" not in headroom("verify", cwd=project).stderr
+
+
+def test_a_lock_held_by_a_running_snakemake_is_not_named(project):
+    _lock(project)
+    # a process whose command line names snakemake, running in the project (as a live run does)
+    live = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "snakemake"], cwd=project
+    )
+    try:
+        assert "lock" not in headroom("verify", cwd=project).stderr
+    finally:
+        live.kill()
+        live.wait()
+
+
+def _record(project: Path, output: str, rule: str, inputs: list[str], start: float, job: int) -> None:
+    """One of Snakemake's metadata records (.snakemake/metadata/<urlsafe base64 of the output>)."""
+    import base64
+
+    folder = project / ".snakemake" / "metadata"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = base64.urlsafe_b64encode(output.encode()).decode()
+    record = {"rule": rule, "input": inputs, "job_hash": job, "starttime": start, "endtime": start + 1}
+    (folder / name).write_text(json.dumps(record))
+
+
+def _records(project: Path) -> None:
+    """The jobs that made `project`'s results, as Snakemake records them: trace -> decision ->
+    catalog (every artifact)."""
+    r = "results/default"
+    for ext in ("", ".blake3"):
+        _record(project, f"{r}/trace.parquet{ext}", "trace", ["scripts/trace.py"], 1.0, 11)
+        _record(project, f"{r}/decision.parquet{ext}", "decision", [f"{r}/trace.parquet"], 2.0, 12)
+        _record(project, f"results/catalog.duckdb{ext}", "catalog", [f"{r}/trace.parquet", f"{r}/decision.parquet"], 3.0, 13)
+
+
+def test_verify_names_the_jobs_a_plain_run_reruns(project):
+    # case 24: after a deleted artifact, verify said a plain run "rebuilds only the catalog"
+    _records(project)
+    (project / "results/default/decision.parquet").unlink()
+    proc = headroom("verify", cwd=project)
+    _no_traceback(proc)
+    stale = next(line for line in proc.stdout.splitlines() if "catalog.duckdb: stale" in line)
+    assert "rebuilds only the catalog" not in proc.stdout
+    assert stale.endswith(
+        "rerun the pipeline (snakemake --cores 1 --resources gpu=1), which reruns decision, catalog "
+        "(Snakemake's records of their inputs)"
+    ), stale
+
+
+def test_the_rerun_hint_follows_snakemakes_records(project):
+    from headroom.core import reruns
+
+    assert reruns.rerun_rules(project) is None  # no records: the hint says to ask for a dry run
+    assert "snakemake --dry-run" in reruns.rerun_hint(project, ["results/catalog.duckdb"])
+    _records(project)
+    assert reruns.rerun_rules(project) == []  # nothing missing
+    assert reruns.rerun_rules(project, ["results/catalog.duckdb"]) == ["catalog"]
+    # a deleted sidecar reruns its job, and so everything after it (README, "How reruns behave")
+    assert reruns.rerun_rules(project, ["results/default/trace.parquet.blake3"]) == ["trace", "decision", "catalog"]
+    assert reruns.rerun_rules(project, changed=["results/default/decision.parquet"]) == ["catalog"]
+    (project / "results/default/trace.parquet").unlink()  # what is gone on disk counts by itself
+    assert reruns.rerun_rules(project) == ["trace", "decision", "catalog"]

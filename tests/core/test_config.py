@@ -272,3 +272,88 @@ def test_a_non_finite_threshold_from_the_command_line_is_refused_at_plan_time(te
     for cfg, overrides in ((merged, None), ({**merged, "studies": ["tiny"]}, typed)):
         with pytest.raises(hconfig.ConfigError, match=r"config key 'decision\.max_gap_to_oracle_pct'"):
             hconfig.plan_studies(cfg, overrides, cuda_available=False)
+
+
+# -- issue 31 case 14: alias bombs and message length ----------------------------------------------
+
+
+def _alias_bomb(levels: int, width: int = 9, mapping: bool = False) -> str:
+    """A few hundred bytes of nested YAML aliases expanding to width ** levels values."""
+    if mapping:
+        lines = ["b0: &b0 {" + ", ".join(f"k{j}: x" for j in range(width)) + "}"]
+        lines += [
+            f"b{i}: &b{i} {{" + ", ".join(f"k{j}: *b{i - 1}" for j in range(width)) + "}"
+            for i in range(1, levels + 1)
+        ]
+    else:
+        lines = ["a0: &a0 [" + ", ".join(["x"] * width) + "]"]
+        lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("mapping", [False, True], ids=["lists", "mappings"])
+@pytest.mark.parametrize("levels", [6, 9])
+def test_an_overlay_of_nested_aliases_is_refused_within_a_second(tmp_path, monkeypatch, levels, mapping):
+    # 9 levels x 9 exhausted memory in the schema check (3.7 GB in 97 s before a cap); 6 levels made
+    # a one-line error of 5.9 million characters
+    import time
+
+    overlay = tmp_path / "bomb.yaml"
+    overlay.write_text("trace:\n  invocations: 10\n" + _alias_bomb(levels, mapping=mapping))
+    assert len(overlay.read_bytes()) < 1000
+    monkeypatch.setattr(hconfig, "STUDIES_DIR", tmp_path)
+    start = time.monotonic()
+    with pytest.raises(hconfig.ConfigError) as exc:
+        hconfig.plan_studies({**BASE, "studies": ["bomb"]}, cuda_available=True)
+    assert time.monotonic() - start < 1.0
+    msg = str(exc.value)
+    assert f"{overlay}: the configuration holds more than 10,000 values once its YAML aliases" in msg
+    assert len(msg) < 2000
+
+
+def test_a_recursive_alias_and_deep_nesting_are_refused(tmp_path):
+    recursive = tmp_path / "recursive.yaml"
+    recursive.write_text("a: &a [1, *a]\n")
+    with pytest.raises(hconfig.ConfigError, match="or an alias inside itself"):
+        hconfig.load(recursive)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(hconfig.ConfigError, match="nested too deeply"):
+        hconfig.load(deep)
+
+
+def test_shared_values_within_the_limit_still_load(tmp_path):
+    # aliases are legal YAML: a study that reuses a block is fine while its expanded size is small
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(_alias_bomb(3))  # 9 ** 3 = 729 values
+    assert len(hconfig.load(ok)["a3"]) == 9
+    assert hconfig.expanded_nodes(BASE) < hconfig.MAX_CONFIG_NODES / 10
+
+
+def test_no_config_error_is_longer_than_2000_characters():
+    # the unknown-key error printed the whole merged config (~4 KB)
+    with pytest.raises(hconfig.ConfigError) as exc:
+        hconfig.resolve(_bad(lambda c: c.update(bogus_key=1)), cuda_available=True)
+    msg = str(exc.value)
+    assert "unknown key(s) 'bogus_key'" in msg and len(msg) < 500 and "'partition'" not in msg
+    with pytest.raises(hconfig.ConfigError) as exc:  # a huge value is cut, not echoed whole
+        hconfig.resolve(_bad(lambda c: c.update(device=["x" * 50] * 10_000)), cuda_available=True)
+    assert len(str(exc.value)) <= hconfig.MAX_MESSAGE_CHARS
+    assert len(str(hconfig.ConfigError("y" * 10**6))) <= hconfig.MAX_MESSAGE_CHARS
+
+
+def test_snakemake_refuses_an_alias_bomb_and_an_unknown_key_in_one_short_line(tmp_path):
+    """The Snakefile's own check runs before snakemake's validate, which printed the whole config
+    (47 KB for one unknown key) and would walk an alias bomb. (A --configfile of nested *mapping*
+    aliases never reaches it: snakemake's own config merge expands it first, snakemake.utils.update_config.)"""
+    project = copy_project(tmp_path / "p")
+    for name, text, expect in [
+        ("bomb", _alias_bomb(9), "more than 10,000 values once its YAML aliases"),
+        ("unknown", "bogus_key: 1\n", "unknown key(s) 'bogus_key'"),
+    ]:
+        extra = tmp_path / f"{name}.yaml"
+        extra.write_text(text)
+        proc = snakemake(project, "--dry-run", "--configfile", str(extra), check=False, timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and expect in out, out[-2000:]
+        assert max(len(line) for line in out.splitlines()) < 2000 and len(out) < 5000, len(out)

@@ -84,9 +84,10 @@ def test_the_pilot_fits_one_device_call(model):
 
 
 def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
-    assert cli.main(["plan", "default", "replay-h200-default-gen2"]) == 0
+    assert cli.main(["plan", "default", "replay-h200-default-gen2", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
-    assert "study default (cuda): 160 invocations" in out and "6 runs" in out and "timed cells 34,560" in out
+    assert "study default (cuda: --device cuda): 160 invocations" in out
+    assert "6 runs" in out and "timed cells 34,560" in out
     assert "replay of" in out and "no GPU jobs" in out
     assert cli.main(["plan", "no-such-study"]) == cli.EXIT_USAGE
     assert "unknown study 'no-such-study'" in capsys.readouterr().err
@@ -124,3 +125,66 @@ def test_plan_verb_checks_each_studys_request_log_as_the_dag_does(monkeypatch, c
     monkeypatch.setattr(source, "check", refuse)
     assert cli.main(["plan", "azure-conv"]) == cli.EXIT_USAGE
     assert "AzureLLMInferenceTrace_conv.csv is not a regular file" in capsys.readouterr().err
+
+
+# -- issue 31 cases 19, 25, 26 ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu"])
+def test_plan_plans_the_study_snakemake_runs_here_and_says_which(capsys, monkeypatch, gpu):
+    # case 25: on a machine without a GPU, `device: auto` runs the interpreter's smoke study; the
+    # plan resolves the device as the pipeline does (config.resolve_device) and names the one it plans
+    monkeypatch.setattr(hconfig, "cuda_visible", lambda: gpu)
+    assert cli.main(["plan", "default"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    if gpu:
+        assert head.startswith("study default (cuda: a GPU is visible here") and "100 invocations" in head
+    else:
+        assert head.startswith("study default (interpret: no GPU visible here") and "--device cuda" in head
+        smoke = hconfig.load(cost.PROJECT_ROOT / "config" / "config.yaml")["smoke"]
+        assert f"{smoke['trace']['invocations']} invocations" in head and "modes eager," in head
+
+
+def test_plan_over_references_that_never_timed_a_mode_is_one_line(capsys, monkeypatch, model):
+    # case 19: `plan --references DIR` over an interpreter study (eager only) for a study timing graph
+    # mode too was KeyError: 'graph' in cost.py
+    eager_only = cost.Model(**{**model.__dict__, "call_us": {"eager": model.call_us["eager"]}})
+    monkeypatch.setattr(cost, "fit", lambda refs: eager_only)
+    assert cli.main(["plan", "default", "--device", "cuda"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "no reference timed graph mode" in err and "--references" in err
+
+
+def test_plan_over_interpreter_references_by_subprocess_is_one_line(tmp_path):
+    """The same through `python -m headroom.core.cli` (the CliError of a verb of a higher floor was
+    another class than __main__'s, so it escaped as a traceback)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "headroom.core.cli", "plan", "--references", str(tmp_path)],
+        cwd=cost.PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == cli.EXIT_USAGE and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("headroom: no recorded study with benchmarks under")
+
+
+def test_plan_warns_when_a_log_collapses_to_one_shape(capsys, monkeypatch, tmp_path):
+    # case 26: every prompt past the interpreter's max_kv_len: five identical prefill shapes, no word
+    log = tmp_path / "long.csv"
+    log.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{i},5000,3\n" for i in range(40)))
+    overlay = tmp_path / "longlog.yaml"
+    overlay.write_text(
+        f"trace: {{source: {log}}}\nsmoke:\n  trace: {{source: {log}, invocations: 5, "
+        "tokens: {scale: 1.0, max_kv_len: 64}, window: {start_s: 0.0, duration_s: null}}\n"
+    )
+    monkeypatch.setattr(hconfig, "STUDIES_DIR", tmp_path)
+    monkeypatch.setattr(hconfig, "cuda_visible", lambda: False)
+    assert cli.main(["plan", "longlog"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 40 of 40 requests' prompts (100%) reach trace.tokens.max_kv_len (64)" in out
+    assert "trace.tokens.scale" in out and "docs/traces.md" in out

@@ -156,3 +156,55 @@ def test_a_log_gone_or_replaced_after_the_study_ran_fails_the_plan_and_keeps_the
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "data/logs/a.csv" in out and "trace.source" in out, out[-2000:]
     assert trace.read_bytes() == before  # Snakemake never got to delete it
+
+
+# -- issue 31 cases 11, 12, 15: checked at plan time, and nothing of a foreign file is printed -----
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "/etc/hostname"])
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_link_to_a_system_file_is_refused_without_echoing_its_content(tmp_path, target, suffix):
+    # case 15: the refusal quoted the file's first line (root:x:0:0:root:/root:/bin/bash)
+    if not Path(target).is_file() or not Path(target).read_text().strip():
+        pytest.skip(f"no {target} here")
+    link = tmp_path / f"log{suffix}"
+    link.symlink_to(target)
+    with pytest.raises(hconfig.ConfigError) as exc:
+        hconfig.resolve(_study(str(link)), cuda_available=True, check_source=htsource.check)
+    msg = str(exc.value)
+    assert "config key 'trace.source'" in msg and str(link) in msg
+    first = Path(target).read_text().splitlines()[0]
+    for piece in [first, *first.replace(":", " ").split()]:
+        if len(piece) > 3:  # (a word of a message may be short: 'root' is not)
+            assert piece not in msg.replace(str(link), ""), (piece, msg)
+
+
+def test_a_log_sharing_a_column_with_the_mapping_still_names_what_it_has(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("TIMESTAMP,prompt,out\n0,16,3\n")
+    _refused(log, r"missing column\(s\) context_tokens -> 'ContextTokens'.*present: \['TIMESTAMP', 'prompt', 'out'\]")
+
+
+@pytest.mark.parametrize(
+    "fmt, match",
+    [
+        ("%Q%", r"'%Q%' is not a strptime format \('Q' is a bad directive"),
+        ("%Y-%m-%d %", r"'%Y-%m-%d %' is not a strptime format \(stray %"),
+        ("second", r"'second' is neither a unit"),
+    ],
+)
+def test_a_bad_arrival_format_fails_the_plan_not_the_job(log, fmt, match):
+    # case 11: passed the plan, failed in the job with "'Q' is a bad directive"
+    cfg = _study(str(log))
+    cfg["trace"]["arrival_format"] = fmt
+    with pytest.raises(hconfig.ConfigError, match=rf"config key 'trace.arrival_format': {match}"):
+        hconfig.resolve(cfg, cuda_available=True, check_source=htsource.check)
+    cfg["trace"]["arrival_format"] = "%Y-%m-%d %H:%M:%S"
+    hconfig.resolve(cfg, cuda_available=True, check_source=htsource.check)
+
+
+def test_a_deeply_nested_jsonl_log_fails_the_plan_in_one_line(tmp_path):
+    # case 12, at plan time: RecursionError and its traceback
+    log = tmp_path / "deep.jsonl"
+    log.write_text('{"TIMESTAMP": 0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    _refused(log, r"row 1 \(line 1\): JSON nested deeper than 64 levels")

@@ -221,3 +221,94 @@ def test_a_csv_reads_only_the_mapped_columns(tmp_path):
     )
     r = read_request_log(log, COLUMNS)
     assert r.context.tolist() == [3, 5] and r.generated.tolist() == [4, 6]
+
+
+# -- issue 31, cases 9, 10, 12, 13: arrivals past int64 ns, deep JSON, null block hashes ----------
+@pytest.mark.parametrize(
+    "values, fmt, unit, likely",
+    [
+        ([1_700_000_000_000, 1_700_000_000_500, 1_700_000_009_500], None, "seconds", "milliseconds"),
+        ([1_700_000_000_000_000, 1_700_000_000_500_000], None, "seconds", "microseconds"),
+        ([1_700_000_000_000_000, 1_700_000_000_500_000], "milliseconds", "milliseconds", "microseconds"),
+    ],
+    ids=["ms-as-seconds", "us-as-seconds", "us-as-ms"],
+)
+def test_epoch_numbers_past_int64_nanoseconds_are_refused_naming_row_and_likely_unit(
+    tmp_path, values, fmt, unit, likely
+):
+    # case 9: they wrapped silently to one value, so every arrival became 0 and a decreasing log
+    # passed the order check
+    log = write_log(tmp_path / "log.csv", [(v, 10, 5) for v in values])
+    with pytest.raises(ValueError) as exc:
+        read_request_log(log, COLUMNS, fmt)
+    msg = str(exc.value)
+    assert f"{log}: row 1 (line 2), column 'TIMESTAMP'" in msg and f"read as {unit}" in msg
+    assert f"looks like epoch {likely}: set trace.arrival_format to {likely}" in msg
+
+
+def test_epoch_units_read_as_what_they_are(tmp_path):
+    ms = write_log(tmp_path / "ms.csv", [(1_700_000_000_000, 10, 5), (1_700_000_009_500, 10, 5)])
+    assert read_request_log(ms, COLUMNS, "milliseconds").arrival_ns.tolist() == [0, 9_500_000_000]
+    us = write_log(tmp_path / "us.csv", [(1_700_000_000_000_000, 10, 5), (1_700_000_000_250_000, 10, 5)])
+    assert read_request_log(us, COLUMNS, "microseconds").arrival_ns.tolist() == [0, 250_000_000]
+
+
+@pytest.mark.parametrize("stamp", ["9999-01-01T00:00:00", "1500-06-01 12:00:00"])
+def test_a_timestamp_outside_int64_nanoseconds_names_file_row_and_column(tmp_path, stamp):
+    # case 10: OutOfBoundsDatetime naming no file, row or column
+    log = write_log(tmp_path / "log.csv", [("2023-11-16 18:15:46", 10, 5), (stamp, 10, 5)])
+    with pytest.raises(ValueError, match=rf"{log}: row 2 \(line 3\), column 'TIMESTAMP': timestamp '{stamp}'"):
+        read_request_log(log, COLUMNS)
+
+
+def test_a_parquet_timestamp_outside_int64_nanoseconds_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "log.parquet"
+    stamps = pa.array([0, 253_370_764_800], pa.timestamp("s"))  # 1970, then 9999-01-01
+    pq.write_table(pa.table({"TIMESTAMP": stamps, "ContextTokens": [10, 10], "GeneratedTokens": [5, 5]}), path)
+    with pytest.raises(ValueError, match=rf"{path}: row 2, column 'TIMESTAMP': timestamp"):
+        read_request_log(path, COLUMNS)
+
+
+@pytest.mark.parametrize("depth", [100, 200_000])
+def test_a_deeply_nested_jsonl_value_is_refused_before_parsing(tmp_path, depth):
+    # case 12: a RecursionError with a traceback, at plan and job time
+    import json
+
+    from headroom.trace.requests import check_log
+
+    keys = {"arrival": "t", "context_tokens": "c", "generated_tokens": "g"}
+    good = json.dumps({"t": 0, "c": 10, "g": 5})
+    deep = '{"t": 1, "c": 10, "g": 5, "x": ' + "[" * depth + "]" * depth + "}"
+    first = tmp_path / "first.jsonl"
+    first.write_text(deep + "\n")
+    with pytest.raises(ValueError, match=rf"{first}: row 1 \(line 1\): JSON nested deeper than 64 levels"):
+        check_log(first, keys)  # what the plan runs
+    later = tmp_path / "later.jsonl"
+    later.write_text(good + "\n" + deep + "\n")
+    check_log(later, keys)
+    with pytest.raises(ValueError, match=rf"{later}: row 2 \(line 2\): JSON nested deeper"):
+        read_request_log(later, keys)  # what the job runs
+    flat = tmp_path / "flat.jsonl"  # strings holding brackets nest nothing
+    flat.write_text(json.dumps({"t": 0, "c": 10, "g": 5, "note": "[" * 500}) + "\n")
+    assert len(read_request_log(flat, keys)) == 1
+
+
+def test_a_null_block_hash_in_a_parquet_log_names_its_own_row_and_value(tmp_path):
+    # case 13: a null anywhere made NumPy read every row's hashes as floats, so row 1 was named with
+    # array([0.])
+    path = tmp_path / "log.parquet"
+    hashes = [[i] if i != 5 else [None] for i in range(8)]
+    pd.DataFrame(
+        {"TIMESTAMP": np.arange(8, dtype=float), "ContextTokens": 10, "GeneratedTokens": 5, "h": hashes}
+    ).to_parquet(path)
+    with pytest.raises(ValueError, match=rf"{path}: row 6, column 'h': \[None\] is not a list of integer"):
+        read_request_log(path, {**COLUMNS, "hash_ids": "h"}, block_tokens=512)
+    hashes[5] = None  # a null list, not a null hash
+    pd.DataFrame(
+        {"TIMESTAMP": np.arange(8, dtype=float), "ContextTokens": 10, "GeneratedTokens": 5, "h": hashes}
+    ).to_parquet(path)
+    with pytest.raises(ValueError, match=rf"{path}: row 6, column 'h': None is not a list"):
+        read_request_log(path, {**COLUMNS, "hash_ids": "h"}, block_tokens=512)
