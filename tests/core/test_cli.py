@@ -391,6 +391,34 @@ def test_gate_json_prints_only_json(project, capsys):
     assert json.loads(out) == {"study": "azure-conv", "verdict": "continue", "reason": "because"}
 
 
+def test_gate_json_writes_a_missing_value_as_null(project, capsys):
+    """Issue 31, case 27: a missing value is JSON null, whatever its column's type (pandas' NaN in a
+    string column is a null in the artifact); a float NaN Arrow holds as a value stays the string NaN,
+    as `query --format json` writes it."""
+    import pyarrow as pa
+
+    decision = pd.DataFrame(
+        {
+            "verdict": ["continue"],
+            "reason": ["because"],
+            "selected_policy": [float("nan")],
+            "runs_agree": [None],
+        }
+    )
+    _write(project / "results/default/decision.parquet", decision, "decision")
+    code, out, _ = run(capsys, "--results", str(project / "results"), "gate", "--study", "default", "--json")
+    assert code == 3 and '"NaN"' not in out
+    assert json.loads(out) == {
+        "study": "default", "verdict": "continue", "reason": "because", "selected_policy": None, "runs_agree": None
+    }  # fmt: skip
+    table = pa.table(
+        {"verdict": ["stop"], "reason": ["r"], "estimate": pa.array([float("nan")]), "ci_low": [None]}
+    )
+    artifacts.write(table, project / "results/default/decision.parquet", kind="decision", provenance={})
+    code, out, _ = run(capsys, "--results", str(project / "results"), "gate", "--study", "default", "--json")
+    assert code == 0 and json.loads(out)["estimate"] == "NaN" and json.loads(out)["ci_low"] is None
+
+
 # -- 21, 22: Ctrl-C and closed pipes --------------------------------------------------------------
 def test_ctrl_c_in_verify_exits_130_without_a_traceback(project):
     slow = (
