@@ -4,33 +4,58 @@
     here = {"gpu_name": "NVIDIA H200", "sm_count": 132, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
             "dtype": "bfloat16", "kernel_source_blake3": dispatch.kernel_source_blake3(dispatch.current_kernel_code()),
             "torch": torch_version}                                         # what this server is
-    table = dispatch.load("results/default/dispatch.json", identity=here)
+    table = dispatch.load("results/default", identity=here)               # the study folder: checked against it
     cand = table.choose(phase="decode", batch=5, q_len=1, kv_len=2064)   # the profile routes by step
     cand.id, cand.block_m, cand.rope           # what to plan and run (kernels.deploy.run(cand, ...))
 
-``load`` verifies the file against its BLAKE3 sidecar when there is one, reads every scope's policy
-into ``headroom.policies``' objects (the one lookup implementation: the same code the decision fitted
-and scored), and with ``identity`` checks what the table is valid for (``check``): another GPU model
-or SM count, another partition (heads, head_dim) or dtype, or another kernel source hash is refused
-(``DispatchRefused``, naming each difference); another driver, torch or Triton version only warns
-(``VersionWarning``: servers pin their own). Neither loading nor choosing imports torch.
+What ``load`` checks, and where from:
+
+* given the study folder (``results/<study>``, or its ``dispatch.json`` with ``recommendation.parquet``
+  beside it), what ``headroom verify`` checks of the table: recommendation.parquet verifies against its
+  sidecar and holds its kind, its study and its recorded inputs beside it (``headroom.core.identity``),
+  and dispatch.json is a regular file (not a link) whose BLAKE3 is the one recommendation.parquet
+  recorded when the stage wrote both (``identity.dispatch_problems``). An edited table with a fresh
+  sidecar, another study's table copied in, a deleted one or a link to another file is refused;
+* from the file alone (a table copied away from its folder): its bytes against its sidecar when it
+  has one (a sidecar is not a signature: whoever can write the file can write its sidecar), at most
+  ``MAX_BYTES`` and ``MAX_DEPTH`` levels of nesting (checked before the JSON is parsed), strict JSON
+  (no NaN, no duplicate keys), the whole table against ``SCHEMA`` (every malformed field is one
+  ``DispatchError`` naming it), what the schema cannot say (each policy's candidates described, the
+  profile's scopes present, a clustered policy's dimensions), and with ``study=`` the study it was
+  recorded for;
+* with ``identity``, what the table is valid for (``check``): another GPU model or SM count, another
+  partition (heads, head_dim) or dtype, or another kernel source hash is refused (``DispatchRefused``,
+  naming each difference; values compare with their type: 132 is not "132"); another driver, torch or
+  Triton version only warns (``VersionWarning``: servers pin their own).
+
+Every scope's policy is read into ``headroom.policies``' objects (the one lookup implementation: the
+same code the decision fitted and scored). Neither loading nor choosing imports torch.
 
 A ``Dispatch`` answers for one scope (a mode, ``graph`` or ``eager``, or a profile part) or for the
-deployment profile (``mode=None``, the default): then ``choose`` routes each call by its ``step``
-feature (``decode-only``, ``mixed``), or by ``phase`` where no step is given (decode -> decode-only,
-prefill -> mixed, as the decision read the trace), to that step's part. ``features`` names what a
-scope's table keys on (e.g. phase and batch for ``batch-keyed``, shape_key for ``exact-key``).
+deployment profile (``mode=None``, the default; a table without a profile and with one scope, a CPU
+study's eager mode, answers for that scope): then ``choose`` routes each call by its ``step`` feature
+(``decode-only``, ``mixed``), or by ``phase`` where no step is given (decode -> decode-only, prefill
+-> mixed, as the decision read the trace), to that step's part. ``features`` names what a scope's
+table keys on (e.g. phase and batch for ``batch-keyed``, shape_key for ``exact-key``); ``choose``
+refuses a feature outside its range (``FEATURES``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import numbers
+import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from headroom import policies
+from headroom.policies.shapes import CLUSTER_FEATURES
 
 HARD = ("gpu_name", "sm_count", "heads_q", "heads_kv", "head_dim", "dtype", "kernel_source_blake3")
 SOFT = ("driver", "torch", "triton")
@@ -44,18 +69,521 @@ WHAT = {
     "dtype": "dtype",
     "kernel_source_blake3": "kernel source hash",
 }
+#: What a candidate carries besides its fused flag (``Candidate``; the recommendation writes them)
+CANDIDATE_FIELDS = ("tile", "block_m", "block_n", "num_warps", "num_stages", "rope", "generation", "backend")
+DISPATCH_NAME = "dispatch.json"  # headroom.core.layout.DISPATCH_NAME, where the pipeline writes it
+RECOMMENDATION_NAME = "recommendation.parquet"  # the artifact that records the table's BLAKE3
+#: A real table is kilobytes to a few megabytes and nests 7 levels deep; past these it is refused
+#: before it is parsed (``json.loads`` recurses: a deep enough array exhausts the stack).
+MAX_BYTES = 64 << 20
+MAX_DEPTH = 64
+
+PHASES = ("prefill", "decode")
+VERDICTS = ("stop", "continue", "no-decision")  # the headline's (`headroom gate`'s)
+SHIPS = ("kernel", "phase-pair", "policy")
+#: headroom/measure/candidates.py's ROPE_PLACEMENTS (a floor above this one; a test holds them equal)
+ROPE_PLACEMENTS = ("unfused", "fused", "q_fused")
+INT32_MAX = 2**31 - 1  # sizes a kernel indexes with 32-bit integers
+
+#: The module that turns a chosen candidate into the plan a server runs (``kernels.deploy``) and the
+#: script whose kernels the portfolio timed: the kernel source hash covers both closures' kernels/.
+DEPLOY_SOURCE = "kernels/deploy.py"
+TIMED_SOURCE = "scripts/portfolio.py"
 
 
 class DispatchError(ValueError):
-    """A dispatch table that cannot be read (missing, corrupt, another schema)."""
+    """A dispatch table that cannot be read (missing, corrupt, malformed, another schema), or a call
+    ``choose`` cannot answer (a feature missing or out of its range)."""
 
 
 class DispatchRefused(DispatchError):
-    """A dispatch table that is not valid for this machine, partition, dtype or kernel source."""
+    """A dispatch table that is not valid for this machine, partition, dtype or kernel source, or that
+    its study folder does not vouch for."""
 
 
 class VersionWarning(UserWarning):
     """A driver, torch or Triton version other than the study's."""
+
+
+# ----------------------------------------------------------------------------------------------
+# What choose accepts
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Feature:
+    """What ``choose`` accepts of one feature: an integer in [low, high] (kind ``int``), or a string
+    (kind ``str``), one of ``values`` where it names them."""
+
+    kind: str
+    low: int | None = None
+    high: int | None = None
+    values: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        if self.kind == "int":
+            return f"an integer in [{self.low}, {self.high}]"
+        return f"one of {list(self.values)}" if self.values else "a string"
+
+    def accepts(self, value: Any) -> bool:
+        if self.kind == "int":  # numpy integers are Integral; a bool, a float or NaN is not an integer here
+            return (
+                isinstance(value, numbers.Integral)
+                and not isinstance(value, bool)
+                and self.low <= value <= self.high
+            )
+        return isinstance(value, str) and (not self.values or value in self.values)
+
+
+#: Each feature a policy keys on, with its range: one table (the families issue derives it from a
+#: family's declared features). ``choose`` checks every one a call gives, used or not.
+FEATURES = {
+    "phase": Feature("str", values=PHASES),
+    "batch": Feature("int", 1, INT32_MAX),
+    "q_len": Feature("int", 1, INT32_MAX),
+    "kv_len": Feature("int", 1, INT32_MAX),
+    "heads_q": Feature("int", 1, INT32_MAX),
+    "heads_kv": Feature("int", 1, INT32_MAX),
+    "head_dim": Feature("int", 1, INT32_MAX),
+    "shape_key": Feature("str"),
+}
+#: (a, b): where a call gives both, feature a is at least feature b (queries attend to their own keys).
+AT_LEAST = (("kv_len", "q_len"),)
+
+
+def check_features(features: dict[str, Any], needed: tuple[str, ...] = ()) -> None:
+    """DispatchError naming the first feature that is missing (of ``needed``) or outside its range."""
+    missing = [f for f in needed if f not in features]
+    if missing:
+        raise DispatchError(f"the table keys on {list(needed)}; missing {missing}")
+    for name, value in features.items():
+        spec = FEATURES.get(name)
+        if spec is not None and not spec.accepts(value):
+            raise DispatchError(f"feature {name}={value!r:.60}: must be {spec.allowed()}")
+    for a, b in AT_LEAST:
+        if a in features and b in features and features[a] < features[b]:
+            raise DispatchError(
+                f"feature {a}={features[a]!r} is below {b}={features[b]!r}: must be at least {b}"
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# The table's schema: the one statement of what dispatch.json holds (the writer validates against it)
+# ----------------------------------------------------------------------------------------------
+
+_NAME = {"type": "string", "minLength": 1}
+_HEX = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_COUNT = {"type": "integer", "minimum": 1}
+_DIM = len(CLUSTER_FEATURES) + 1  # the k-means vector: log2 of each feature, and the phase
+_VECTOR = {"type": "array", "minItems": _DIM, "maxItems": _DIM, "items": {"type": "number"}}
+_POLICY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["policy", "features", "candidates"],
+    "properties": {
+        "policy": {"enum": sorted(policies.REGISTRY)},
+        "features": {"type": "array", "items": {"type": "string"}},
+        "candidates": {"type": "array", "minItems": 1, "items": _NAME},
+        "fallback": {"type": "integer", "minimum": 0},
+        "table": {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "minItems": 2,
+                "maxItems": 2,
+                "prefixItems": [{"type": ["string", "integer", "null"]}, {"type": "integer", "minimum": 0}],
+            },
+        },
+        "mean": _VECTOR,
+        "std": {**_VECTOR, "items": {"type": "number", "exclusiveMinimum": 0}},
+        "centroids": {"type": "array", "minItems": 1, "items": _VECTOR},
+        "seed": {"type": "integer"},
+    },
+    "allOf": [
+        {
+            "if": {"properties": {"policy": {"not": {"const": "random"}}}},
+            "then": {"required": ["fallback", "table"]},
+        },
+        {
+            "if": {"properties": {"policy": {"const": "clustered"}}},
+            "then": {"required": ["mean", "std", "centroids"]},
+        },
+    ],
+}
+_SCOPE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["verdict", "ship", "kernel", "policy", "expected_gain_pct"],
+    "properties": {
+        "verdict": _NAME,
+        "ship": {"enum": list(SHIPS)},
+        "kernel": _NAME,
+        "policy": _POLICY,
+        "expected_gain_pct": {
+            "type": "array",
+            "minItems": 3,
+            "maxItems": 3,
+            "items": {"type": ["number", "null"]},
+        },
+    },
+}
+_SIZES = ("block_m", "block_n", "num_warps", "num_stages")
+_CANDIDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["fused", *CANDIDATE_FIELDS],
+    "properties": {
+        "fused": {"type": "boolean"},
+        "tile": {"type": ["integer", "null"], "minimum": -1},  # -1 and sizes 0: a native's (no tile)
+        **{size: {"type": ["integer", "null"], "minimum": 0} for size in _SIZES},
+        "rope": {"enum": [*ROPE_PLACEMENTS, None]},
+        "generation": {"type": "integer", "minimum": 1},
+        "backend": _NAME,
+    },
+    # one of our kernels (backend triton) has a tile to launch with
+    "if": {"properties": {"backend": {"const": "triton"}}},
+    "then": {
+        "properties": {"tile": {"minimum": 0}, **{size: {"minimum": 1} for size in _SIZES}},
+    },
+}
+HARD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": list(HARD),
+    "properties": {
+        "gpu_name": _NAME,
+        "sm_count": {"type": "integer", "minimum": 0},  # 0: no GPU (an interpreter study)
+        "heads_q": _COUNT,
+        "heads_kv": _COUNT,
+        "head_dim": _COUNT,
+        "dtype": _NAME,
+        "kernel_source_blake3": _HEX,
+    },
+}
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "headroom dispatch table (results/<study>/dispatch.json), schema_version 1",
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "schema_version",
+        "study",
+        "decision_blake3",
+        "rule_version",
+        "verdict",
+        "identity",
+        "profile",
+        "step_of_phase",
+        "scopes",
+        "candidates",
+    ],
+    "properties": {
+        "schema_version": {"type": "integer", "enum": list(SCHEMA_VERSIONS)},
+        "study": _NAME,
+        "decision_blake3": _HEX,
+        "rule_version": {"type": "string"},
+        "verdict": {"enum": list(VERDICTS)},
+        "identity": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["hard", "soft"],
+            "properties": {
+                "hard": HARD_SCHEMA,
+                "soft": {
+                    "type": "object",
+                    "required": list(SOFT),
+                    "additionalProperties": {"type": "string"},
+                },
+            },
+        },
+        "profile": {"type": "object", "additionalProperties": _NAME},  # step type -> scope
+        "step_of_phase": {
+            "type": "object",
+            "propertyNames": {"enum": list(PHASES)},
+            "additionalProperties": _NAME,
+        },
+        "scopes": {"type": "object", "minProperties": 1, "additionalProperties": _SCOPE},
+        "candidates": {"type": "object", "minProperties": 1, "additionalProperties": _CANDIDATE},
+        "provenance": {"type": "object"},  # the stage's (headroom/core/stage.py), as in an artifact
+    },
+}
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    # JSON's integers only: a bool or a float with no fraction (1.0) is not an integer here
+    integer = lambda _, x: isinstance(x, numbers.Integral) and not isinstance(x, bool)  # noqa: E731
+    types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", integer)
+    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=types)
+    strict.check_schema(SCHEMA)
+    return strict(SCHEMA)
+
+
+def _field(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(the table itself)"
+
+
+def validate(table: Any, where: str = "dispatch table") -> None:
+    """DispatchError naming the (most relevant) malformed field of ``table`` against ``SCHEMA``."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(table))
+    if error is not None:
+        message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+        raise DispatchError(f"{where}: field {_field(error.absolute_path)}: {message}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the file
+# ----------------------------------------------------------------------------------------------
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1
+
+
+def nesting_depth(data: bytes, chunk: int = 1 << 20) -> int:
+    """The deepest bracket nesting of JSON text, strings left out: a cheap scan, so a table nested past
+    ``MAX_DEPTH`` is refused before ``json.loads`` recurses into it. Up to a first malformed string the
+    strings are the parser's, so the depth it reaches before failing is never more than this."""
+    steps = _STEP[np.frombuffer(_STRING.sub(b'""', data), dtype=np.uint8)]
+    deepest, level = 0, 0
+    for start in range(0, len(steps), chunk):
+        run = np.cumsum(steps[start : start + chunk], dtype=np.int64) + level
+        if len(run):
+            deepest, level = max(deepest, int(run.max())), int(run[-1])
+    return deepest
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r:.60}")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read(path: Path) -> dict:
+    from headroom.core import artifacts
+
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_BYTES:
+            raise DispatchError(f"{path}: {size:,} bytes; a dispatch table is at most {MAX_BYTES:,}")
+        sidecar = artifacts.sidecar(path).exists()
+        data = artifacts.read_verified_bytes(path)[0] if sidecar else artifacts.read_regular(path)
+    except FileNotFoundError:
+        raise DispatchError(
+            f"{path}: no dispatch table here (run the pipeline: its recommendation stage writes it)"
+        ) from None
+    except artifacts.ArtifactError as exc:
+        raise DispatchError(f"{path}: {exc}") from None
+    depth = nesting_depth(data)
+    if depth > MAX_DEPTH:
+        raise DispatchError(
+            f"{path}: not a dispatch table (JSON nested {depth} deep; a table nests at most {MAX_DEPTH})"
+        )
+    try:
+        table = json.loads(data, object_pairs_hook=_strict_object, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise DispatchError(f"{path}: not a dispatch table (JSON: {exc})") from None
+    version = table.get("schema_version") if isinstance(table, dict) else type(table).__name__
+    if type(version) is not int or version not in SCHEMA_VERSIONS:
+        raise DispatchError(
+            f"{path}: dispatch schema {version!r} (field schema_version); this loader reads {SCHEMA_VERSIONS}"
+        )
+    validate(table, str(path))
+    return table
+
+
+def check_folder(folder: Path) -> None:
+    """DispatchRefused unless the study folder vouches for its dispatch.json as ``headroom verify``
+    does: recommendation.parquet verifies, holds its kind, study and recorded inputs, and records the
+    table's BLAKE3 (``headroom.core.identity``)."""
+    from headroom.core import artifacts
+    from headroom.core import identity as artifact_identity
+
+    rec = folder / RECOMMENDATION_NAME
+    try:
+        artifacts.verify(rec)
+    except artifacts.ArtifactError as exc:
+        raise DispatchRefused(
+            f"{folder}: its {RECOMMENDATION_NAME} does not vouch for the table: {exc}"
+        ) from None
+    # the project root: results/<study> -> results -> the root (outside a results folder: no study check)
+    found = artifact_identity.problems(rec, folder.resolve().parent.parent)
+    if found:
+        raise DispatchRefused("; ".join(found))
+
+
+def _consistent(path: Path, table: dict) -> dict:
+    """{scope: fitted policy}, after what the schema cannot say: each scope's policy reads back (its
+    indices in range) with its class's features, it and the scope's kernel name described candidates,
+    and the profile names scopes of the table."""
+    cands, scopes = table["candidates"], {}
+    for scope, entry in table["scopes"].items():
+        where = f"{path}: field scopes.{scope}"
+        data = entry["policy"]
+        try:
+            policy = policies.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DispatchError(f"{where}.policy: {exc}") from None
+        if list(data["features"]) != list(policy.features):
+            raise DispatchError(
+                f"{where}.policy.features: {data['features']} is not {data['policy']}'s {list(policy.features)}"
+            )
+        unknown = sorted({entry["kernel"], *policy.candidates} - set(cands))
+        if unknown:
+            raise DispatchError(f"{where}: names candidates {unknown} the table does not describe")
+        scopes[scope] = policy
+    for step, scope in table["profile"].items():
+        if scope not in scopes:
+            raise DispatchError(
+                f"{path}: field profile.{step}: scope {scope!r:.60} is not among the table's {sorted(scopes)}"
+            )
+    return scopes
+
+
+def load(
+    path: str | Path, *, mode: str | None = None, identity: dict | None = None, study: str | None = None
+) -> Dispatch:
+    """The dispatch table at ``path`` for ``mode`` (a scope; None: the deployment profile, or the one
+    scope of a table without one). ``path`` is a study folder or a dispatch.json; a study folder, or a
+    dispatch.json with recommendation.parquet beside it, is checked against the folder (``check_folder``).
+    With ``study``, a table recorded for another study is refused; with ``identity`` (keys HARD,
+    optionally SOFT), a table recorded for another machine (``check``)."""
+    path = Path(path)
+    if path.is_dir():
+        check_folder(path)
+        path = path / DISPATCH_NAME
+    elif path.name == DISPATCH_NAME and os.path.lexists(path.parent / RECOMMENDATION_NAME):
+        check_folder(path.parent)
+    table = _read(path)
+    if study is not None and table["study"] != study:
+        raise DispatchRefused(f"{path}: the dispatch table of study {table['study']!r}, not of {study!r}")
+    if identity is not None:
+        check(table, identity)
+    scopes = _consistent(path, table)
+    cands = {cid: Candidate(id=cid, **facts) for cid, facts in table["candidates"].items()}
+    if mode is None and not table["profile"] and len(scopes) == 1:
+        mode = next(iter(scopes))  # one scope and no profile (a CPU study: eager only): that scope
+    if mode is not None and mode not in scopes:
+        raise DispatchError(f"{path}: no scope {mode!r}; it holds {sorted(scopes)}")
+    if mode is None and not table["profile"]:
+        raise DispatchError(f"{path}: no deployment profile; load one of its scopes {sorted(scopes)}")
+    entries = {s: table["scopes"][s] for s in scopes}
+    return Dispatch(table, cands, {s: (entries[s], p) for s, p in scopes.items()}, mode)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the table is valid for
+# ----------------------------------------------------------------------------------------------
+
+
+def _same(recorded: Any, given: Any) -> bool:
+    """Equal as the same JSON type: 132 is not "132", nor True 1 (a numpy integer is an integer)."""
+    if isinstance(recorded, bool) or isinstance(given, bool):
+        return recorded is given
+    if isinstance(recorded, numbers.Integral) and isinstance(given, numbers.Integral):
+        return int(recorded) == int(given)
+    return isinstance(recorded, str) and isinstance(given, str) and recorded == given
+
+
+def check(table: dict, identity: dict) -> None:
+    """Refuse (``DispatchRefused``, every difference named) a table recorded for another GPU model,
+    SM count, partition, dtype or kernel source; warn (``VersionWarning``) on other versions."""
+    recorded = table.get("identity") or {}
+    hard, soft = recorded.get("hard", {}), recorded.get("soft", {})
+    missing = [k for k in HARD if k not in identity]
+    if missing:
+        raise DispatchRefused(f"identity lacks {missing}: the table is valid only for a known {HARD}")
+
+    def said(k):
+        a, b = hard.get(k), identity[k]
+        types = (
+            f" (a {type(b).__name__} where the table records a {type(a).__name__})"
+            if str(a) == str(b)
+            else ""
+        )
+        return f"{WHAT[k]}: the table is for {a!r}, this is {b!r}{types}"
+
+    wrong = [said(k) for k in HARD if not _same(hard.get(k), identity[k])]
+    if wrong:
+        raise DispatchRefused(f"dispatch table of study {table.get('study')!r} refused: " + "; ".join(wrong))
+    for k in SOFT:
+        if k in identity and str(soft.get(k)) != str(identity[k]):
+            warnings.warn(
+                f"{k} {identity[k]!r} differs from the study's {soft.get(k)!r}: the choices were timed there",
+                VersionWarning,
+                stacklevel=3,
+            )
+
+
+def kernel_source_blake3(code: dict[str, str]) -> str:
+    """One BLAKE3 of the kernel sources: over the sorted (path, BLAKE3) pairs under kernels/ of
+    ``study_kernel_code`` (what a study's table stands for) or of ``current_kernel_code``."""
+    import blake3
+
+    lines = sorted(f"{p}\t{h}" for p, h in code.items() if Path(p).parts[:1] == ("kernels",))
+    if not lines:
+        raise DispatchError("no kernels/ source among the recorded code: cannot name the kernel source")
+    return blake3.blake3("\n".join(lines).encode()).hexdigest()
+
+
+def _kernel_files(script: str, root: Path) -> list[str]:
+    from headroom.core import sources
+
+    return [p for p in sources.closure(script, root) if p.startswith("kernels/")]
+
+
+def _root(root: str | Path | None) -> Path:
+    from headroom.core import sources
+
+    return Path(root) if root is not None else sources.PROJECT_ROOT
+
+
+def deploy_sources(root: str | Path | None = None) -> list[str]:
+    """The kernels/ files that turn a chosen candidate into the plan a server runs (DEPLOY_SOURCE's
+    closure) and that the portfolio never loads (TIMED_SOURCE's): kernels/deploy.py."""
+    timed = set(_kernel_files(TIMED_SOURCE, _root(root)))
+    return [p for p in _kernel_files(DEPLOY_SOURCE, _root(root)) if p not in timed]
+
+
+def study_kernel_code(timed: dict[str, str], root: str | Path | None = None) -> dict[str, str]:
+    """{path: BLAKE3} of the kernel sources a study's table stands for: the kernels/ the portfolio
+    timed (``timed``, a portfolio run's recorded code: a replay's are the recording's) and, from the
+    checkout at ``root`` that writes the table, ``deploy_sources`` (the recommendation rule declares
+    them, so an edit writes the table again)."""
+    from headroom.core import artifacts
+
+    root = _root(root)
+    deployed = {p: artifacts.hash_file(root / p) for p in deploy_sources(root)}
+    return {**deployed, **{p: h for p, h in timed.items() if p.startswith("kernels/")}}
+
+
+def current_kernel_code(root: str | Path | None = None) -> dict[str, str]:
+    """{path: BLAKE3} of the kernels/ sources this checkout would time (the portfolio stage's) and
+    deploy (``deploy_sources``)."""
+    from headroom.core import artifacts
+
+    root = _root(root)
+    files = sorted({*_kernel_files(TIMED_SOURCE, root), *deploy_sources(root)})
+    return {p: artifacts.hash_file(root / p) for p in files}
+
+
+# ----------------------------------------------------------------------------------------------
+# The loaded table
+# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -74,98 +602,6 @@ class Candidate:
     fused: bool
 
 
-def kernel_source_blake3(code: dict[str, str]) -> str:
-    """One BLAKE3 of the kernel sources: over the sorted (path, BLAKE3) pairs under kernels/ of a
-    provenance's ``code`` (what the portfolio ran) or of ``current_kernel_code``."""
-    import blake3
-
-    lines = sorted(f"{p}\t{h}" for p, h in code.items() if Path(p).parts[:1] == ("kernels",))
-    if not lines:
-        raise DispatchError("no kernels/ source among the recorded code: cannot name the kernel source")
-    return blake3.blake3("\n".join(lines).encode()).hexdigest()
-
-
-def current_kernel_code(root: str | Path | None = None) -> dict[str, str]:
-    """{path: BLAKE3} of the kernels/ sources the portfolio stage would run from this checkout."""
-    from headroom.core import artifacts, sources
-
-    root = Path(root) if root is not None else sources.PROJECT_ROOT
-    files = [p for p in sources.closure("scripts/portfolio.py", root) if p.startswith("kernels/")]
-    return {p: artifacts.hash_file(root / p) for p in files}
-
-
-def check(table: dict, identity: dict) -> None:
-    """Refuse (``DispatchRefused``, every difference named) a table recorded for another GPU model,
-    SM count, partition, dtype or kernel source; warn (``VersionWarning``) on other versions."""
-    recorded = table.get("identity") or {}
-    hard, soft = recorded.get("hard", {}), recorded.get("soft", {})
-    missing = [k for k in HARD if k not in identity]
-    if missing:
-        raise DispatchRefused(f"identity lacks {missing}: the table is valid only for a known {HARD}")
-    wrong = [
-        f"{WHAT[k]}: the table is for {hard.get(k)!r}, this is {identity[k]!r}"
-        for k in HARD
-        if str(hard.get(k)) != str(identity[k])
-    ]
-    if wrong:
-        raise DispatchRefused(f"dispatch table of study {table.get('study')!r} refused: " + "; ".join(wrong))
-    for k in SOFT:
-        if k in identity and str(soft.get(k)) != str(identity[k]):
-            warnings.warn(
-                f"{k} {identity[k]!r} differs from the study's {soft.get(k)!r}: the choices were timed there",
-                VersionWarning,
-                stacklevel=2,
-            )
-
-
-def _read(path: Path) -> dict:
-    from headroom.core import artifacts
-
-    try:
-        data = (
-            artifacts.read_verified_bytes(path)[0] if artifacts.sidecar(path).exists() else path.read_bytes()
-        )
-    except FileNotFoundError:
-        raise DispatchError(
-            f"{path}: no dispatch table here (run the pipeline: its recommendation stage writes it)"
-        ) from None
-    except artifacts.ArtifactError as exc:
-        raise DispatchError(f"{path}: {exc}") from None
-    try:
-        table = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DispatchError(f"{path}: not a dispatch table (JSON: {exc})") from None
-    if not isinstance(table, dict) or table.get("schema_version") not in SCHEMA_VERSIONS:
-        got = table.get("schema_version") if isinstance(table, dict) else type(table).__name__
-        raise DispatchError(f"{path}: dispatch schema {got!r}; this loader reads {SCHEMA_VERSIONS}")
-    for key in ("scopes", "candidates", "identity"):
-        if not isinstance(table.get(key), dict):
-            raise DispatchError(f"{path}: no {key!r} mapping")
-    return table
-
-
-def load(path: str | Path, *, mode: str | None = None, identity: dict | None = None) -> Dispatch:
-    """The dispatch table at ``path`` for ``mode`` (a scope; None: the deployment profile), checked
-    against ``identity`` when given (``check``; keys HARD, optionally SOFT)."""
-    path = Path(path)
-    table = _read(path)
-    if identity is not None:
-        check(table, identity)
-    try:
-        cands = {cid: Candidate(id=cid, **facts) for cid, facts in table["candidates"].items()}
-        scopes = {s: (e, policies.from_dict(e["policy"])) for s, e in table["scopes"].items()}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DispatchError(f"{path}: a scope or candidate is malformed: {exc!r}") from None
-    unknown = sorted({c for _, p in scopes.values() for c in p.candidates} - set(cands))
-    if unknown:
-        raise DispatchError(f"{path}: policies name candidates {unknown} the table does not describe")
-    if mode is not None and mode not in scopes:
-        raise DispatchError(f"{path}: no scope {mode!r}; it holds {sorted(scopes)}")
-    if mode is None and not table.get("profile"):
-        raise DispatchError(f"{path}: no deployment profile; load one of its scopes {sorted(scopes)}")
-    return Dispatch(table, cands, scopes, mode)
-
-
 class Dispatch:
     """One scope's table, or the deployment profile's (see the module docstring)."""
 
@@ -182,10 +618,11 @@ class Dispatch:
         step = features.get("step")
         if step is None:
             if "phase" not in features:
-                raise ValueError("the deployment profile routes by `step` (or `phase`); give one")
-            step = self.step_of_phase.get(str(features["phase"]))
-        if step not in self.profile:
-            raise ValueError(f"step {step!r} is not in the deployment profile {sorted(self.profile)}")
+                raise DispatchError("the deployment profile routes by `step` (or `phase`); give one")
+            check_features({"phase": features["phase"]})
+            step = self.step_of_phase.get(features["phase"])
+        if not isinstance(step, str) or step not in self.profile:
+            raise DispatchError(f"step {step!r:.60} is not in the deployment profile {sorted(self.profile)}")
         return self.profile[step]
 
     def features(self, scope: str | None = None) -> tuple[str, ...]:
@@ -200,12 +637,15 @@ class Dispatch:
         return self.scopes[scope][1]
 
     def choose(self, **features: Any) -> Candidate:
-        """The candidate the table picks for one call's shape (a shape it never saw: its fallback)."""
+        """The candidate the table picks for one call's shape (a shape it never saw: its fallback);
+        DispatchError naming a feature that is missing or outside its range (``FEATURES``)."""
+        check_features(features)
         scope = self.scope_of(features)
         policy = self.scopes[scope][1]
-        missing = [f for f in policy.features if f not in features]
-        if missing:
-            raise ValueError(f"{scope} ({policy.name}) keys on {list(policy.features)}; missing {missing}")
+        try:
+            check_features(features, tuple(policy.features))
+        except DispatchError as exc:
+            raise DispatchError(f"{scope} ({policy.name}): {exc}") from None
         return self.candidates[policy.lookup(features)]
 
     def expected_gain_pct(self, scope: str | None = None) -> list:

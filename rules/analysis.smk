@@ -101,7 +101,8 @@ rule recommendation:
         candidates=f"{S}/candidates.parquet",
         calibration=f"{S}/calibration.parquet",
         environment=f"{S}/environment.parquet",
-        code=src("scripts/recommendation.py"),
+        # the kernel source hash of dispatch.json covers what builds the plan a server runs
+        code=src("scripts/recommendation.py", *hdispatch.deploy_sources()),
     output:
         **artifact(recommendation=f"{S}/recommendation.parquet"),
         dispatch=f"{S}/dispatch.json",

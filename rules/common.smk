@@ -12,6 +12,7 @@ from pathlib import Path
 # (they inherit the environment), installed or not.
 sys.path.insert(0, workflow.basedir)
 
+from headroom import dispatch as hdispatch
 from headroom.core import artifacts as hartifacts
 from headroom.core import config as hconfig
 from headroom.core import replay as hreplay
@@ -110,8 +111,8 @@ def artifacts_of(name):
 def src(script, *extra):
     """The source files a rule runs, as inputs so an edit reruns the rule (Snakemake tracks only the
     script file of a `script:` rule): the script's import closure within headroom/ and kernels/
-    (headroom/core/sources.py), plus `extra` non-Python files it reads (templates)."""
-    return [*sources.closure(script), *extra]
+    (headroom/core/sources.py), plus `extra` files it reads (templates) or hashes (kernels/deploy.py)."""
+    return list(dict.fromkeys([*sources.closure(script), *extra]))
 
 
 # Resources: GPU rules take the `gpu` resource (one at a time with --resources gpu=1) and, with

@@ -12,8 +12,10 @@ def main(stage):
     meta = {
         "study": stage.study,
         "decision_blake3": artifacts.recorded_hash(stage.input_path("decision")),
-        # the kernels the portfolio timed (a replay: the recorded run's), not this checkout's
-        "kernel_source_blake3": dispatch.kernel_source_blake3(artifacts.read_provenance(runs[0])["code"]),
+        # the kernels the portfolio timed (a replay: the recorded run's) and kernels/deploy.py
+        "kernel_source_blake3": dispatch.kernel_source_blake3(
+            dispatch.study_kernel_code(artifacts.read_provenance(runs[0])["code"])
+        ),
     }
     reads = ("decision", "trace", "lifecycle", "candidates", "calibration", "environment")
     decision, trace, lifecycle, candidates, calibration, environment = (stage.read(n) for n in reads)

@@ -15,7 +15,7 @@ from headroom.decide import decision, figures
 from tests import analysis_sets as S
 
 FAST = {"bootstrap_resamples": 300, "random_draws": 20}
-META = {"study": "hand", "decision_blake3": "d" * 64, "kernel_source_blake3": "k" * 64}
+META = {"study": "hand", "decision_blake3": "d" * 64, "kernel_source_blake3": "e" * 64}
 
 
 def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, deployment=None):
@@ -43,12 +43,17 @@ def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, depl
 
 
 def write_study(folder: Path, d, table, content) -> Path:
-    """decision.parquet, recommendation.parquet and dispatch.json (+ sidecars) of one study folder."""
+    """decision.parquet, recommendation.parquet and dispatch.json (+ sidecars) of one study folder, the
+    recommendation recording the table's BLAKE3 as the stage does (its column and provenance)."""
     prov = {"rule": "x", "params": {}, "inputs": {}, "wildcards": {"study": folder.name}}
     artifacts.write(d, folder / "decision.parquet", kind="decision", provenance=prov)
+    content = {**content, "study": folder.name}
     digest = artifacts.write_file(folder / "dispatch.json", json.dumps(content).encode())
-    table = table.assign(dispatch_blake3=digest)
-    artifacts.write(table, folder / "recommendation.parquet", kind="recommendation", provenance=prov)
+    table = table.assign(dispatch_blake3=digest, study=folder.name)
+    extra = {"dispatch": {"path": "dispatch.json", "blake3": digest}}
+    artifacts.write(
+        table, folder / "recommendation.parquet", kind="recommendation", provenance={**prov, "extra": extra}
+    )
     return folder
 
 
@@ -116,3 +121,56 @@ def assert_study_ships(folder: Path) -> pd.DataFrame:  # noqa: F821
 def _selected_fusion(d, scope: str) -> str:
     row = d[(d["mode"] == scope) & (d["figure"] == "policy_gain")].iloc[0]
     return str(row["selected_fusion"])
+
+
+# -- a study folder's dispatch table tampered with (issue 31, cases 1-4) ----------------------------
+def _c_wants_tile2(k, t, f, r, m, i):  # graph mode ships batch-keyed over two candidates
+    fast = (k == "C" and t == 2) or (k != "C" and t == 0)
+    return S.BASE_US[k] * (0.6 if fast else 1.0) * (1.0 + 0.002 * ((r * 7 + i * 3 + t) % 5 - 2))
+
+
+def _tile1(k, t, f, r, m, i):
+    return S.BASE_US[k] * (0.9 if t == 1 else 1.0)
+
+
+def two_studies(results: Path) -> tuple[Path, Path]:
+    """Study folders results/hand (batch-keyed in graph mode) and results/other (tile 1 everywhere)."""
+    _, d, table, made = recommend(_c_wants_tile2, "ADCC" * 6)
+    hand = write_study(results / "hand", d, table, made)
+    _, d, table, made = recommend(_tile1, "ADCC" * 6)
+    return hand, write_study(results / "other", d, table, made)
+
+
+def _forge(hand: Path, other: Path) -> None:
+    """Another kernel for unseen shapes (the policy's fallback), the sidecar rewritten to match."""
+    forged = json.loads((hand / "dispatch.json").read_text())
+    policy = forged["scopes"]["graph"]["policy"]
+    assert len(policy["candidates"]) == 2
+    policy["fallback"] = 1 - policy["fallback"]
+    artifacts.write_file(hand / "dispatch.json", json.dumps(forged).encode())
+
+
+def _swap(hand: Path, other: Path) -> None:
+    for name in ("dispatch.json", "dispatch.json.blake3"):
+        (hand / name).write_bytes((other / name).read_bytes())
+
+
+def _delete(hand: Path, other: Path) -> None:
+    for name in ("dispatch.json", "dispatch.json.blake3"):
+        (hand / name).unlink()
+
+
+def _link(hand: Path, other: Path) -> None:
+    (hand / "dispatch.json").unlink()
+    (hand / "dispatch.json").symlink_to("/etc/passwd")
+    artifacts.record_hash(hand / "dispatch.json")  # a sidecar that matches the link's target
+
+
+#: case -> (what it does to study folder `hand` given `other`, what a refusal says: the file, both hashes)
+TAMPER = {
+    "forged": (_forge, r"dispatch.json: BLAKE3 [0-9a-f]{64}, but recommendation.parquet records [0-9a-f]{64}"),
+    "swapped": (_swap, r"dispatch.json: BLAKE3 [0-9a-f]{64}, but recommendation.parquet records [0-9a-f]{64}"),
+    "deleted": (_delete, r"dispatch.json: missing, but recommendation.parquet records its BLAKE3 [0-9a-f]{64}"),
+    "linked": (_link, r"dispatch.json: a symbolic link to /etc/passwd, not the dispatch table the recommendation "
+               r"stage wrote \(recommendation.parquet records BLAKE3 [0-9a-f]{64}, the link's target has [0-9a-f]{64}\)"),
+}  # fmt: skip

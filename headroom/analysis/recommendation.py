@@ -37,10 +37,10 @@ from headroom.decide import engine, figures, measured, registry
 from headroom.decide.decision import figure_row, pure_phase_split
 from headroom.decide.layer import gemm_us, rates
 from headroom.decide.measured import checked_modes
-from headroom.dispatch import HARD, SOFT
+from headroom.dispatch import CANDIDATE_FIELDS, HARD, SOFT, validate
 
 SCHEMA_VERSION = 1
-CANDIDATE_FIELDS = ("tile", "block_m", "block_n", "num_warps", "num_stages", "rope", "generation", "backend")
+BEST_UNFUSED = "best_unfused"  # the alternative of the kernel_vs_best_unfused rows; the others are natives
 
 
 def scopes_of(modes: dict, decision: pd.DataFrame, deployment: dict) -> dict:
@@ -202,7 +202,25 @@ def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, w
                 "speedup_layer_ci_high": per_layer(worth, 100.0 * (s[2] - 1.0)),
             }
         )
-    return out or [{**base, "alternative": ""}]
+    native = faster_native(out)
+    for r in out:
+        r["faster_native"] = native["alternative"] if native else ""
+        r["faster_native_speedup"] = native["speedup"] if native else math.nan
+    return out or [{**base, "alternative": "", "faster_native": "", "faster_native_speedup": math.nan}]
+
+
+def faster_native(rows: list[dict]) -> dict | None:
+    """The row of the fastest native backend that is faster than the shipped kernel (our speedup over
+    it below 1, its CI's upper end too where there is one), or None. The global kernel is chosen among
+    our kernels only, so a study can ship ours while a native runs faster: the rows say so."""
+    slower = [
+        r
+        for r in rows
+        if r["alternative"] not in ("", BEST_UNFUSED)
+        and r["speedup"] < 1.0
+        and not r["speedup_ci_high"] >= 1.0  # NaN (no CI): the estimate alone
+    ]
+    return min(slower, key=lambda r: r["speedup"]) if slower else None
 
 
 def _weight(md) -> np.ndarray:
@@ -326,7 +344,9 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
         "scopes": entries,
         "candidates": facts,
     }
-    return ordered(table), _plain(dispatch)
+    content = _plain(dispatch)
+    validate(content, "dispatch.json")  # the schema headroom.dispatch.load reads it by
+    return ordered(table), content
 
 
 def ordered(table: pd.DataFrame) -> pd.DataFrame:

@@ -703,15 +703,20 @@ def _regenerate_hint() -> str:
 
 def decision_row(path: Path, root: Path) -> dict:
     """The headline row of a decision artifact (its bytes, kind, study and inputs checked,
-    headroom/core/identity.py): every row carries the same verdict, one of the gate's; refused otherwise."""
+    headroom/core/identity.py): every row carries the same verdict, one of the gate's; refused otherwise.
+    Values as Arrow holds them: a missing value is None, whatever its column's type, and only a float
+    column holds NaN (what `query` reads from the catalog's copy of the same rows)."""
     try:
-        df = identity.read(path, root)
+        table = artifacts.read_table(path)
+        identity.check(path, root)
     except artifacts.ArtifactError as exc:
         raise CliError(str(exc)) from None
-    if df.empty:
+    if not table.num_rows:
         raise CliError(f"{path} holds no rows, a decision holds at least one; {_regenerate_hint()}")
-    verdicts = set(df["verdict"].astype(str)) if "verdict" in df.columns else {None}
-    row = df.iloc[0].to_dict()
+    verdicts = (
+        set(map(str, table.column("verdict").to_pylist())) if "verdict" in table.column_names else {None}
+    )
+    row = table.slice(0, 1).to_pylist()[0]
     if len(verdicts) != 1 or row.get("verdict") not in GATE_EXIT:
         raise CliError(
             f"{path}: verdict {sorted(map(str, verdicts))} is not one of {', '.join(GATE_EXIT)}; {_regenerate_hint()}"
@@ -755,10 +760,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         raise CliError(f"{exc}; {_regenerate_hint()}") from None
     if table.empty:
         raise CliError(f"{path} holds no rows; {_regenerate_hint()}")
+    # the decision it came from is checked for --json too: the same refusals, the same exit codes
+    reason = decision_row(folder / "decision.parquet", _project_root(results)).get("reason") or ""
     if args.json:
         print(json.dumps(jsonable({"study": study, "rows": table.to_dict("records")}), allow_nan=False))
         return 0
-    reason = decision_row(folder / "decision.parquet", _project_root(results)).get("reason", "")
     print("\n".join(recommend.lines(table, reason)))
     return 0
 
@@ -912,7 +918,9 @@ def _add_lineage(sub, common) -> None:
     ln.add_argument("--depth", type=_count, default=None, help="levels of inputs to show (default: all)")
     shown = ln.add_mutually_exclusive_group()
     # The artifacts only by default: every rule's code files, at every level, are hundreds of lines.
-    shown.add_argument("--code", action="store_true", help="also list each rule's source files and their BLAKE3")
+    shown.add_argument(
+        "--code", action="store_true", help="also list each rule's source files and their BLAKE3"
+    )
     shown.add_argument("--no-code", action="store_true", help="the artifacts only (the default)")
     ln.add_argument("--json", action="store_true", help="the lineage tree as JSON")
     ln.set_defaults(func=cmd_lineage)

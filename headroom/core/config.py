@@ -130,7 +130,9 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: YAML syntax error: {exc}") from None
         except RecursionError:
-            raise ConfigError(f"{path}: YAML nested too deeply to read; a configuration is a few levels deep") from None
+            raise ConfigError(
+                f"{path}: YAML nested too deeply to read; a configuration is a few levels deep"
+            ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     check_size(data, str(path))

@@ -146,7 +146,7 @@ _T = {
     "gap_ci_high": FLOAT, "attention_layer_pct": FLOAT, "attention_layer_prefill_pct": FLOAT,
     "attention_layer_decode_pct": FLOAT, "speedup_layer_pct": FLOAT, "speedup_layer_ci_low": FLOAT,
     "speedup_layer_ci_high": FLOAT, "expected_gain_layer_pct": FLOAT, "gap_layer_pct": FLOAT,
-    "decision_blake3": STR, "dispatch_blake3": STR, "kernel_source_blake3": STR, "driver": STR,
+    "faster_native": STR, "faster_native_speedup": FLOAT, "decision_blake3": STR, "dispatch_blake3": STR, "kernel_source_blake3": STR, "driver": STR,
     "torch": STR, "triton": STR,
 }  # fmt: skip
 
@@ -230,7 +230,7 @@ RECOMMENDATION = _contract(
     "speedup_ci_low speedup_ci_high expected_gain_pct expected_gain_ci_low expected_gain_ci_high gap_pct "
     "gap_ci_low gap_ci_high attention_layer_pct attention_layer_prefill_pct attention_layer_decode_pct "
     "speedup_layer_pct speedup_layer_ci_low speedup_layer_ci_high expected_gain_layer_pct gap_layer_pct "
-    "decision_blake3 dispatch_blake3 gpu_name sm_count heads_q heads_kv head_dim dtype kernel_source_blake3 "
+    "faster_native faster_native_speedup decision_blake3 dispatch_blake3 gpu_name sm_count heads_q heads_kv head_dim dtype kernel_source_blake3 "
     "driver torch triton",
     required=_RECOMMENDATION_KEY,
 )

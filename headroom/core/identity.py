@@ -16,6 +16,9 @@ identity from its provenance:
 - lineage: every input it recorded that is an artifact of its study folder still has the BLAKE3
   recorded then, so an artifact made from another run's files is refused (the calibration records
   the environment it was measured in, so a calibration of another run is refused too).
+- the deliverable: a recommendation artifact's dispatch.json beside it is the regular file whose
+  BLAKE3 it recorded (``dispatch_problems``), so `headroom recommend` never shows a dispatch_blake3
+  that is not the file's.
 
 A recorded folder is checked before a replay plans (headroom/core/replay.py), with the same kind
 check and one more for folders recorded before the calibration's environment edge.
@@ -27,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from headroom.core import artifacts
+from headroom.core import artifacts, layout
 from headroom.core.replay import IDENTITIES, MEASURED, lineage_input
 
 #: Kinds measured on a device (or imported by a replay): their study is the one that measured them.
@@ -94,16 +97,65 @@ def _measured_problems(path: Path, prov: dict[str, Any], root: Path, study: str)
     return out
 
 
+def dispatch_problems(path: str | os.PathLike, prov: dict[str, Any] | None = None) -> list[str]:
+    """The dispatch table beside the recommendation artifact at `path` (results/<study>/dispatch.json)
+    against the BLAKE3 the artifact recorded when the stage wrote both: in its provenance
+    (``extra.dispatch``) and its ``dispatch_blake3`` column, which must agree. The table's own sidecar
+    only says its bytes are the ones someone hashed: an edited table with a fresh sidecar, another
+    study's copied in, a deleted one or a link to another file passes that, and fails this. The table
+    must be a regular file, not a link: the stage never writes one."""
+    path = Path(path)
+    table = path.parent / layout.DISPATCH_NAME
+    hint = f"delete {table.name} and its sidecar and rerun the pipeline, which writes both again"
+    try:
+        prov = artifacts.read_provenance(path) if prov is None else prov
+        column = artifacts.read_table(path).column("dispatch_blake3").to_pylist()
+    except KeyError:
+        return [f"{path}: no dispatch_blake3 column: it records no dispatch table to check"]
+    except (artifacts.ArtifactError, ValueError) as exc:
+        return [str(exc)]
+    recorded = ((prov.get("extra") or {}).get("dispatch") or {}).get("blake3")
+    if not recorded or set(column) != {recorded}:
+        return [
+            f"{path}: records dispatch table BLAKE3 {recorded} in its provenance but {sorted(map(str, set(column)))} "
+            f"in its dispatch_blake3 column: not the artifact the recommendation stage wrote; "
+            f"delete it and rerun the pipeline"
+        ]
+    if table.is_symlink():
+        target = os.readlink(table)
+        try:
+            now = artifacts.hash_file(table)
+        except (OSError, artifacts.ArtifactError):
+            now = "none (unreadable)"
+        return [
+            f"{table}: a symbolic link to {target}, not the dispatch table the recommendation stage wrote "
+            f"({path.name} records BLAKE3 {recorded}, the link's target has {now}); {hint}"
+        ]
+    if not table.exists():
+        return [f"{table}: missing, but {path.name} records its BLAKE3 {recorded} (deleted?); {hint}"]
+    try:
+        now = artifacts.hash_file(table)
+    except artifacts.ArtifactError as exc:
+        return [f"{exc} ({path.name} records BLAKE3 {recorded})"]
+    if now != recorded:
+        return [
+            f"{table}: BLAKE3 {now}, but {path.name} records {recorded}: not the dispatch table this study's "
+            f"recommendation stage wrote (edited, or another study's); {hint}"
+        ]
+    return []
+
+
 def problems(path: str | os.PathLike, project_root: str | os.PathLike) -> list[str]:
-    """Every way the artifact at `path` is not what its name and folder say (see the module doc)."""
+    """Every way the artifact at `path` is not what its name and folder say (see the module doc);
+    for a recommendation artifact, also its dispatch table (``dispatch_problems``)."""
     path = Path(path)
     try:
         kind = artifacts.read_kind(path)
         prov = artifacts.read_provenance(path)
     except (artifacts.ArtifactError, ValueError) as exc:
         return [str(exc)]
-    out = []
     expected = artifacts.kind_of_name(path)
+    out = dispatch_problems(path, prov) if (kind or expected) == "recommendation" else []
     if kind is not None and kind != expected:
         out.append(
             f"{path}: holds a {kind!r} artifact (rule {prov.get('rule')}), not the {expected!r} its "

@@ -33,6 +33,20 @@ def _ship(r) -> str:
     return f"{r['kernel']} ({agree}, {hfmt.us(r['latency_us'])} per call)"
 
 
+def _faster_native(rows: pd.DataFrame) -> str:
+    """Where a native backend runs faster than every kernel of ours (the rows' ``faster_native``): it
+    and our speedup over it with CI; '' otherwise (and for a recommendation recorded before it)."""
+    name = rows.iloc[0].get("faster_native")
+    if not isinstance(name, str) or not name:
+        return ""
+    r = rows[rows["alternative"].astype(str) == name].iloc[0]
+    figure = hfmt.estimate_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x")
+    return (
+        f"; but {name} is the faster choice: ours runs at {figure} its speed "
+        "(the global kernel is chosen among our kernels only)"
+    )
+
+
 def _speedup(r) -> str:
     ci = f"[{hfmt.speedup(r['speedup_ci_low'])}, {hfmt.speedup(r['speedup_ci_high'])}]"
     alt = "the best unfused" if r["alternative"] == "best_unfused" else r["alternative"]
@@ -60,7 +74,7 @@ def lines(table: pd.DataFrame, reason: str) -> list[str]:
     first = reason.split(". ")[0].rstrip(".") if isinstance(reason, str) and reason else ""
     scopes = shown_scopes(table)
     by = {s: table[table["scope"].astype(str) == s] for s in scopes}
-    ship = "; ".join(f"{_label(s)}: {_ship(by[s].iloc[0])}" for s in scopes)
+    ship = "; ".join(f"{_label(s)}: {_ship(by[s].iloc[0])}{_faster_native(by[s])}" for s in scopes)
     sure = "; ".join(f"{_label(s)}: {_sure(by[s])}" for s in scopes)
     said = f"{first}." if first else verdict  # the reason's first sentence names the verdict
     return [f"Verdict: {said}", f"Ship: {ship}", f"How sure: {sure}"]

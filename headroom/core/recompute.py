@@ -6,7 +6,8 @@ study's measured artifacts (environment, trace, candidates, correctness, portfol
 graph sweep, calibration) are copied into a temporary folder, each derived stage (policies,
 roofline, decision, recommendation, then the report) is run there through its own script (scripts/<rule>.py, as
 Snakemake runs it) with the params its artifact recorded, and every table is compared with the
-study's, naming the first differing cell. Floats compare equal within a relative 1e-9 (the
+study's, naming the first differing cell, and dispatch.json key by key (a table rewritten with a
+fresh sidecar and its BLAKE3 recorded again in recommendation.parquet verifies, and differs here). Floats compare equal within a relative 1e-9 (the
 stages are deterministic; the slack absorbs another BLAS's summation order).
 
 What it cannot cover, and why:
@@ -22,8 +23,10 @@ What it cannot cover, and why:
   stage wall-times section (Snakemake's timings of the run, not derived) and its list of artifact
   hashes (the derived artifacts are compared as tables instead);
 - a study folder without its measured artifacts (nothing to recompute from);
-- columns holding another file's BLAKE3 (``*_blake3``): the bytes they hash carry provenance, which
-  a recomputation changes; the lineage check covers them.
+- columns holding another file's BLAKE3 (``*_blake3``), and dispatch.json's ``decision_blake3`` and
+  ``provenance``: the bytes they hash carry provenance, which a recomputation changes; the lineage
+  check covers them (and `verify` checks dispatch.json against the BLAKE3 recommendation.parquet
+  recorded).
 """
 
 from __future__ import annotations
@@ -211,8 +214,64 @@ def _without_hashes(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in table.columns if str(c).endswith("_blake3")])
 
 
-def _compare(folder: Path, dest: Path) -> list[str]:
+#: Keys of a JSON output that are not derived from the measurements: its provenance (paths, code,
+#: versions of the run that wrote it) and the BLAKE3 of another file (the decision's, whose bytes carry
+#: provenance); what the lineage check covers instead.
+JSON_NOT_DERIVED = ("provenance", "decision_blake3")
+
+
+def json_difference(study, recomputed, where: str = "") -> str | None:
+    """Where two JSON values first differ (keys in order, then values; floats within FLOAT_RTOL),
+    as a dotted path, ``JSON_NOT_DERIVED`` keys left out at the top."""
+    if isinstance(study, dict) and isinstance(recomputed, dict):
+        skip = JSON_NOT_DERIVED if not where else ()
+        keys = [k for k in study if k not in skip], [k for k in recomputed if k not in skip]
+        if sorted(keys[0]) != sorted(keys[1]):
+            return f"{where or 'top level'}: the study's keys {sorted(keys[0])}, recomputed {sorted(keys[1])}"
+        for k in sorted(keys[0]):
+            diff = json_difference(study[k], recomputed[k], f"{where}.{k}" if where else str(k))
+            if diff:
+                return diff
+        return None
+    if isinstance(study, list) and isinstance(recomputed, list):
+        if len(study) != len(recomputed):
+            return f"{where}: {len(study)} items in the study's, {len(recomputed)} recomputed"
+        for i, (a, b) in enumerate(zip(study, recomputed, strict=True)):
+            diff = json_difference(a, b, f"{where}[{i}]")
+            if diff:
+                return diff
+        return None
+    floats = all(isinstance(x, float) for x in (study, recomputed))
+    same = _cell(study, recomputed) if floats else (type(study) is type(recomputed) and study == recomputed)
+    return None if same else f"{where}: the study's {study!r:.80}, recomputed {recomputed!r:.80}"
+
+
+def _compare_json(folder: Path, dest: Path) -> list[str]:
+    """The JSON outputs (OTHER_OUTPUTS: dispatch.json) against their recomputation: a table rewritten
+    with a fresh sidecar, and its BLAKE3 recorded again, is caught here."""
+    import json
+
     out = []
+    for file in sorted({f for outputs in OTHER_OUTPUTS.values() for f in outputs.values()}):
+        path, again = folder / file, dest / file
+        if not again.exists():
+            continue  # its stage's failure is named above
+        if not path.exists():
+            out.append(f"{path}: missing, though its stage's recomputation writes one")
+            continue
+        try:
+            study = json.loads(artifacts.read_regular(path))
+        except (ValueError, RecursionError, artifacts.ArtifactError) as exc:
+            out.append(f"{path}: cannot be compared with its recomputation: {str(exc)[:200]}")
+            continue
+        diff = json_difference(study, json.loads(artifacts.read_regular(again)))
+        if diff:
+            out.append(f"{path}: differs from its recomputation at {diff}")
+    return out
+
+
+def _compare(folder: Path, dest: Path) -> list[str]:
+    out = _compare_json(folder, dest)
     for path in layout.discover(folder):
         if artifacts.kind_of_name(path) in MEASURED_KINDS:
             continue

@@ -100,7 +100,9 @@ def rerun_hint(root: Path, written: Iterable[str] = (), changed: Iterable[str] =
         return f"rerun the pipeline ({RUN}; `snakemake --dry-run` lists the jobs it will rerun)"
     if not rules:
         return f"rerun the pipeline ({RUN})"
-    return f"rerun the pipeline ({RUN}), which reruns {', '.join(rules)} (Snakemake's records of their inputs)"
+    return (
+        f"rerun the pipeline ({RUN}), which reruns {', '.join(rules)} (Snakemake's records of their inputs)"
+    )
 
 
 def _snakemake_running(root: Path) -> bool | None:
@@ -140,6 +142,6 @@ def stale_lock(root: Path) -> str | None:
     unsure = " (if no snakemake runs here)" if running is None else ""
     return (
         f"{locks} holds {len(held)} lock(s) of a snakemake run that did not end{unsure} (killed?); a plain "
-        f"run stops on it (\"Directory cannot be locked\"): run `snakemake --unlock` in {root}, then "
+        f'run stops on it ("Directory cannot be locked"): run `snakemake --unlock` in {root}, then '
         f"rerun the pipeline, which reruns the jobs the killed run left unfinished"
     )

@@ -44,6 +44,7 @@ class Ship:
     expected_gain: tuple[float, float, float] | None = None  # % [CI], a policy's cross-run gain
     versus: list[Versus] = field(default_factory=list)
     source: str = "recommendation"
+    faster_native: Versus | None = None  # a native backend faster than every kernel of ours (recommendation)
 
 
 def family(candidate: str, backend: str | None = None) -> str:
@@ -97,6 +98,7 @@ def _from_recommendation(rec: pd.DataFrame) -> list[Ship]:
             for r in g.itertuples()
             if pd.notna(getattr(r, "alternative", None)) and str(r.alternative)
         ]
+        native = str(first.get("faster_native") or "") if pd.notna(first.get("faster_native", None)) else ""
         out.append(
             Ship(
                 scope=str(scope),
@@ -109,6 +111,7 @@ def _from_recommendation(rec: pd.DataFrame) -> list[Ship]:
                 expected_gain=gain,
                 versus=versus,
                 source="recommendation",
+                faster_native=next((v for v in versus if v.alternative == native), None) if native else None,
             )
         )
     return out

@@ -431,7 +431,11 @@ def _jsonl_rows(
                 shared = any(n in obj for n in names)  # (none shared: content of who knows what, not shown)
                 raise ValueError(
                     f"{where}: missing key '{name}'; "
-                    + (f"present: {sorted(obj)}" if shared else f"it has none of the mapped keys ({len(obj)} key(s))")
+                    + (
+                        f"present: {sorted(obj)}"
+                        if shared
+                        else f"it has none of the mapped keys ({len(obj)} key(s))"
+                    )
                     + ". Map the log's keys with trace.columns."
                 )
             value = obj[name]

@@ -5,6 +5,7 @@ decoder layer, and `headroom recommend`."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import zlib
 
@@ -16,7 +17,7 @@ from headroom import dispatch
 from headroom.analysis import recommendation
 from headroom.core import artifacts, cli, contracts, layout
 from tests import analysis_sets as S
-from tests.recommendation_sets import recommend, write_study
+from tests.recommendation_sets import TAMPER, recommend, two_studies, write_study
 
 
 def _noise(run, inv, tile, fused, scale):
@@ -199,3 +200,88 @@ def test_verify_covers_the_dispatch_table(study, tmp_path):
     (study / "dispatch.json").write_text("{}")
     problems, _ = verify.verify_results(study.parent)
     assert any("dispatch.json: BLAKE3 mismatch" in p for p in problems), problems
+
+
+# -- issue 31 -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", list(TAMPER))
+def test_verify_and_recommend_refuse_a_table_the_recommendation_did_not_record(tmp_path, capsys, case):
+    """Cases 1-4: a forged table with a fresh sidecar, another study's copied in, a deleted one, a link to
+    /etc/passwd with a matching sidecar: `verify` names the file and both hashes, `recommend` (and
+    --json) refuses instead of showing a dispatch_blake3 that is not the file's."""
+    from headroom.core import verify
+
+    hand, other = two_studies(tmp_path / "results")
+    assert not verify.verify_results(hand.parent, "hand", hand)[0]
+    tamper, says = TAMPER[case]
+    tamper(hand, other)
+    problems, _ = verify.verify_results(hand.parent, "hand", hand)
+    assert any(re.search(says, p) for p in problems), problems
+    code = cli.main(["--results", str(hand.parent), "verify", "--study", "hand"])
+    assert code == cli.EXIT_ERROR and re.search(says, capsys.readouterr().out)
+    for args in ([], ["--json"]):
+        code = cli.main(["--results", str(hand.parent), "recommend", "hand", *args])
+        out = capsys.readouterr()
+        assert code == cli.EXIT_ERROR and out.out == "" and re.search(says, out.err), out
+        assert len(out.err.strip().splitlines()) == 1
+
+
+def test_recommend_json_without_its_decision_exits_as_recommend_does(study, tmp_path, capsys):
+    """Case 7: decision.parquet deleted, `recommend --json` exits 1 with the one-line reason, as plain
+    `recommend` does, instead of printing the rows."""
+    study = shutil.copytree(study, tmp_path / "c" / "results" / "hand")
+    (study / "decision.parquet").unlink()
+    said = []
+    for args in ([], ["--json"]):
+        code = cli.main(["--results", str(study.parent), "recommend", *args])
+        out = capsys.readouterr()
+        assert code == cli.EXIT_ERROR and out.out == "" and len(out.err.strip().splitlines()) == 1, out
+        said.append(out.err)
+    assert said[0] == said[1] and "decision.parquet: artifact does not exist" in said[0]
+
+
+def _native_rows(speedups: dict[str, tuple[float, float, float]]) -> list[dict]:
+    return [
+        {"alternative": alt, "speedup": s, "speedup_ci_low": lo, "speedup_ci_high": hi}
+        for alt, (s, lo, hi) in speedups.items()
+    ]
+
+
+def test_a_native_faster_than_every_kernel_of_ours_is_named():
+    """Case 29 (the rule): a native whose speedup (ours over it) is below 1 with its CI; the fastest one."""
+    nan = float("nan")
+    rows = _native_rows(
+        {
+            "best_unfused": (0.5, 0.4, 0.6),  # not a native
+            "native-sdpa-math": (0.290, 0.2, 0.4),
+            "native-sdpa-flash": (0.7, 0.5, 1.1),  # its CI reaches 1: not shown faster
+            "native-flex": (0.5, nan, nan),  # no CI: the estimate alone
+        }
+    )
+    assert recommendation.faster_native(rows)["alternative"] == "native-sdpa-math"
+    assert recommendation.faster_native(rows[2:3]) is None
+    assert recommendation.faster_native(rows[3:])["alternative"] == "native-flex"
+    assert recommendation.faster_native(_native_rows({"native-flex": (1.2, 1.1, 1.3)})) is None
+
+
+def test_recommend_and_the_report_say_when_a_native_is_the_faster_choice(study):
+    """Case 29 (what is said): `headroom recommend`'s ship line and the report's answer name the native
+    and the figure; the rows keep every column and add faster_native, faster_native_speedup."""
+    from headroom.core import recommend as text
+    from headroom.report import ship
+    from headroom.report.sections import answer
+
+    table = artifacts.read(study / "recommendation.parquet")
+    assert {"faster_native", "faster_native_speedup"} <= set(table.columns)
+    assert set(table["faster_native"]) == {""} and table["faster_native_speedup"].isna().all()
+    native = table.iloc[[0]].assign(
+        alternative="native-sdpa-math", speedup=0.290, speedup_ci_low=0.2, speedup_ci_high=0.4
+    )
+    table = pd.concat([table, native], ignore_index=True).assign(
+        faster_native="native-sdpa-math", faster_native_speedup=0.290
+    )
+    said = text.lines(table, "No decision. Because.")[1]
+    assert "but native-sdpa-math is the faster choice: ours runs at 0.290× [0.200, 0.400] its speed" in said
+    (x,) = ship.what_to_ship(table, None, None)
+    assert x.faster_native.alternative == "native-sdpa-math"
+    assert "But native-sdpa-math is the faster choice in graph: " in answer.ship_line(x)
+    assert "0.290× [0.200, 0.400] its speed" in answer.ship_line(x)

@@ -397,6 +397,34 @@ def test_gate_json_prints_only_json(project, capsys):
     assert json.loads(out) == {"study": "azure-conv", "verdict": "continue", "reason": "because"}
 
 
+def test_gate_json_writes_a_missing_value_as_null(project, capsys):
+    """Issue 31, case 27: a missing value is JSON null, whatever its column's type (pandas' NaN in a
+    string column is a null in the artifact); a float NaN Arrow holds as a value stays the string NaN,
+    as `query --format json` writes it."""
+    import pyarrow as pa
+
+    decision = pd.DataFrame(
+        {
+            "verdict": ["continue"],
+            "reason": ["because"],
+            "selected_policy": [float("nan")],
+            "runs_agree": [None],
+        }
+    )
+    _write(project / "results/default/decision.parquet", decision, "decision")
+    code, out, _ = run(capsys, "--results", str(project / "results"), "gate", "--study", "default", "--json")
+    assert code == 3 and '"NaN"' not in out
+    assert json.loads(out) == {
+        "study": "default", "verdict": "continue", "reason": "because", "selected_policy": None, "runs_agree": None
+    }  # fmt: skip
+    table = pa.table(
+        {"verdict": ["stop"], "reason": ["r"], "estimate": pa.array([float("nan")]), "ci_low": [None]}
+    )
+    artifacts.write(table, project / "results/default/decision.parquet", kind="decision", provenance={})
+    code, out, _ = run(capsys, "--results", str(project / "results"), "gate", "--study", "default", "--json")
+    assert code == 0 and json.loads(out)["estimate"] == "NaN" and json.loads(out)["ci_low"] is None
+
+
 # -- 21, 22: Ctrl-C and closed pipes --------------------------------------------------------------
 def test_ctrl_c_in_verify_exits_130_without_a_traceback(project):
     slow = (
@@ -622,10 +650,14 @@ def test_a_count_past_int64_is_a_usage_error(project, flag):
     proc = headroom(*flag, "9223372036854775808", cwd=project)
     err = _no_traceback(proc)
     assert proc.returncode == cli.EXIT_USAGE
-    assert err.strip().splitlines()[-1].endswith(
-        f"9223372036854775808 is too large; give at most {sys.maxsize} (0: all)"
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(f"9223372036854775808 is too large; give at most {sys.maxsize} (0: all)")
     )
-    assert headroom(*flag[:2], "--max-rows" if flag[0] == "query" else "--depth", str(sys.maxsize), cwd=project).returncode in (0, 1)
+    assert headroom(
+        *flag[:2], "--max-rows" if flag[0] == "query" else "--depth", str(sys.maxsize), cwd=project
+    ).returncode in (0, 1)
 
 
 def _lock(project: Path) -> Path:
@@ -653,9 +685,7 @@ def test_verify_names_a_lock_left_by_a_killed_run(project):
 def test_a_lock_held_by_a_running_snakemake_is_not_named(project):
     _lock(project)
     # a process whose command line names snakemake, running in the project (as a live run does)
-    live = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "snakemake"], cwd=project
-    )
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "snakemake"], cwd=project)
     try:
         assert "lock" not in headroom("verify", cwd=project).stderr
     finally:
@@ -681,7 +711,14 @@ def _records(project: Path) -> None:
     for ext in ("", ".blake3"):
         _record(project, f"{r}/trace.parquet{ext}", "trace", ["scripts/trace.py"], 1.0, 11)
         _record(project, f"{r}/decision.parquet{ext}", "decision", [f"{r}/trace.parquet"], 2.0, 12)
-        _record(project, f"results/catalog.duckdb{ext}", "catalog", [f"{r}/trace.parquet", f"{r}/decision.parquet"], 3.0, 13)
+        _record(
+            project,
+            f"results/catalog.duckdb{ext}",
+            "catalog",
+            [f"{r}/trace.parquet", f"{r}/decision.parquet"],
+            3.0,
+            13,
+        )
 
 
 def test_verify_names_the_jobs_a_plain_run_reruns(project):
@@ -707,7 +744,11 @@ def test_the_rerun_hint_follows_snakemakes_records(project):
     assert reruns.rerun_rules(project) == []  # nothing missing
     assert reruns.rerun_rules(project, ["results/catalog.duckdb"]) == ["catalog"]
     # a deleted sidecar reruns its job, and so everything after it (README, "How reruns behave")
-    assert reruns.rerun_rules(project, ["results/default/trace.parquet.blake3"]) == ["trace", "decision", "catalog"]
+    assert reruns.rerun_rules(project, ["results/default/trace.parquet.blake3"]) == [
+        "trace",
+        "decision",
+        "catalog",
+    ]
     assert reruns.rerun_rules(project, changed=["results/default/decision.parquet"]) == ["catalog"]
     (project / "results/default/trace.parquet").unlink()  # what is gone on disk counts by itself
     assert reruns.rerun_rules(project) == ["trace", "decision", "catalog"]

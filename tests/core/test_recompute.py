@@ -3,6 +3,8 @@ caught by re-running the derived stages (issue 23, item 10)."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -37,11 +39,48 @@ def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
     column = next(c for c in table.columns if c.endswith("_us") and table[c].dtype.kind == "f")
     table.loc[0, column] = table.loc[0, column] * 0.5  # a forged number, provenance and hash kept fresh
     artifacts.write(table, path, kind="policy_eval", provenance=artifacts.read_provenance(path))
+    scope = _forge_dispatch_table(results / "default")  # issue 31, case 1: its BLAKE3 recorded again too
     catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=pipeline_clone)
     assert headroom(pipeline_clone, "verify").returncode == 0  # every byte verifies
     proc = headroom(pipeline_clone, "verify", "--recompute")
     assert proc.returncode == 1
     assert f"policy_eval.parquet: differs from its recomputation: row 0, column {column!r}" in proc.stdout
+    assert (
+        f"dispatch.json: differs from its recomputation at scopes.{scope}.expected_gain_pct[0]: "
+        "the study's 5.0, recomputed 0.0" in proc.stdout
+    ), proc.stdout
+
+
+def _forge_dispatch_table(folder):
+    """dispatch.json with a forged expected gain, its sidecar and the BLAKE3 recommendation.parquet
+    records (column and provenance) rewritten to match: what only a recomputation can catch."""
+    import pyarrow as pa
+
+    path, rec = folder / "dispatch.json", folder / "recommendation.parquet"
+    forged = json.loads(path.read_text())
+    scope = next(iter(forged["scopes"]))
+    forged["scopes"][scope]["expected_gain_pct"] = [5.0, 1.0, 9.0]
+    digest = artifacts.write_file(path, json.dumps(forged).encode())
+    table = artifacts.read_table(rec)
+    column = table.column_names.index("dispatch_blake3")
+    table = table.set_column(column, "dispatch_blake3", pa.array([digest] * table.num_rows))
+    prov = artifacts.read_provenance(rec)
+    prov["extra"]["dispatch"]["blake3"] = digest
+    artifacts.write(table, rec, kind="recommendation", provenance=prov)
+    return scope
+
+
+def test_json_difference_names_the_first_differing_key():
+    a = {"study": "s", "provenance": {"x": 1}, "decision_blake3": "a", "scopes": {"g": {"gain": [0.0, None]}}}
+    b = {**a, "provenance": {"x": 2}, "decision_blake3": "b"}  # not derived: left out
+    assert recompute.json_difference(a, b) is None
+    c = {**a, "scopes": {"g": {"gain": [2.0, None]}}}
+    assert recompute.json_difference(c, {**c, "scopes": {"g": {"gain": [2.0 + 1e-12, None]}}}) is None
+    b = {**a, "scopes": {"g": {"gain": [5.0, None]}}}
+    assert recompute.json_difference(b, a) == "scopes.g.gain[0]: the study's 5.0, recomputed 0.0"
+    assert "1 items in the study's, 2 recomputed" in recompute.json_difference({"k": [1]}, {"k": [1, 2]})
+    assert "keys" in recompute.json_difference({"k": 1}, {"j": 1})
+    assert recompute.json_difference({"k": 1}, {"k": True}) == "k: the study's 1, recomputed True"
 
 
 @pytest.mark.slow

@@ -11,14 +11,8 @@ import torch
 import kernels
 from headroom import dispatch
 from kernels import deploy
+from tests.dispatch.tables import CANDIDATES, TILE, scope, table
 from tests.kernels.kernel_helpers import DEVICE, DTYPES, assert_close, random_qkv
-
-TILE = {"tile": 0, "block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
-CANDIDATES = {
-    "t0-q_fused": {**TILE, "rope": "q_fused", "generation": 2, "backend": "triton", "fused": True},
-    "t0-unfused": {**TILE, "rope": "unfused", "generation": 2, "backend": "triton", "fused": False},
-    "g1-t0-fused": {**TILE, "rope": None, "generation": 1, "backend": "triton", "fused": True},
-}
 
 
 def _table(tmp_path, prefill: str, decode: str) -> dispatch.Dispatch:
@@ -30,14 +24,8 @@ def _table(tmp_path, prefill: str, decode: str) -> dispatch.Dispatch:
         "fallback": names.index(prefill),
         "table": [["prefill", names.index(prefill)], ["decode", names.index(decode)]],
     }
-    content = {
-        "schema_version": 1,
-        "identity": {"hard": {}, "soft": {}},
-        "scopes": {"eager": {"policy": policy, "expected_gain_pct": [0.0, None, None]}},
-        "candidates": CANDIDATES,
-    }
     path = tmp_path / "dispatch.json"
-    path.write_text(json.dumps(content))
+    path.write_text(json.dumps(table({"eager": scope(policy)})))
     return dispatch.load(path, mode="eager")
 
 

@@ -5,18 +5,22 @@ float64 reference on the interpreter."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from headroom import dispatch
+from headroom import dispatch, policies
 from headroom.core import artifacts
-from tests.recommendation_sets import recommend
+from tests.dispatch import tables
+from tests.recommendation_sets import TAMPER, recommend, two_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,8 +123,6 @@ def test_a_malformed_policy_or_unknown_scope_is_refused(content, tmp_path):
         dispatch.load(_write(tmp_path, bad), mode="graph")
     with pytest.raises(dispatch.DispatchError, match=r"no scope 'eager'; it holds \['graph'\]"):
         dispatch.load(_write(tmp_path, content), mode="eager")
-    with pytest.raises(dispatch.DispatchError, match="no deployment profile"):
-        dispatch.load(_write(tmp_path, content))
 
 
 def test_loading_and_choosing_import_neither_torch_nor_sklearn(content, tmp_path):
@@ -148,3 +150,294 @@ def test_the_kernel_source_hash_covers_kernels_only_and_follows_an_edit():
         dispatch.kernel_source_blake3({"headroom/x.py": "2" * 64})
     current = dispatch.current_kernel_code(ROOT)
     assert "kernels/__init__.py" in current and all(p.startswith("kernels/") for p in current)
+
+
+# -- issue 31: what load() checks, from the file alone and from its study folder ----------------------
+def _one_line(exc) -> str:
+    text = str(exc.value)
+    assert "\n" not in text and len(text) < 600, text
+    return text
+
+
+def test_a_table_of_one_scope_and_no_profile_loads_that_scope(tmp_path):
+    """Case 21: a CPU study (eager only) has no deployment profile and one scope: load() answers for it."""
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(tables.global_table("t0-unfused", scopes=("eager",))))
+    table = dispatch.load(path)
+    assert table.mode == "eager" and table.choose(phase="prefill").id == "t0-unfused"
+    path.write_text(json.dumps(tables.global_table("t0-unfused", scopes=("eager", "graph"))))
+    with pytest.raises(
+        dispatch.DispatchError, match=r"no deployment profile; load one of its scopes \['eager', 'graph'\]"
+    ):
+        dispatch.load(path)
+
+
+def _set(*keys, value):
+    """An edit of the table: the value at keys (a key None: the first key there) set to value."""
+
+    def edit(table):
+        node = table
+        for k in keys[:-1]:
+            node = node[next(iter(node)) if k is None else k]
+        node[next(iter(node)) if keys[-1] is None else keys[-1]] = value
+
+    return edit
+
+
+def _clustered(content):
+    content["scopes"]["graph"]["policy"] = {
+        "policy": "clustered",
+        "features": list(policies.make("clustered").features),
+        "candidates": [next(iter(content["candidates"]))],
+        "fallback": 0,
+        "table": [[0, 0]],
+        "mean": [0.0] * 6,  # one short of the k-means vector's 7
+        "std": [1.0] * 7,
+        "centroids": [[0.0] * 7],
+    }
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (_set("identity", "hard", value=[]), "field identity.hard: [] is not of type 'object'"),
+        (
+            _set("profile", value={"decode-only": "nope"}),
+            "field profile.decode-only: scope 'nope' is not among",
+        ),
+        (_set("step_of_phase", value="abc"), "field step_of_phase: 'abc' is not of type 'object'"),
+        (_set("scopes", "graph", "policy", "fallback", value=0.9), "field scopes.graph.policy.fallback: 0.9"),
+        (_set("candidates", None, "block_m", value="64"), "block_m: '64' is not of type 'integer', 'null'"),
+        (_set("candidates", None, "rope", value=["fused"]), "rope: ['fused'] is not one of"),
+        (_set("schema_version", value=True), "dispatch schema True (field schema_version)"),
+        (_set("schema_version", value=1.0), "dispatch schema 1.0 (field schema_version)"),
+        (
+            _set("identity", "hard", "sm_count", value="132"),
+            "field identity.hard.sm_count: '132' is not of type",
+        ),
+        (_set("identity", "hard", "kernel_source_blake3", value="k" * 64), "kernel_source_blake3: 'kkk"),
+        (
+            _set("scopes", "graph", "policy", "table", value=[["decode|b8"]]),
+            "policy.table[0]: ['decode|b8'] is too short",
+        ),
+        (
+            _set("scopes", "graph", "policy", "policy", value="oracle"),
+            "policy.policy: 'oracle' is not one of",
+        ),
+        (
+            _set("scopes", "graph", "policy", "features", value=["phase"]),
+            "policy.features: ['phase'] is not batch-keyed's",
+        ),
+        (
+            _set("scopes", "graph", "kernel", value="t9-fused"),
+            "field scopes.graph: names candidates ['t9-fused']",
+        ),
+        (_set("scopes", "graph", "expected_gain_pct", value=[0.0]), "expected_gain_pct: [0.0] is too short"),
+        (_set("candidates", None, "generation", value=0), "generation: 0 is less than the minimum of 1"),
+        (_set("candidates", None, "block_m", value=0), "block_m: 0 is less than the minimum of 1"),
+        (_set("verdict", value="ship it"), "field verdict: 'ship it' is not one of"),
+        (
+            _set("forged", value=1),
+            "field (the table itself): Additional properties are not allowed ('forged'",
+        ),
+        (_set("scopes", value={}), "field scopes: {} should be non-empty"),
+        (_clustered, "field scopes.graph.policy.mean: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0] is too short"),
+    ],
+)
+def test_every_malformed_field_is_one_dispatch_error_naming_it(content, tmp_path, edit, field):
+    """Case 5: the whole table is validated against dispatch.SCHEMA (and what a schema cannot say) at load."""
+    bad = copy.deepcopy(content)
+    edit(bad)
+    with pytest.raises(dispatch.DispatchError) as exc:
+        dispatch.load(_write(tmp_path, bad), mode="graph")
+    assert str(tmp_path / "dispatch.json") in _one_line(exc) and field in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("[" * 200_000 + "]" * 200_000, "JSON nested 200000 deep; a table nests at most 64"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "JSON nested 100000 deep"),
+        ('{"schema_version": 1, "study": NaN}', "not a dispatch table (JSON: NaN is not a JSON number"),
+        ('{"schema_version": 1, "schema_version": 1}', "duplicate key 'schema_version'"),
+        ('"a string"', "dispatch schema 'str'"),
+    ],
+)
+def test_a_bomb_or_non_strict_json_is_refused_before_or_while_parsing(tmp_path, text, says):
+    path = tmp_path / "dispatch.json"
+    path.write_text(text)
+    with pytest.raises(dispatch.DispatchError) as exc:
+        dispatch.load(path)
+    assert says in _one_line(exc)
+
+
+def test_nesting_depth_leaves_strings_out_and_a_table_past_the_size_limit_is_refused(
+    content, tmp_path, monkeypatch
+):
+    assert dispatch.nesting_depth(b'{"a": "[[[[{{", "b": [[1]]}') == 3
+    assert dispatch.nesting_depth(b'["\\"[[[", [2], "\\\\"]') == 2
+    assert dispatch.nesting_depth(b"[" * 3_000_000, chunk=1 << 20) == 3_000_000
+    assert dispatch.nesting_depth(json.dumps(content).encode()) <= 8 < dispatch.MAX_DEPTH
+    path = _write(tmp_path, content)
+    monkeypatch.setattr(dispatch, "MAX_BYTES", path.stat().st_size - 1)
+    with pytest.raises(dispatch.DispatchError, match=r"bytes; a dispatch table is at most"):
+        dispatch.load(path, mode="graph")
+
+
+def test_the_schema_is_one_statement_that_the_writers_output_meets(content):
+    """What the recommendation writes validates (recommendation.build also validates before returning);
+    the schema's lists are the code's: HARD, CANDIDATE_FIELDS, the candidates stage's RoPE placements."""
+    import jsonschema
+
+    from headroom.measure import candidates
+
+    jsonschema.Draft202012Validator.check_schema(dispatch.SCHEMA)
+    dispatch.validate(content)
+    assert dispatch.HARD_SCHEMA["required"] == list(dispatch.HARD)
+    assert dispatch.ROPE_PLACEMENTS == candidates.ROPE_PLACEMENTS
+    fields = [f.name for f in dataclasses.fields(dispatch.Candidate)]
+    assert sorted(fields) == sorted(["id", "fused", *dispatch.CANDIDATE_FIELDS])
+    for made in (tables.global_table(), tables.table({"eager": tables.scope(_phase_keyed())})):
+        dispatch.validate(made)
+
+
+def _phase_keyed():
+    return {"policy": "phase-keyed", "candidates": ["t0-q_fused", "t0-unfused"], "fallback": 0,
+            "table": [["prefill", 0], ["decode", 1]]}  # fmt: skip
+
+
+# -- choose(): every feature in its range ----------------------------------------------------------
+def _bucketed_and_clustered(tmp_path):
+    bucketed = {"policy": "bucketed", "candidates": ["t0-q_fused", "t0-unfused"], "fallback": 0,
+                "table": [["decode|q1|kv1024|b8", 1]]}  # fmt: skip
+    # log2 vectors of SHAPE and of SHAPE at batch 2**20, kv_len 2**24 (unit scale): their clusters 0 and 1
+    centroids = [[3.0, 0.0, 10.0, 2.0, 1.0, 5.0, 0.0], [20.0, 0.0, 24.0, 2.0, 1.0, 5.0, 0.0]]
+    clustered = policies.make("clustered").set_centroids([0.0] * 7, [1.0] * 7, centroids)
+    clustered.candidates, clustered.table, clustered.fallback = ("t0-q_fused", "t0-unfused"), {0: 0, 1: 1}, 0
+    made = tables.table({"eager": tables.scope(bucketed), "graph": tables.scope(clustered.to_dict())})
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(made))
+    return dispatch.load(path, mode="eager"), dispatch.load(path, mode="graph")
+
+
+SHAPE = {
+    "phase": "decode",
+    "batch": 8,
+    "q_len": 1,
+    "kv_len": 1024,
+    "heads_q": 4,
+    "heads_kv": 2,
+    "head_dim": 32,
+}
+INT_RANGE = re.escape(f"an integer in [1, {dispatch.INT32_MAX}]")
+
+
+@pytest.mark.parametrize(
+    "feature, value, says",
+    [
+        ("batch", -5, f"feature batch=-5: must be {INT_RANGE}"),
+        ("batch", 0, f"feature batch=0: must be {INT_RANGE}"),
+        ("batch", True, f"feature batch=True: must be {INT_RANGE}"),
+        ("batch", "abc", f"feature batch='abc': must be {INT_RANGE}"),
+        ("batch", math.inf, f"feature batch=inf: must be {INT_RANGE}"),
+        ("batch", math.nan, f"feature batch=nan: must be {INT_RANGE}"),
+        ("batch", None, f"feature batch=None: must be {INT_RANGE}"),
+        ("batch", 8.0, f"feature batch=8.0: must be {INT_RANGE}"),
+        ("batch", 2**31, f"feature batch=2147483648: must be {INT_RANGE}"),
+        ("q_len", -7, f"feature q_len=-7: must be {INT_RANGE}"),
+        ("kv_len", 0, f"feature kv_len=0: must be {INT_RANGE}"),
+        ("kv_len", 0.5, f"feature kv_len=0.5: must be {INT_RANGE}"),
+        ("heads_q", np.float64("nan"), f"feature heads_q=.*nan.*: must be {INT_RANGE}"),
+        ("phase", "middle", re.escape("feature phase='middle': must be one of ['prefill', 'decode']")),
+        ("shape_key", 7, "feature shape_key=7: must be a string"),
+    ],
+)
+def test_choose_refuses_a_feature_outside_its_range_naming_it(content, tmp_path, feature, value, says):
+    """Case 6: batch -5, 0 or True no longer map to size 1, nor NaN to cluster 0."""
+    bucketed, clustered = _bucketed_and_clustered(tmp_path)
+    batch_keyed = dispatch.load(_write(tmp_path, content), mode="graph")
+    for table in (bucketed, clustered, batch_keyed):
+        with pytest.raises(dispatch.DispatchError, match=says):
+            table.choose(**{**SHAPE, feature: value})
+
+
+def test_choose_answers_in_range_and_checks_kv_len_against_q_len(content, tmp_path):
+    bucketed, clustered = _bucketed_and_clustered(tmp_path)
+    assert bucketed.choose(**SHAPE).id == "t0-unfused" and clustered.choose(**SHAPE).id == "t0-q_fused"
+    far = {**SHAPE, "batch": np.int64(1 << 20), "kv_len": 1 << 24}  # numpy integers are integers
+    assert clustered.choose(**far).id == "t0-unfused"
+    with pytest.raises(
+        dispatch.DispatchError, match="feature kv_len=8 is below q_len=16: must be at least q_len"
+    ):
+        bucketed.choose(**{**SHAPE, "phase": "prefill", "q_len": 16, "kv_len": 8})
+    with pytest.raises(
+        dispatch.DispatchError, match=r"keys on \['phase', 'q_len', 'kv_len', 'batch'\]; missing \['kv_len'\]"
+    ):
+        bucketed.choose(phase="decode", batch=1, q_len=1)
+    for spec in dispatch.FEATURES.values():  # one table of ranges, each one well formed
+        assert spec.kind in ("int", "str") and (spec.kind == "str" or 1 <= spec.low <= spec.high)
+
+
+# -- case 8: the identity compares with its types; the kernel source hash covers kernels/deploy.py --
+def test_an_identity_value_of_another_type_is_refused(content, tmp_path):
+    path = _write(tmp_path, content)
+    ident = _identity(content)
+    with pytest.raises(
+        dispatch.DispatchRefused,
+        match=r"SM count: the table is for 132, this is '132' \(a str where the table records a int\)",
+    ):
+        dispatch.load(path, mode="graph", identity={**ident, "sm_count": "132"})
+    with pytest.raises(dispatch.DispatchRefused, match="partition"):
+        dispatch.load(path, mode="graph", identity={**ident, "heads_q": float(ident["heads_q"])})
+    dispatch.load(path, mode="graph", identity={**ident, "sm_count": np.int64(132)})
+
+
+def test_the_kernel_source_hash_covers_kernels_deploy(tmp_path):
+    """Case 8: editing kernels/deploy.py changes the hash a server computes and the one a study records."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("headroom", "kernels", "scripts"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
+    assert dispatch.deploy_sources(tmp_path) == [dispatch.DEPLOY_SOURCE]
+    timed = {p: h for p, h in dispatch.current_kernel_code(tmp_path).items() if p != dispatch.DEPLOY_SOURCE}
+    served = dispatch.kernel_source_blake3(dispatch.current_kernel_code(tmp_path))
+    recorded = dispatch.kernel_source_blake3(dispatch.study_kernel_code(timed, tmp_path))
+    assert served == recorded
+    deploy = tmp_path / dispatch.DEPLOY_SOURCE
+    deploy.write_text(deploy.read_text() + "\n# edited\n")
+    assert dispatch.kernel_source_blake3(dispatch.current_kernel_code(tmp_path)) != served
+    assert dispatch.kernel_source_blake3(dispatch.study_kernel_code(timed, tmp_path)) != recorded
+
+
+# -- cases 1-4: a study folder vouches for its table ------------------------------------------------
+@pytest.fixture
+def studies(tmp_path):
+    return two_studies(tmp_path / "results")
+
+
+@pytest.mark.parametrize("case", list(TAMPER))
+def test_load_refuses_a_table_its_study_folder_does_not_vouch_for(studies, case):
+    """Cases 1-4 (load): given the study folder, or its dispatch.json with recommendation.parquet beside
+    it, a forged, swapped-in, deleted or linked table is refused even with a matching sidecar."""
+    hand, other = studies
+    assert dispatch.load(hand, mode="graph").study == "hand"
+    tamper, says = TAMPER[case]
+    if case == "linked" and not Path("/etc/passwd").is_file():
+        pytest.skip("no /etc/passwd here")
+    tamper(hand, other)
+    for target in (hand, hand / "dispatch.json"):
+        with pytest.raises(dispatch.DispatchRefused, match=says) as exc:
+            dispatch.load(target, mode="graph")
+        _one_line(exc)
+
+
+def test_a_table_alone_is_checked_for_its_recorded_study(studies, tmp_path):
+    """Away from its folder, the file alone says which study it was recorded for: study= refuses another."""
+    hand, other = studies
+    away = tmp_path / "served" / "dispatch.json"
+    away.parent.mkdir()
+    away.write_bytes((other / "dispatch.json").read_bytes())
+    assert dispatch.load(away, mode="graph", study="other").study == "other"
+    with pytest.raises(dispatch.DispatchRefused, match="the dispatch table of study 'other', not of 'hand'"):
+        dispatch.load(away, mode="graph", study="hand")

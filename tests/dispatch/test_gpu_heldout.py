@@ -55,6 +55,7 @@ def _fitted_table(tmp_path: Path, recorded: tuple):
     from headroom.core import defaults
     from headroom.decide import engine, registry
     from headroom.decide.policy_eval import checked_modes
+    from tests.dispatch import tables
 
     trace, portfolio, lifecycle, candidates = recorded
     options = defaults.section("policies")
@@ -79,12 +80,7 @@ def _fitted_table(tmp_path: Path, recorded: tuple):
 
     policy, global_ = fit(name, L.cols[arm]), fit("global", L.cols["free"])
     facts = recommendation.candidate_facts(candidates, [*policy.candidates, *global_.candidates])
-    content = {
-        "schema_version": 1,
-        "identity": {"hard": {}, "soft": {}},
-        "scopes": {MODE: {"policy": policy.to_dict(), "expected_gain_pct": list(ci)}},
-        "candidates": facts,
-    }
+    content = tables.table({MODE: tables.scope(policy.to_dict(), ci)}, facts)
     (tmp_path / "dispatch.json").write_text(json.dumps(content))
     table = dispatch.load(tmp_path / "dispatch.json", mode=MODE)
     kernel = dispatch.Candidate(id=global_.candidates[0], **facts[global_.candidates[0]])

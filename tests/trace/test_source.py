@@ -182,7 +182,10 @@ def test_a_link_to_a_system_file_is_refused_without_echoing_its_content(tmp_path
 def test_a_log_sharing_a_column_with_the_mapping_still_names_what_it_has(tmp_path):
     log = tmp_path / "log.csv"
     log.write_text("TIMESTAMP,prompt,out\n0,16,3\n")
-    _refused(log, r"missing column\(s\) context_tokens -> 'ContextTokens'.*present: \['TIMESTAMP', 'prompt', 'out'\]")
+    _refused(
+        log,
+        r"missing column\(s\) context_tokens -> 'ContextTokens'.*present: \['TIMESTAMP', 'prompt', 'out'\]",
+    )
 
 
 @pytest.mark.parametrize(

@@ -257,7 +257,9 @@ def test_epoch_units_read_as_what_they_are(tmp_path):
 def test_a_timestamp_outside_int64_nanoseconds_names_file_row_and_column(tmp_path, stamp):
     # case 10: OutOfBoundsDatetime naming no file, row or column
     log = write_log(tmp_path / "log.csv", [("2023-11-16 18:15:46", 10, 5), (stamp, 10, 5)])
-    with pytest.raises(ValueError, match=rf"{log}: row 2 \(line 3\), column 'TIMESTAMP': timestamp '{stamp}'"):
+    with pytest.raises(
+        ValueError, match=rf"{log}: row 2 \(line 3\), column 'TIMESTAMP': timestamp '{stamp}'"
+    ):
         read_request_log(log, COLUMNS)
 
 
@@ -267,7 +269,9 @@ def test_a_parquet_timestamp_outside_int64_nanoseconds_is_refused(tmp_path):
 
     path = tmp_path / "log.parquet"
     stamps = pa.array([0, 253_370_764_800], pa.timestamp("s"))  # 1970, then 9999-01-01
-    pq.write_table(pa.table({"TIMESTAMP": stamps, "ContextTokens": [10, 10], "GeneratedTokens": [5, 5]}), path)
+    pq.write_table(
+        pa.table({"TIMESTAMP": stamps, "ContextTokens": [10, 10], "GeneratedTokens": [5, 5]}), path
+    )
     with pytest.raises(ValueError, match=rf"{path}: row 2, column 'TIMESTAMP': timestamp"):
         read_request_log(path, COLUMNS)
 

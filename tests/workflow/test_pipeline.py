@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from headroom import dispatch
 from headroom.core import artifacts, contracts
 from tests.pipeline import headroom, planned_rules, snakemake
 from tests.recommendation_sets import assert_study_ships
@@ -89,6 +90,14 @@ def test_the_cpu_study_ships_a_dispatch_table_that_repeats_the_engines_choices(p
     proc = headroom(pipeline_run, "recommend")
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stdout + proc.stderr
     assert proc.stdout.startswith("Verdict: ") and "not GPU measurements" in proc.stdout.splitlines()[0]
+    # issue 31, case 21: the folder loads (verified against it), a CPU study's one scope or its profile
+    assert dispatch.load(pipeline_run / "results/default").study == "default"
+    # case 29: on the interpreter a native (torch on the CPU) runs faster than every kernel of ours
+    native = rec[rec["faster_native"] != ""]
+    assert len(native) and (native["faster_native_speedup"] < 1).all(), rec.to_dict("records")
+    assert "is the faster choice: ours runs at" in proc.stdout.splitlines()[1]
+    report = (pipeline_run / "results/default/report/report.md").read_text()
+    assert f"But {native['faster_native'].iloc[0]} is the faster choice in " in report
 
 
 def test_lineage_walks_back_to_the_trace(pipeline_run):

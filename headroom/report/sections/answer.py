@@ -72,7 +72,15 @@ def ship_line(x: Ship) -> str:
     else:
         head = f"Ship {x.kernel} in {x.scope}{agree}"
     latency = f", {fmt(x.latency_us)} µs per invocation (trace-weighted)" if pd.notna(x.latency_us) else ""
-    return f"{head}{latency}" + (f": trace-weighted speedup {vs}." if vs else ".")
+    line = f"{head}{latency}" + (f": trace-weighted speedup {vs}." if vs else ".")
+    if x.faster_native is not None:
+        v = x.faster_native
+        line += (
+            f" But {v.alternative} is the faster choice in {x.scope}: {x.kernel} runs at "
+            f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} its speed (the global kernel is chosen among "
+            "our kernels only)."
+        )
+    return line
 
 
 def power_statement(d: pd.DataFrame | None) -> str:

@@ -1,0 +1,62 @@
+"""Small dispatch tables made in a test: what the recommendation stage writes, around given policies."""
+
+from __future__ import annotations
+
+from headroom import dispatch, policies
+
+IDENTITY = {
+    "hard": {
+        "gpu_name": "unknown",
+        "sm_count": 0,
+        "heads_q": 4,
+        "heads_kv": 2,
+        "head_dim": 32,
+        "dtype": "float16",
+        "kernel_source_blake3": "e" * 64,
+    },
+    "soft": dict.fromkeys(dispatch.SOFT, "unknown"),
+}
+TILE = {"tile": 0, "block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}
+CANDIDATES = {
+    "t0-q_fused": {**TILE, "rope": "q_fused", "generation": 2, "backend": "triton", "fused": True},
+    "t0-unfused": {**TILE, "rope": "unfused", "generation": 2, "backend": "triton", "fused": False},
+    "g1-t0-fused": {**TILE, "rope": None, "generation": 1, "backend": "triton", "fused": True},
+}
+
+
+def scope(policy: dict, gain=(0.0, None, None)) -> dict:
+    """A scope's entry around a policy's data (``to_dict``'s; its class's features where it has none)."""
+    data = {"features": list(policies.make(policy["policy"]).features), **policy}
+    ship = {"global": "kernel", "phase-keyed": "phase-pair"}.get(data["policy"], "policy")
+    kernel = data["candidates"][data.get("fallback", 0)]
+    return {
+        "verdict": "no-decision",
+        "ship": ship,
+        "kernel": kernel,
+        "policy": data,
+        "expected_gain_pct": list(gain),
+    }
+
+
+def table(scopes: dict[str, dict], candidates: dict | None = None, **top) -> dict:
+    """A complete dispatch table: ``scopes`` ({scope: its entry, see ``scope``}), ``candidates``
+    (default CANDIDATES), the rest as a CPU study's (no profile), ``top`` replacing any of it."""
+    return {
+        "schema_version": 1,
+        "study": "hand",
+        "decision_blake3": "d" * 64,
+        "rule_version": "test",
+        "verdict": "no-decision",
+        "identity": IDENTITY,
+        "profile": {},
+        "step_of_phase": {"decode": "decode-only", "prefill": "mixed"},
+        "scopes": scopes,
+        "candidates": CANDIDATES if candidates is None else candidates,
+        **top,
+    }
+
+
+def global_table(kernel: str = "t0-q_fused", scopes=("eager",), **top) -> dict:
+    """The global kernel in each of ``scopes``."""
+    policy = {"policy": "global", "candidates": [kernel], "fallback": 0, "table": [[None, 0]]}
+    return table({s: scope(policy) for s in scopes}, {kernel: CANDIDATES[kernel]}, **top)
