@@ -84,7 +84,7 @@ class Reference:
     overheads: list[tuple[int, int, float]]  # per run: cells, eager calls, seconds beyond the samples
     samples_per_cell: dict[str, float]  # per mode, as recorded (run 1)
     calls_per_sample: dict[str, int]
-    device: str = "cuda"  # where it was measured (its environment's device)
+    device: str  # where it was measured (its environment's device)
 
     @property
     def cells(self) -> int:
