@@ -184,6 +184,11 @@ def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, w
         "attention_layer_decode_pct": worth["decode"],
         "expected_gain_layer_pct": per_layer(worth, _num(gain.get("estimate"))),
         "gap_layer_pct": per_layer(worth, _num(gap.get("estimate")), of_oracle=True),
+        # eager timings recorded back to back (before decision v4): a speedup over a native compares
+        # host launch paths, not kernels, and `headroom recommend` does not state it
+        "host_included": bool(rows["host_included"].fillna(False).astype(bool).any())
+        if "host_included" in rows
+        else False,
     }
     alts = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS)]
     out = []

@@ -59,9 +59,13 @@ def _sure(rows: pd.DataFrame) -> str:
     alts = rows[rows["alternative"].astype(str) != ""]
     picks = alts[alts["alternative"] == "best_unfused"]
     natives = alts[alts["alternative"] != "best_unfused"]
-    if len(natives):
+    flag = r0.get("host_included", False)
+    host = bool(pd.notna(flag) and flag)
+    if len(natives) and not host:
         picks = pd.concat([picks, natives.loc[[natives["speedup"].idxmin()]]])
     said = [_speedup(r) for _, r in picks.iterrows()]
+    if len(natives) and host:  # a native's host path against ours is no kernel comparison
+        said.append("natives not compared: these eager timings include the host's launch path")
     if r0["ship"] != "kernel":
         gain = f"{hfmt.pct(r0['expected_gain_pct'])} {hfmt.pct_ci(r0['expected_gain_ci_low'], r0['expected_gain_ci_high'])}"
         said.append(f"expected gain {gain} ({hfmt.pct(r0['expected_gain_layer_pct'])} of a layer)")
