@@ -16,6 +16,7 @@ matplotlib.use("Agg")  # no display: figures are files
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from headroom.core.format import (  # noqa: E402,F401  (the section modules write through model)
     EN_DASH,
@@ -34,6 +35,26 @@ from headroom.core.format import (  # noqa: E402,F401  (the section modules writ
 )
 
 DPI = 100  # every figure's PNG
+# Plain numbers on a log axis (12, 50, 200), not 2^10 or 2x10^1
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
+
+
+def legend_outside(fig, ax) -> None:
+    """The legend of ``ax``'s lines beside the axes (right of every panel, laid out by the constrained
+    layout), so it never covers a bar, a point or an error bar."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=LABEL_PT)
+
+
+def log_axis(axis) -> None:
+    """A log axis whose labelled ticks sit at 1, 2 and 5 x 10^k, so even a span under one decade
+    carries labels, written as plain numbers."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(PLAIN)
+    axis.set_minor_formatter(NullFormatter())
+
+
 MAX_HEATMAP_CELLS = 150  # a heatmap a reader can read cell by cell
 MIN_LABEL_PX = 11.0  # the smallest text a figure may draw
 LABEL_PT = 9  # tick labels and cell labels: 12.5 px at DPI

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from headroom.decide import decision as hdecision
-from headroom.report.model import LABEL_PT, Section, figure, nbytes, skipped, table, unusable
+from headroom.report.model import Section, figure, legend_outside, nbytes, skipped, table, unusable
 
 
 def section(gs: pd.DataFrame | None, why: str) -> Section:
@@ -56,6 +56,6 @@ def section(gs: pd.DataFrame | None, why: str) -> Section:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nbytes(v)))  # MiB, not raw bytes
     ax.set_xlabel("working set (log scale)")
     ax.set_ylabel("fusion speedup (×)")
-    ax.legend(fontsize=LABEL_PT)
+    legend_outside(fig, ax)
     s.figures.append(figure("fusion_speedup_regimes", "Fusion speedup per regime", fig))
     return s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.report.model import LABEL_PT, Figure, Section, Table, estimate_ci, figure, table
+from headroom.report.model import Figure, Section, Table, estimate_ci, figure, legend_outside, table
 
 MADE_OF = {
     "made_of_phase_split": "phase split (one candidate per phase)",
@@ -29,7 +29,7 @@ def made_of_figure(made: pd.DataFrame) -> Figure:
     ax.set_yticks(range(len(modes)), modes)
     ax.set_xlabel("% of the oracle's test latency")
     ax.set_title("What the gap to the oracle is made of\n(cross-run; noise: the same-run winner's curse)")
-    ax.legend(fontsize=LABEL_PT, loc="lower right")
+    legend_outside(fig, ax)
     return figure("made_of", "What the headroom is made of", fig)
 
 

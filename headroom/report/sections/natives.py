@@ -13,12 +13,21 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import NullFormatter
 
-from headroom.report.model import LABEL_PT, Section, figure, signed_range, skipped, table
+from headroom.report.model import (
+    LABEL_PT,
+    PLAIN,
+    Section,
+    figure,
+    legend_outside,
+    log_axis,
+    signed_range,
+    skipped,
+    table,
+)
 from headroom.report.ship import Ship, family
 
-PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
 TITLE = "Our kernels against each native backend, per phase and mode"
 LATENCY_TITLE = "Latency against kv_len and batch, per phase (one line per candidate family)"
 
@@ -127,7 +136,7 @@ def _ratio_figure(df: pd.DataFrame):
     ax.set_xticks(range(len(groups)), [f"{m}\n{p}" for m, p in groups], fontsize=LABEL_PT)
     ax.set_ylabel("native latency / ours (×)")
     ax.set_title("Native backend latency over ours (error bars: min-max over runs)", fontsize=LABEL_PT + 1)
-    ax.legend(fontsize=LABEL_PT)
+    legend_outside(fig, ax)
     return figure("natives_vs_ours", "Native backends over ours, per phase and mode", fig)
 
 
@@ -166,12 +175,12 @@ def _latency_figure(p: pd.DataFrame, mode: str):
                 ax.plot(m.index, m.to_numpy(), marker="o", ms=3, label=f"{fam}: {cand}")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            for axis in (ax.xaxis, ax.yaxis):  # plain numbers on log axes, not 2^10 or 2x10^1
-                axis.set_major_formatter(PLAIN)
-                axis.set_minor_formatter(NullFormatter())
+            ax.xaxis.set_major_formatter(PLAIN)  # powers of two, written plainly
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            log_axis(ax.yaxis)
             ax.set_xlabel(x, fontsize=LABEL_PT)
             ax.set_ylabel("median latency (µs)", fontsize=LABEL_PT)
             ax.set_title(f"{phase}, {mode}", fontsize=LABEL_PT + 1)
             ax.tick_params(labelsize=LABEL_PT)
-    axes[0][0].legend(fontsize=LABEL_PT)
+    legend_outside(fig, axes[0][0])
     return figure(f"latency_{mode}", f"Latency against kv_len and batch, {mode}", fig)

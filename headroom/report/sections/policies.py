@@ -12,6 +12,7 @@ from headroom.report.model import (
     Figure,
     Section,
     figure,
+    legend_outside,
     signed_interval,
     signed_range,
     skipped,
@@ -77,7 +78,7 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
     if high - low < 0.2:  # a flat surface: show +-0.1 percentage points, not float rounding
         mid = (high + low) / 2
         axes[0][0].set_ylim(mid - 0.1, mid + 0.1)
-    axes[0][-1].legend(fontsize=LABEL_PT)
+    legend_outside(fig, axes[0][-1])
     return figure(
         "policy_gains", "Policy gains vs global with bootstrap CIs (random omitted: see table)", fig
     )

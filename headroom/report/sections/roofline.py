@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from headroom.report.model import LABEL_PT, Section, figure, rate, table, unusable
+from headroom.report.model import Section, figure, legend_outside, log_axis, rate, table, unusable
 from headroom.report.ship import family
 
 PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"}
@@ -70,9 +70,11 @@ def _scatter(both: pd.DataFrame):
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    log_axis(ax.xaxis)
+    log_axis(ax.yaxis)
     ax.set_xlabel("predicted (µs)")
     ax.set_ylabel("measured (µs)")
-    ax.legend(fontsize=LABEL_PT)
+    legend_outside(fig, ax)
     return figure("roofline_predicted_vs_measured", "Roofline predicted vs measured", fig)
 
 
