@@ -73,7 +73,8 @@ def test_core_modules_import_each_other_in_no_circle():
     core = {p.stem: p for p in (ROOT / "headroom" / "core").glob("*.py") if p.stem != "__init__"}
     graph = {
         # a module's import of itself (cli runs its imported copy under `python -m`) is no circle
-        name: ({m.split(".")[2] for m in imports(path) if m.startswith("headroom.core.")} & set(core)) - {name}
+        name: ({m.split(".")[2] for m in imports(path) if m.startswith("headroom.core.")} & set(core))
+        - {name}
         for name, path in core.items()
     }
 
