@@ -413,7 +413,32 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also the model's plan of each reference beside its measured time",
     )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the seconds a study may take (all its stages): say for each study whether it fits and by how "
+        "much it does not; exit 1 when one does not",
+    )
     p.set_defaults(func=cmd_plan)
+
+
+def budget_line(plan: JobPlan, budget_s: float) -> tuple[bool, str]:
+    """Whether a planned study fits budget_s seconds (all its stages), and the line that says so:
+    by how much it is over and which job takes the most."""
+    total = plan.total_s
+    if total <= budget_s:
+        return (
+            True,
+            f"  fits --budget-s {budget_s:g}: predicted {total:.0f} s, {budget_s - total:.0f} s to spare",
+        )
+    stage, n, s = max(plan.jobs, key=lambda job: job[1] * job[2])
+    each = f"{n} x {s:.1f} s" if n > 1 else f"{s:.1f} s"
+    return False, (
+        f"  over --budget-s {budget_s:g}: predicted {total:.0f} s ({plan.gpu_s:.0f} s of GPU jobs), "
+        f"{total - budget_s:.0f} s ({total / budget_s - 1:.0%}) over; the largest job is {stage} ({each})"
+    )
 
 
 def device_why(requested: str, device: str, given: bool) -> str:
@@ -445,10 +470,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
         for study in studies.values():
             study["device_why"] = device_why(requested, study["device"], given=args.device is not None)
-        texts = [plan_text(plan_study(name, study, model)) for name, study in studies.items()]
+        if args.budget_s is not None and not (np.isfinite(args.budget_s) and args.budget_s > 0):
+            raise ValueError(f"--budget-s must be a number of seconds > 0, got {args.budget_s:g}")
+        plans = [plan_study(name, study, model) for name, study in studies.items()]
+        texts, fits = [], []
+        for plan in plans:
+            text = plan_text(plan)
+            if args.budget_s is not None and "replay" not in plan.facts:
+                ok, line = budget_line(plan, args.budget_s)
+                text, fits = f"{text}\n{line}", [*fits, ok]
+            texts.append(text)
         if args.validate:
             texts += [plan_text(reference_plan(ref, model)) for ref in model.refs]
     except (ValueError, hconfig.ConfigError) as exc:
         raise cli.CliError(str(exc), cli.EXIT_USAGE) from None
     print("\n\n".join(texts))
-    return 0
+    return 0 if all(fits) else cli.EXIT_ERROR

@@ -188,3 +188,18 @@ def test_plan_warns_when_a_log_collapses_to_one_shape(capsys, monkeypatch, tmp_p
     out = capsys.readouterr().out
     assert "warning: 40 of 40 requests' prompts (100%) reach trace.tokens.max_kv_len (64)" in out
     assert "trace.tokens.scale" in out and "docs/traces.md" in out
+
+
+def test_plan_says_whether_each_study_fits_a_budget_and_by_how_much(capsys):
+    # issue 36 item 5: before any GPU job runs, a study that will not fit --budget-s is named, with
+    # the seconds over and its largest job, and plan exits 1
+    assert cli.main(["plan", "default", "--device", "cuda", "--budget-s", "100000"]) == 0
+    assert "fits --budget-s 100000: predicted" in capsys.readouterr().out
+    assert cli.main(["plan", "default", "--device", "cuda", "--budget-s", "60"]) == cli.EXIT_ERROR
+    line = capsys.readouterr().out.splitlines()[-1]
+    total = float(line.split("predicted ")[1].split(" s")[0])
+    over = float(line.split("GPU jobs), ")[1].split(" s")[0])
+    assert over == pytest.approx(total - 60, abs=1) and "the largest job is portfolio" in line
+    for bad in ("0", "-5", "nan", "inf"):
+        assert cli.main(["plan", "default", "--device", "cuda", "--budget-s", bad]) == cli.EXIT_USAGE
+        assert "--budget-s must be a number of seconds > 0" in capsys.readouterr().err
