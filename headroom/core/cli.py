@@ -772,7 +772,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 # -- verbs of higher floors ----------------------------------------------------------------------
 #: Modules above core that add their own verb (``add_parser(sub)``): `plan`, the predicted GPU time
 #: per study (issue 19).
-VERBS_UPSTAIRS = ("headroom.measure.cost",)
+VERBS_UPSTAIRS = ("headroom.measure.cost", "headroom.families.cli")
 
 
 def upstairs(module: str):
@@ -990,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _results_of(args: argparse.Namespace) -> str | None:
     """The results folder every verb works on; `trace describe PATH` does without one."""
-    if args.command in ("snakemake", "plan"):  # neither reads results
+    if args.command in ("snakemake", "plan", "family"):  # none reads results
         return None
     if args.command == "trace" and args.path:
         try:

@@ -221,14 +221,14 @@ def check_one(
     ref = reference(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
     diff = out.to(torch.float64) - ref
     rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
-    problems = _problems(rel, max_abs, nan_count, unwritten, tol)
+    found = problems(rel, max_abs, nan_count, unwritten, tol)
     row.update(
         rel_err=rel,
         max_abs_err=max_abs,
         nan_count=nan_count,
         unwritten_count=unwritten,
-        status="failed" if problems else "passed",
-        reason="; ".join(problems),
+        status="failed" if found else "passed",
+        reason="; ".join(found),
     )
     return row
 
@@ -267,7 +267,7 @@ def _run_poisoned(fn: Callable, q, k, v, tdev: str):
     return out, nan_count, int((second == SENTINEL).sum())
 
 
-def _problems(
+def problems(
     rel: float, max_abs: float, nan_count: int, unwritten: int, tol: tuple[float, float]
 ) -> list[str]:
     problems = []

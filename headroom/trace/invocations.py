@@ -386,17 +386,8 @@ def build(
     settings, the source file's BLAKE3 and size, and the window's invocation counts."""
     cfg = settings(trace_cfg)
     part = _partition(partition)
-    path = resolve_source(cfg["source"], base_dir)
-    where = "synthetic request log" if path is None else str(path)
-    if path is None:
-        requests = synthetic_requests(cfg["synthetic"], cfg["seed"])
-    else:
-        block = cfg["prefix_cache"]["block_tokens"]
-        requests = read_request_log(path, cfg["columns"], cfg["arrival_format"], block_tokens=block)
-    requests, cache = _prefix_cache(requests, cfg, part)
-    requests = scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"])
-
-    stream, in_window = _window(requests, cfg, where)
+    path, requests, cache = served_requests(cfg, part, base_dir)
+    stream, in_window = _window(requests, cfg, _where(path))
     if cfg["sampler"] == "stratified":
         step = None if stream.step is None else stream.step[in_window]
         kinds = step_kinds(stream.phase[in_window], step)
@@ -434,6 +425,25 @@ def build(
 #: The share of a log's prompts clipped at trace.tokens.max_kv_len past which the trace says so as a
 #: warning: its prefills then mostly share one shape.
 CLIP_WARN_SHARE = 0.5
+
+
+def _where(path: Path | None) -> str:
+    return "synthetic request log" if path is None else str(path)
+
+
+def served_requests(
+    cfg: dict[str, Any], part: dict[str, Any], base_dir: str | Path
+) -> tuple[Path | None, Requests, dict[str, Any] | None]:
+    """The requests the engine serves for resolved trace settings: (log path or None, requests with
+    their prefix-cached tokens and scaled, the prefix cache's facts or None)."""
+    path = resolve_source(cfg["source"], base_dir)
+    if path is None:
+        requests = synthetic_requests(cfg["synthetic"], cfg["seed"])
+    else:
+        block = cfg["prefix_cache"]["block_tokens"]
+        requests = read_request_log(path, cfg["columns"], cfg["arrival_format"], block_tokens=block)
+    requests, cache = _prefix_cache(requests, cfg, part)
+    return path, scale_tokens(requests, cfg["tokens"]["scale"], cfg["tokens"]["max_kv_len"]), cache
 
 
 def _clipped(requests: Requests, max_kv_len: int | None) -> int:
@@ -510,9 +520,12 @@ def _prefix_cache(
     return dataclasses.replace(requests, cached=cached), facts
 
 
-def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, np.ndarray]:
+def _window(
+    requests: Requests, cfg: dict[str, Any], where: str, *, kv_lens: bool | None = None
+) -> tuple[Any, np.ndarray]:
     """The engine's invocation stream and the indices of those in `trace.window` (ValueError naming
-    the source when the window holds none, or fewer than `trace.invocations`)."""
+    the source when the window holds none, or fewer than `trace.invocations`). kv_lens: keep every
+    decode's per-sequence kv_len (default: as trace.batching.kv_summary says)."""
     win, bat = cfg["window"], cfg["batching"]
     start_ns, end_ns = _window_ns(cfg)
     stream = simulate(
@@ -521,7 +534,7 @@ def _window(requests: Requests, cfg: dict[str, Any], where: str) -> tuple[Any, n
         decode_step_ns=round(bat["decode_step_s"] * NS_PER_S),
         end_ns=end_ns,
         max_batched_tokens=bat["max_batched_tokens"],
-        kv_lens=bat["kv_summary"] == "per_sequence",
+        kv_lens=bat["kv_summary"] == "per_sequence" if kv_lens is None else kv_lens,
     )
     in_window = np.flatnonzero(stream.time_ns >= start_ns)
     if win["max_invocations"] is not None:

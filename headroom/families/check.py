@@ -1,0 +1,159 @@
+"""A family checked against its own float64 reference on the shapes a study's trace gives it: the
+correctness gate of a study, runnable on its own (`headroom family check`), on the GPU or the CPU
+interpreter.
+
+Per distinct shape: one input set (seeded by the shape), one reference; per candidate: `supports`
+(False: `unsupported`), `prepare`, then the prepared function called twice on the same inputs, each
+output compared with the reference as the attention gate compares (rel_err = ||out - ref|| /
+||ref||, max_abs_err; NaNs fail) at the family's tolerance for the output's dtype. The second call
+catches a function that is not repeatable (an accumulating kernel whose buffer is not reset), which
+the timing loops and graph replay call again and again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.families.contract import Candidate, FamilyError, call, check_candidates, check_tolerance, label
+from headroom.families.expand import distinct_shapes
+from headroom.measure.correctness import input_seed, problems
+
+COLUMNS = (
+    "candidate", "shape_key", "calls", "status", "rel_err", "max_abs_err", "nan_count", "dtype",
+    "tolerance", "abs_tolerance", "reason", "seconds",
+)  # fmt: skip
+STATUSES = ("passed", "failed", "unsupported", "error")
+#: Exceptions that say a candidate cannot run a shape (Triton: a config needs more shared memory or
+#: registers than the GPU has), recorded `unsupported` as the autotuner skips such configs.
+UNSUPPORTED_ERRORS = ("OutOfResources",)
+
+
+def arrays(x: Any, what: str) -> list[np.ndarray]:
+    """An output or a reference (a tensor, an array, a number, or a tuple/list of them) as float64
+    arrays, with the dtype name of its first element."""
+    if isinstance(x, tuple | list):
+        return [a for item in x for a in arrays(item, what)]
+    if hasattr(x, "detach"):  # a torch tensor
+        return [x.detach().cpu().to(dtype=_float64(x)).numpy()]
+    if isinstance(x, np.ndarray | int | float | np.number):
+        return [np.asarray(x, dtype=np.float64)]
+    raise FamilyError(
+        f"{what} is a {type(x).__name__}: a tensor, an array, a number or a list of them is expected"
+    )
+
+
+def _float64(tensor: Any) -> Any:
+    import torch
+
+    return torch.float64
+
+
+def dtype_of(x: Any) -> str:
+    first = x[0] if isinstance(x, tuple | list) and x else x
+    return str(getattr(first, "dtype", "float64")).removeprefix("torch.")
+
+
+def compare(out: Any, ref: list[np.ndarray], tol: tuple[float, float], who: str) -> dict[str, Any]:
+    got = arrays(out, f"{who}'s output")
+    if len(got) != len(ref) or any(g.shape != r.shape for g, r in zip(got, ref, strict=True)):
+        shapes = [g.shape for g in got], [r.shape for r in ref]
+        return {"status": "failed", "reason": f"output shapes {shapes[0]} != reference {shapes[1]}"}
+    nan = int(sum(np.isnan(g).sum() for g in got))
+    diff = np.concatenate([(g - r).ravel() for g, r in zip(got, ref, strict=True)])
+    norm = float(np.linalg.norm(np.concatenate([r.ravel() for r in ref])))
+    rel = (
+        float(np.linalg.norm(np.nan_to_num(diff, nan=np.inf)) / norm)
+        if norm > 0
+        else float(np.abs(diff).max(initial=0))
+    )
+    max_abs = float(np.abs(np.nan_to_num(diff, nan=np.inf)).max(initial=0.0))
+    found = problems(rel, max_abs, nan, 0, tol)
+    return {"status": "failed" if found else "passed", "reason": "; ".join(found), "rel_err": rel,
+            "max_abs_err": max_abs, "nan_count": nan}  # fmt: skip
+
+
+def family_device(device: str) -> str:
+    """The device a family is given: "cuda", or "cpu" for anything else (the interpreter)."""
+    return "cuda" if device == "cuda" else "cpu"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def check_one(
+    family: Any, cand: Candidate, shape: dict, inputs: Any, ref: list, device: str
+) -> dict[str, Any]:
+    """One candidate on one shape (module docstring): the COLUMNS it measures."""
+    row: dict[str, Any] = {"status": "error", "reason": "", "rel_err": math.nan, "max_abs_err": math.nan,
+                           "nan_count": -1, "dtype": "", "tolerance": math.nan, "abs_tolerance": math.nan}  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        supported = call(family, "supports", cand, shape)
+        if not isinstance(supported, bool):
+            raise FamilyError(f"{label(family)}: supports() must return True or False, got {supported!r}")
+        if not supported:
+            return {**row, "status": "unsupported", "reason": "supports() is False", "seconds": 0.0}
+        fn = call(family, "prepare", cand, shape, inputs)
+        if not callable(fn):
+            raise FamilyError(f"{label(family)}: prepare() must return fn(inputs), got {fn!r:.80}")
+        outs = []
+        for _ in range(2):
+            outs.append(fn(inputs))
+            _sync(device)
+        dtype = dtype_of(outs[0])
+        tol = check_tolerance(family, dtype, call(family, "tolerance", dtype))
+        first = compare(outs[0], ref, tol, cand.id)
+        second = compare(outs[1], ref, tol, cand.id)
+        if first["status"] == "passed" and second["status"] != "passed":
+            second["reason"] = f"not repeatable: a second call on the same inputs: {second['reason']}"
+        worst = first if first["status"] != "passed" else second
+        row.update(worst, dtype=dtype, tolerance=tol[0], abs_tolerance=tol[1])
+    except Exception as exc:  # a candidate that raises is an error of that candidate, not of the check
+        unsupported = type(exc).__name__ in UNSUPPORTED_ERRORS
+        row.update(
+            status="unsupported" if unsupported else "error", reason=f"{type(exc).__name__}: {str(exc)[:300]}"
+        )
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def check(
+    family: Any, invocations: pd.DataFrame, *, device: str, seed: int = 0, max_shapes: int | None = None
+) -> pd.DataFrame:
+    """Every candidate on every distinct shape of the invocations (the `max_shapes` most called when
+    given): COLUMNS. The family's own failures (inputs, reference) raise FamilyError."""
+    import json
+
+    device = family_device(device)
+    cands = check_candidates(family, call(family, "candidates"))
+    shapes = distinct_shapes(invocations).sort_values("calls", ascending=False, kind="stable")
+    if max_shapes is not None:
+        shapes = shapes.head(max_shapes)
+    rows = []
+    for s in shapes.itertuples(index=False):
+        shape = json.loads(s.shape)
+        inputs = call(family, "inputs", shape, seed=input_seed(seed, family.name, s.shape_key), device=device)
+        ref = arrays(call(family, "reference", shape, inputs), f"{label(family)}: reference({s.shape_key})")
+        for cand in cands:
+            rows.append({"candidate": cand.id, "shape_key": s.shape_key, "calls": int(s.calls),
+                         **check_one(family, cand, shape, inputs, ref, device)})  # fmt: skip
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def summary(results: pd.DataFrame) -> pd.DataFrame:
+    """Per candidate: shapes passed / failed / unsupported / error."""
+    table = results.pivot_table(
+        index="candidate", columns="status", values="shape_key", aggfunc="count", fill_value=0
+    )
+    table = table.reindex(columns=list(STATUSES), fill_value=0)
+    order = list(dict.fromkeys(results["candidate"]))
+    return table.reindex(order).reset_index()
