@@ -229,7 +229,11 @@ def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> 
     stage.device_hooks = device
     configure_device(stage.device, getattr(smk, "resources", None))
     start = time.perf_counter()
-    log.info("rule %s on device %s, pid %d", stage.rule, stage.device, os.getpid())
+    log.info(
+        "rule %s on device %s, pid %d, %.2f s after its process started (interpreter start and imports)",
+        stage.rule, stage.device, os.getpid(), process_age_s(),
+    )  # fmt: skip
+    profiler = _profiler()
     try:
         if device is not None:
             device.check(stage.study, stage.device)
@@ -240,4 +244,42 @@ def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> 
     except Exception as exc:
         log.exception("rule %s failed: %s", stage.rule, exc)
         raise SystemExit(f"rule {stage.rule} failed: {exc}") from exc
+    finally:
+        _dump_profile(profiler, stage)
     log.info("rule %s finished in %.2f s wall", stage.rule, time.perf_counter() - start)
+
+
+#: An environment variable naming a folder: each stage then runs under cProfile and writes its
+#: statistics there (<rule>-<pid>.prof; read them with `python -m pstats`), to find where a stage's
+#: time goes. Profiling slows Python code: never set it for a study whose timings are kept.
+PROFILE_ENV = "HEADROOM_PROFILE"
+
+
+def _profiler():
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _dump_profile(profiler: Any, stage: Stage) -> None:
+    if profiler is None:
+        return
+    profiler.disable()
+    folder = Path(os.environ[PROFILE_ENV])
+    folder.mkdir(parents=True, exist_ok=True)
+    profiler.dump_stats(folder / f"{stage.rule}-{os.getpid()}.prof")
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; NaN elsewhere): what interpreter start and
+    the script's imports took before the stage began."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")

@@ -254,3 +254,22 @@ def test_an_interrupted_replay_import_leaves_no_temporary_the_next_run_cannot_fi
     monkeypatch.undo()
     assert replay.import_artifact(src, dest) == digest == artifacts.verify(dest)
     assert artifacts.sidecar(dest).read_bytes() == artifacts.sidecar(src).read_bytes()
+
+
+def test_a_stage_run_with_headroom_profile_writes_its_profile_and_says_when_its_process_started(
+    tmp_path, monkeypatch
+):
+    """HEADROOM_PROFILE=DIR: each stage's cProfile statistics land in DIR (issue 36: where a stage's
+    time goes); every stage logs how long its process ran before the stage began (imports)."""
+    import pstats
+
+    from headroom.core import stage
+    from tests.core.test_identity import fake_job
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(stage.PROFILE_ENV, str(tmp_path / "prof"))
+    job = fake_job("s", {}, {"trace": "results/s/trace.parquet"})
+    stage.run_stage(job, lambda s: sum(range(1000)))
+    (found,) = (tmp_path / "prof").glob(f"{job.rule}-*.prof")
+    assert any("<genexpr>" in name or "sum" in name for *_, name in pstats.Stats(str(found)).stats)
+    assert 0 < stage.process_age_s() < 24 * 3600

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Source this on the offline GPU host, from the repository root, with the wheels carried as
+# .site-gpu/site.tar.xz (tools/wheelhouse.sh's wheels installed with `pip install --no-deps --target`
+# for the host's Python; data/checks/h200/2026-12-02-session8/README.md says how it is built):
+#   source tools/device_setup.sh
+# It unpacks them to /tmp/site once per machine (a later call of the same lease finds them there),
+# points their scripts' #! lines at python3 and puts them first on PYTHONPATH and PATH.
+if [ ! -f /tmp/site/.unpacked ]; then
+    mkdir -p /tmp/site
+    tar xJf .site-gpu/site.tar.xz -C /tmp/site
+    for f in /tmp/site/bin/*; do
+        if head -c 2 "$f" | grep -q '#!'; then sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"; fi
+    done
+    touch /tmp/site/.unpacked
+fi
+export PYTHONPATH="/tmp/site:$PWD" PATH="/tmp/site/bin:$PATH"
