@@ -47,12 +47,10 @@ def main(stage):
         opts, costs, modes = measured.checked_modes(
             trace, portfolio, lifecycle, train_fraction, options, *host.values()
         )
-        found = {}
-        for md in modes:
-            if md.host_included:  # not decided: no power to state
-                continue
-            found[md.mode] = power.detectable_effect(md, costs, opts, thresholds, train_fraction, seed)
-            stage.log.info("%s: %s", md.mode, found[md.mode]["text"])
+        decided = [md for md in modes if not md.host_included]  # host-included: not decided, no power
+        found = power.detectable_effects(decided, costs, opts, thresholds, train_fraction, seed)
+        for mode, statement in found.items():
+            stage.log.info("%s: %s", mode, statement["text"])
         verdict = decision.with_detectable_effects(verdict, found)
     stage.write("decision", verdict)
 

@@ -19,6 +19,9 @@ standard error (sem2 = (within_sd x us)^2), so regret-aware sees what it sees in
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -215,6 +218,20 @@ def simulate(
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def curve_point(
+    md: ModeData, L: engine.Layout, model: NoiseModel, noise_: np.ndarray, thresholds: dict, effect: float
+) -> dict:
+    """One point of the power curve: P(the policy figure exceeds) with ``effect`` planted where a
+    deployable policy can learn it (``beyond_phase``); x is the policy figure's truth target (%)."""
+    r = simulate(L, beyond_phase(md, effect), noise_, thresholds, model.within_sd, only=DECIDED_FIGURES)
+    return {
+        "effect": effect,
+        "true_policy_gain_pct": float(np.nanmean(r["policy_gain_true"])),
+        "policy_exceeds": float(np.mean(r["policy_gain_state"] == "exceeds")),
+        "continue": float(np.mean(r["verdict"] == "continue")),
+    }
+
+
 def power_curve(
     md: ModeData,
     L: engine.Layout,
@@ -223,20 +240,8 @@ def power_curve(
     thresholds: dict,
     effects=POWER_EFFECTS,
 ) -> list[dict]:
-    """P(the policy figure exceeds) against an effect a deployable policy can learn (``beyond_phase``)
-    planted in the study's own trace; x is the truth target of the policy figure (%)."""
-    rows = []
-    for e in effects:
-        r = simulate(L, beyond_phase(md, e), noise_, thresholds, model.within_sd, only=DECIDED_FIGURES)
-        rows.append(
-            {
-                "effect": e,
-                "true_policy_gain_pct": float(np.nanmean(r["policy_gain_true"])),
-                "policy_exceeds": float(np.mean(r["policy_gain_state"] == "exceeds")),
-                "continue": float(np.mean(r["verdict"] == "continue")),
-            }
-        )
-    return rows
+    """The curve_point of each effect, in order."""
+    return [curve_point(md, L, model, noise_, thresholds, e) for e in effects]
 
 
 def power_statement(curve: list[dict], power: float = POWER) -> dict:
@@ -261,6 +266,37 @@ def power_statement(curve: list[dict], power: float = POWER) -> dict:
     return {"mde_pct": mde, "up_to_pct": up_to, "max_power": top, "text": text}
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """One mode's power simulation, set up once: what every point of its curve shares."""
+
+    md: ModeData
+    L: engine.Layout
+    model: NoiseModel
+    noise: np.ndarray
+    thresholds: dict
+    seeds: int
+
+
+def _setup(md, costs, opts, thresholds, train_fraction, seed, seeds) -> _Setup:
+    opts = replace(opts, bootstrap_resamples=min(opts.bootstrap_resamples, POWER_RESAMPLES))
+    L = engine.layout(md, opts, costs, train_fraction, seed)
+    model = estimate_noise(md)
+    return _Setup(md, L, model, noise(md, model, seeds, len(md.runs), seed), thresholds, seeds)
+
+
+def _statement(setup: _Setup, curve: list[dict]) -> dict:
+    return {
+        "mode": setup.md.mode,
+        **power_statement(curve),
+        "power": POWER,
+        "threshold_pct": float(setup.thresholds["max_policy_gain_pct"]),
+        "invocations": int(setup.md.us.shape[1]),
+        "runs": len(setup.md.runs),
+        "seeds": setup.seeds,
+    }
+
+
 def detectable_effect(
     md: ModeData,
     costs: LifecycleCosts,
@@ -274,16 +310,63 @@ def detectable_effect(
     """The power statement of one mode of a study, from the decision stage's own verified inputs: its
     trace, every run, its noise, costs, options and thresholds (noise 1x): what a `stop` on it can rule
     out."""
-    opts = replace(opts, bootstrap_resamples=min(opts.bootstrap_resamples, POWER_RESAMPLES))
-    L = engine.layout(md, opts, costs, train_fraction, seed)
-    model = estimate_noise(md)
-    curve = power_curve(md, L, model, noise(md, model, seeds, len(md.runs), seed), thresholds)
-    return {
-        "mode": md.mode,
-        **power_statement(curve),
-        "power": POWER,
-        "threshold_pct": float(thresholds["max_policy_gain_pct"]),
-        "invocations": int(md.us.shape[1]),
-        "runs": len(md.runs),
-        "seeds": seeds,
-    }
+    return detectable_effects([md], costs, opts, thresholds, train_fraction, seed, seeds=seeds, workers=1)[
+        md.mode
+    ]
+
+
+#: The set-ups a forked worker reads (inherited, never pickled): set only while a pool runs.
+_FORKED: list[_Setup] = []
+
+
+def _forked_point(task: tuple[int, float]) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # the pool already uses every core it was given
+        s = _FORKED[task[0]]
+        return curve_point(s.md, s.L, s.model, s.noise, s.thresholds, task[1])
+
+
+def workers_here() -> int:
+    """The cores this process may run on (its CPU affinity: a Slurm job's allocation, all cores of a
+    workstation)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def detectable_effects(
+    modes: list[ModeData],
+    costs: LifecycleCosts,
+    opts: Options,
+    thresholds: dict,
+    train_fraction: float,
+    seed: int,
+    *,
+    seeds: int = POWER_SEEDS,
+    workers: int | None = None,
+) -> dict[str, dict]:
+    """detectable_effect of each mode, {mode: statement}: every (mode, effect) point of the power
+    curves is independent (each simulation seeds its own generator), so they run in `workers` forked
+    processes (default: the cores this process may use) with the same numbers as one process."""
+    global _FORKED
+    setups = [_setup(md, costs, opts, thresholds, train_fraction, seed, seeds) for md in modes]
+    tasks = [(i, e) for i in range(len(setups)) for e in POWER_EFFECTS]
+    workers = min(workers or workers_here(), len(tasks))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        points = [curve_point(*_args(setups[i]), e) for i, e in tasks]
+    else:
+        _FORKED = setups
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                points = list(pool.map(_forked_point, tasks))
+        finally:
+            _FORKED = []
+    out = {}
+    for i, s in enumerate(setups):
+        curve = [p for (j, _), p in zip(tasks, points, strict=True) if j == i]
+        out[s.md.mode] = _statement(s, curve)
+    return out
+
+
+def _args(s: _Setup) -> tuple:
+    return s.md, s.L, s.model, s.noise, s.thresholds

@@ -104,3 +104,12 @@ def test_the_decision_stage_states_the_power_of_each_decided_mode(recorded):
     )
     assert out["runs"] == 6 and out["invocations"] == 160 and out["mode"] == "graph"
     assert np.isfinite(out["mde_pct"]) and 1.0 < out["mde_pct"] < 6.0
+
+
+def test_power_in_forked_workers_states_what_one_process_states(recorded):
+    # issue 36 item 3: the (mode, effect) points run in parallel with the same numbers
+    _, opts, costs, modes = recorded
+    args = (list(modes.values()), costs, opts, defaults.section("decision"), TF, SEED)
+    one = power.detectable_effects(*args, seeds=20, workers=1)
+    two = power.detectable_effects(*args, seeds=20, workers=2)
+    assert one == two and set(one) == {"eager", "graph"}
