@@ -39,18 +39,12 @@ def arrays(x: Any, what: str) -> list[np.ndarray]:
     if isinstance(x, tuple | list):
         return [a for item in x for a in arrays(item, what)]
     if hasattr(x, "detach"):  # a torch tensor
-        return [x.detach().cpu().to(dtype=_float64(x)).numpy()]
+        return [x.detach().cpu().double().numpy()]
     if isinstance(x, np.ndarray | int | float | np.number):
         return [np.asarray(x, dtype=np.float64)]
     raise FamilyError(
         f"{what} is a {type(x).__name__}: a tensor, an array, a number or a list of them is expected"
     )
-
-
-def _float64(tensor: Any) -> Any:
-    import torch
-
-    return torch.float64
 
 
 def dtype_of(x: Any) -> str:
