@@ -284,3 +284,17 @@ def test_step_is_a_frozen_value():
     with pytest.raises(FrozenInstanceError):
         STEPS[0].tokens = 3  # type: ignore[misc]
     assert replace(STEPS[0], tokens=5).tokens == 5
+
+
+def test_family_check_json_is_the_rows_and_a_bad_count_is_a_usage_error(capsys):
+    import json
+
+    code = cli.main(
+        ["family", "check", "tests.families.softmax_family:PARTIAL", "--device", "interpret", "--json"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["family"] == "row-softmax"
+    assert {r["status"] for r in out["rows"]} == {"passed", "unsupported"}
+    assert set(out["rows"][0]) == set(check.COLUMNS)
+    code = cli.main(["family", "check", "tests.families.softmax_family:FAMILY", "--max-shapes", "0"])
+    assert code == cli.EXIT_USAGE and "--max-shapes must be >= 1" in capsys.readouterr().err
