@@ -323,8 +323,7 @@ def _forked_point(task: tuple[int, float]) -> dict:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # the pool already uses every core it was given
-        s = _FORKED[task[0]]
-        return curve_point(s.md, s.L, s.model, s.noise, s.thresholds, task[1])
+        return curve_point(*_args(_FORKED[task[0]]), task[1])
 
 
 def workers_here() -> int:

@@ -58,14 +58,13 @@ def compare(out: Any, ref: list[np.ndarray], tol: tuple[float, float], who: str)
         shapes = [g.shape for g in got], [r.shape for r in ref]
         return {"status": "failed", "reason": f"output shapes {shapes[0]} != reference {shapes[1]}"}
     nan = int(sum(np.isnan(g).sum() for g in got))
-    diff = np.concatenate([(g - r).ravel() for g, r in zip(got, ref, strict=True)])
-    norm = float(np.linalg.norm(np.concatenate([r.ravel() for r in ref])))
-    rel = (
-        float(np.linalg.norm(np.nan_to_num(diff, nan=np.inf)) / norm)
-        if norm > 0
-        else float(np.abs(diff).max(initial=0))
+    # a NaN element counts as an infinite error (and in nan_count)
+    diff = np.abs(
+        np.nan_to_num(np.concatenate([(g - r).ravel() for g, r in zip(got, ref, strict=True)]), nan=np.inf)
     )
-    max_abs = float(np.abs(np.nan_to_num(diff, nan=np.inf)).max(initial=0.0))
+    norm = float(np.linalg.norm(np.concatenate([r.ravel() for r in ref])))
+    max_abs = float(diff.max(initial=0.0))
+    rel = float(np.linalg.norm(diff) / norm) if norm > 0 else max_abs
     found = problems(rel, max_abs, nan, 0, tol)
     return {"status": "failed" if found else "passed", "reason": "; ".join(found), "rel_err": rel,
             "max_abs_err": max_abs, "nan_count": nan}  # fmt: skip
