@@ -38,6 +38,7 @@ from headroom.decide.decision import figure_row, pure_phase_split
 from headroom.decide.layer import gemm_us, rates
 from headroom.decide.measured import checked_modes
 from headroom.dispatch import CANDIDATE_FIELDS, HARD, SOFT, validate
+from headroom.policies.shapes import ATTENTION
 
 SCHEMA_VERSION = 1
 BEST_UNFUSED = "best_unfused"  # the alternative of the kernel_vs_best_unfused rows; the others are natives
@@ -297,7 +298,7 @@ def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[d
 
 
 def build(decision, trace, portfolio, lifecycle, candidates, calibration, environment, *, meta, policies,
-          deployment=None, intermediate_ratio: float) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+          deployment=None, intermediate_ratio: float, keying=ATTENTION) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """(recommendation table without dispatch_blake3, dispatch.json's content). meta: study,
     decision_blake3, kernel_source_blake3; policies: config ``policies`` (as the decision read it)."""
     from headroom.core import defaults
@@ -306,7 +307,7 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     train_fraction = options.pop("train_fraction")
     seed = options.pop("seed", defaults.value("policies", "seed"))
     opts, costs, modes = checked_modes(
-        trace, portfolio, lifecycle, train_fraction, options, calibration, intermediate_ratio
+        trace, portfolio, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
     deployment = figures.deployment_profile(deployment)
     scopes = scopes_of({m.mode: m for m in modes}, decision, deployment)

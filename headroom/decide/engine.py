@@ -60,7 +60,7 @@ class Layout:
     deployable: tuple[str, ...]  # selected from in this mode
     runtime: tuple[str, ...]  # graph mode: kv-keyed policies, reported as needing runtime dispatch
     keys: dict  # (window, policy) -> Keys; window 'train' (scores test) or 'fit' (scores validation)
-    phase: np.ndarray  # (n,) 1 for prefill, 0 for decode
+    phase: np.ndarray  # (n,) category code (Keying.category_codes; attention: 1 prefill, 0 decode)
     weight: np.ndarray  # (n,) invocations of the workload each one stands for
     strata: np.ndarray  # (n,) stratum code (step kind): the bootstrap resamples within it
     plan: np.ndarray  # (n, C) plan charge per call
@@ -75,7 +75,7 @@ class Layout:
 
 
 def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Options, seed: int) -> Keys:
-    pol = registry.make(name)
+    pol = registry.make(name, md.keying)
     if isinstance(pol, registry.Clustered):
         pol.clusters, pol.seed = opts.clusters, seed
     feats = md.features
@@ -125,7 +125,7 @@ def layout(
         deployable,
         runtime if graph else (),
         keys,
-        (md.features["phase"].astype(str).to_numpy() == "prefill").astype(np.int64),
+        md.keying.category_codes(md.features),
         measured.weights_of(md.features),
         strata,
         measured.plan_charges(md, costs, opts),

@@ -27,6 +27,7 @@ import pandas as pd
 from headroom.core import defaults
 from headroom.decide import engine, interval, measured, registry, rule
 from headroom.decide.measured import ModeData, Options
+from headroom.policies.shapes import ATTENTION
 
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
 KERNEL_ROWS = "kernel_vs_"
@@ -56,6 +57,7 @@ def study_figures(
     switch_sensitivity=True,
     calibration=None,
     intermediate_ratio=None,
+    keying=ATTENTION,
     **options,
 ) -> pd.DataFrame:
     """One row per (mode, figure): estimate, ci_low, ci_high, se, p_value (the bootstrap's one-sided
@@ -70,7 +72,7 @@ def study_figures(
     thresholds = {**defaults.section("decision"), **(thresholds or {})}
     deployment = deployment_profile(deployment)
     opts, costs, modes = measured.checked_modes(
-        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio
+        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
     rows = []
     for md in modes:

@@ -20,6 +20,7 @@ import pandas as pd
 from headroom.core import contracts, defaults
 from headroom.decide import layer
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
+from headroom.policies.shapes import ATTENTION, Keying
 from headroom.trace.requests import STEP_KIND, STEP_KIND_OF_PHASE
 
 FUSION_ARMS = ("off", "on", "free")
@@ -30,6 +31,9 @@ TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
 # The profile's step kind of a serving trace's `step` values, and of a phase without them: one table,
 # the trace sampler's (headroom.trace.requests).
 STEP_TYPE, STEP_OF_PHASE = STEP_KIND, STEP_KIND_OF_PHASE
+# The profile's step kind of a family's step kinds (headroom.families.Step.kind): an unchunked
+# engine's prefill-only step is profiled like a mixed one.
+STEP_KIND_OF_FAMILY_STEP = {"decode-only": "decode-only", "mixed": "mixed", "prefill-only": "mixed"}
 # Eager timings recorded before the GPU-only method (portfolio timing_method 'cuda_events'): calls
 # timed back to back, so a short call's figure is the host's launch path. Reported, never decided.
 HOST_INCLUDED = "cuda_events"
@@ -115,6 +119,7 @@ class ModeData:
     dropped: list[str] = field(default_factory=list)
     host_us: np.ndarray | None = None
     timing: tuple[str, ...] = ()
+    keying: Keying = ATTENTION  # the family's keys (headroom.policies.shapes)
 
     @property
     def host_included(self) -> bool:
@@ -135,8 +140,9 @@ def _pivot(group: pd.DataFrame, column: str) -> pd.DataFrame:
     return group.pivot(index="invocation", columns="candidate", values=column).sort_index()
 
 
-def mode_data(trace: pd.DataFrame, timings: pd.DataFrame) -> list[ModeData]:
-    """Per mode, the runs' invocation x candidate matrices over the candidates timed everywhere."""
+def mode_data(trace: pd.DataFrame, timings: pd.DataFrame, keying: Keying = ATTENTION) -> list[ModeData]:
+    """Per mode, the runs' invocation x candidate matrices over the candidates timed everywhere,
+    keyed by the family's ``keying``."""
     features = trace.set_index("invocation")
     timings = timings if "mode" in timings.columns else timings.assign(mode="eager")
     out = []
@@ -179,6 +185,7 @@ def mode_data(trace: pd.DataFrame, timings: pd.DataFrame) -> list[ModeData]:
                 timing=tuple(sorted(set(group["timing_method"].astype(str))))
                 if "timing_method" in group.columns
                 else (),
+                keying=keying,
             )
         )  # fmt: skip  (one constructor, read top to bottom)
     return out
@@ -229,8 +236,17 @@ def split(n: int, train_fraction: float, validation_fraction: float) -> tuple[in
 
 
 def step_of(features: pd.DataFrame) -> np.ndarray:
-    """Each invocation's step kind (decode-only or mixed): from the trace's ``step`` column where a
-    serving trace records it (``STEP_TYPE``), else from its phase (``STEP_OF_PHASE``)."""
+    """Each invocation's step kind (decode-only or mixed): from a family trace's ``step_kind``
+    (``STEP_KIND_OF_FAMILY_STEP``), else from the trace's ``step`` column where a serving trace
+    records it (``STEP_TYPE``), else from its phase (``STEP_OF_PHASE``)."""
+    if "step_kind" in features.columns:
+        kinds = features["step_kind"].astype(str)
+        unknown = sorted(set(kinds) - set(STEP_KIND_OF_FAMILY_STEP))
+        if unknown:
+            raise ValueError(
+                f"trace column step_kind holds {unknown}: known are {sorted(STEP_KIND_OF_FAMILY_STEP)}"
+            )
+        return kinds.map(STEP_KIND_OF_FAMILY_STEP).to_numpy().astype(str)
     phase = features["phase"].astype(str).map(STEP_OF_PHASE)
     if "step" not in features.columns:
         return phase.to_numpy().astype(str)
@@ -280,10 +296,18 @@ def check_columns(df: pd.DataFrame, required, name: str) -> None:
         raise ValueError(f"{name}: missing column(s) {missing}; see DESIGN.md 'Required columns'")
 
 
-def check_inputs(trace, timings, train_fraction) -> None:
+def trace_columns(keying: Keying) -> tuple[str, ...]:
+    """The trace columns the analysis reads: attention's contract, or a family's keyed features."""
+    if keying == ATTENTION:
+        return TRACE_COLUMNS
+    features = (*keying.categories, *(f for f, _ in keying.numeric))
+    return ("invocation", "shape_key", *dict.fromkeys(features))
+
+
+def check_inputs(trace, timings, train_fraction, keying: Keying = ATTENTION) -> None:
     if not isinstance(train_fraction, int | float) or not 0.0 < float(train_fraction) < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
-    check_columns(trace, TRACE_COLUMNS, "trace")
+    check_columns(trace, trace_columns(keying), "trace")
     check_columns(timings, TIMING_COLUMNS, "timings")
     if trace["invocation"].duplicated().any():
         raise ValueError("trace: invocation must be unique (one row per invocation)")
@@ -300,13 +324,14 @@ def checked_modes(
     options: Mapping,
     calibration=None,
     intermediate_ratio=None,
+    keying: Keying = ATTENTION,
 ):
-    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData). With the calibration and
-    the decoder-layer model's ``intermediate_ratio``, eager timings carry the host time the GPU does
-    not hide (``layer.host_bound``)."""
+    """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData), keyed by the family's
+    ``keying``. With the calibration and the decoder-layer model's ``intermediate_ratio`` (attention's
+    decoder layer), eager timings carry the host time the GPU does not hide (``layer.host_bound``)."""
     opts = Options.from_mapping(options)
-    check_inputs(trace, timings, train_fraction)
-    modes = mode_data(trace, timings)
-    if calibration is not None and intermediate_ratio is not None:
+    check_inputs(trace, timings, train_fraction, keying)
+    modes = mode_data(trace, timings, keying)
+    if calibration is not None and intermediate_ratio is not None and keying == ATTENTION:
         modes = [layer.host_bound(md, calibration, intermediate_ratio) for md in modes]
     return opts, lifecycle_costs(lifecycle), modes

@@ -49,6 +49,7 @@ from headroom.decide.measured import (
     in_arm,
 )
 from headroom.decide.registry import DEPLOYABLE, KEYED, POLICIES, bucket_label
+from headroom.policies.shapes import ATTENTION
 
 __all__ = [
     "DEPLOYABLE",
@@ -89,6 +90,7 @@ def evaluate(
     seed: int = 0,
     calibration: pd.DataFrame | None = None,
     intermediate_ratio: float | None = None,
+    keying=ATTENTION,
     **options,
 ) -> pd.DataFrame:
     """One row per run x mode x policy x fusion arm with the policy_eval columns and the fitted facts
@@ -97,7 +99,7 @@ def evaluate(
     lifecycle: lifecycle.parquet or None (no costs). calibration and intermediate_ratio: eager
     timings carry the host time the GPU does not hide (``layer.host_bound``). options: see ``Options``."""
     opts, costs, modes = checked_modes(
-        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio
+        trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
     rows = []
     for md in modes:

@@ -26,9 +26,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from headroom.decide import engine, registry, rule
+from headroom.decide import engine, rule
 from headroom.decide.costs import LifecycleCosts
 from headroom.decide.measured import ModeData, Options
+from headroom.policies.shapes import padded
 
 POWER = 0.8
 POWER_EFFECTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
@@ -130,20 +131,25 @@ def flat(md: ModeData) -> np.ndarray:
 
 
 def learnable_class(md: ModeData) -> np.ndarray:
-    """The shape class a planted effect lives in: decodes whose padded batch size (the CUDA Graph they
-    replay) is at least the decodes' median; in a trace of prefills alone (a mixed part), prefills
-    whose padded batch is at least their median. Every deployable policy of both modes can learn it
-    from the train split: batch-keyed keys on it, exact-key, bucketed and clustered see the batch."""
-    feats = md.features
-    pad = np.array([registry.padded_batch(int(b)) for b in feats["batch"]])
-    decode = (feats["phase"].astype(str) == "decode").to_numpy()
-    pool = decode if decode.any() else np.ones(len(pad), bool)
-    cut = np.median(pad[pool])
-    cls = pool & (pad >= cut)
-    if cls.all():  # one padded size: split on the number of new tokens instead
-        q = feats["q_len"].to_numpy()
-        cls = pool & (q >= np.median(q[pool]))
-    return cls
+    """The shape class a planted effect lives in, from the family's keying: the invocations of the
+    first category (attention: decodes; all of them when it has none) whose first capture-fixed
+    feature, padded (attention: the padded batch size, the CUDA Graph they replay), is at least its
+    median there; without capture-fixed features, or with one padded size, the first numeric feature
+    (attention: the number of new tokens) instead. Every deployable policy of both modes can learn
+    it from the train split: batch-keyed keys on it, exact-key, bucketed and clustered see it."""
+    feats, k = md.features, md.keying
+    codes = k.category_codes(feats)
+    pool = codes == 0 if (codes == 0).any() else np.ones(len(codes), bool)
+    if not k.numeric:  # categories alone: the last category against the rest
+        return codes == codes.max()
+    if k.capture:
+        f, _, sizes = k.capture[0]
+        x = np.array([padded(int(v), sizes) for v in feats[f]])
+        cls = pool & (x >= np.median(x[pool]))
+        if not cls.all():
+            return cls
+    x = feats[k.numeric[0][0]].to_numpy(float)
+    return pool & (x >= np.median(x[pool]))
 
 
 def beyond_phase(md: ModeData, effect: float) -> np.ndarray:

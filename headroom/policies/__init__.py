@@ -10,6 +10,7 @@ and ``headroom.dispatch`` loads the exported table into the same objects.
 """
 
 from headroom.policies.lookup import (
+    ATTENTION,
     CAPTURE_SIZES,
     CLUSTER_FEATURES,
     REGISTRY,
@@ -18,6 +19,7 @@ from headroom.policies.lookup import (
     Clustered,
     ExactKey,
     KeyedPolicy,
+    Keying,
     PhaseKeyed,
     Random,
     RegretAware,
@@ -29,6 +31,7 @@ from headroom.policies.lookup import (
 )
 
 __all__ = [
+    "ATTENTION",
     "CAPTURE_SIZES",
     "CLUSTER_FEATURES",
     "REGISTRY",
@@ -37,6 +40,7 @@ __all__ = [
     "Clustered",
     "ExactKey",
     "KeyedPolicy",
+    "Keying",
     "PhaseKeyed",
     "Random",
     "RegretAware",

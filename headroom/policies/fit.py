@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from headroom.policies.shapes import cluster_vector, rows_of
+from headroom.policies.shapes import rows_of
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _kmeans(distinct: bytes, counts: bytes, dim: int, k: int, seed: int) -> np.n
 
 def prepare_clusters(policy, features: pd.DataFrame):
     """Clustered's standardization and centroids from the fit's shapes (weighted by their counts)."""
-    x = np.array([cluster_vector(s) for s in rows_of(features)])
+    x = np.array([policy.keying.vector(s) for s in rows_of(features)])
     mean, std = x.mean(axis=0), x.std(axis=0)
     std[std == 0] = 1.0  # a constant feature carries no distance
     # fit on the distinct shapes weighted by their train counts: same objective, far fewer points

@@ -22,28 +22,21 @@ import numbers
 import random
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import numpy as np
 
-from headroom.policies.shapes import CLUSTER_FEATURES, cluster_vector, rows_of
-
-# vLLM's default CUDA Graph capture sizes: a decode batch runs the graph of the smallest size >= it.
-CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
+from headroom.policies.shapes import ATTENTION, CAPTURE_SIZES, CLUSTER_FEATURES, Keying, padded, rows_of  # noqa: F401
 
 
-def _pow2(x: float) -> int:
-    return 1 << (max(int(math.ceil(x)), 1) - 1).bit_length()
-
-
-def bucket_label(shape: Mapping) -> str:
-    """Phase and power-of-two ceilings of q_len, kv_len and batch."""
-    return f"{shape['phase']}|q{_pow2(shape['q_len'])}|kv{_pow2(shape['kv_len'])}|b{_pow2(shape['batch'])}"
+def bucket_label(shape: Mapping, keying: Keying = ATTENTION) -> str:
+    """A shape's bucket: its category values and the power-of-two ceilings of its numeric features
+    (attention: phase, q_len, kv_len, batch)."""
+    return keying.bucket(shape)
 
 
 def padded_batch(batch: int) -> int:
     """The captured batch size a batch of ``batch`` replays (itself above the largest capture size)."""
-    return next((c for c in CAPTURE_SIZES if c >= batch), int(batch))
+    return padded(batch, CAPTURE_SIZES)
 
 
 def _plain_key(key):
@@ -67,8 +60,13 @@ class KeyedPolicy:
     table: dict = field(default_factory=dict)
     fallback: int = 0
     candidates: tuple[str, ...] = ()
+    keying: Keying = field(default=ATTENTION, repr=False)  # the family's keys (headroom.policies.shapes)
     regret = False  # regret-aware: deviate from global only when the gain's lower bound pays for it
-    features: ClassVar[tuple[str, ...]] = ()  # what ``key`` reads of a shape
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """What ``key`` reads of a shape."""
+        return ()
 
     def key(self, shape: Mapping) -> Hashable:
         return None  # global: one key for every shape
@@ -94,13 +92,15 @@ class KeyedPolicy:
         return self.candidates[self.table.get(self.key(shape), self.fallback)]
 
     def to_dict(self) -> dict:
-        """The fitted policy as plain data (``from_dict`` reads it back to the same choices)."""
+        """The fitted policy as plain data (``from_dict`` reads it back to the same choices); a
+        family's keying other than attention's is written with it."""
         return {
             "policy": self.name,
             "features": list(self.features),
             "candidates": list(self.candidates),
             "fallback": int(self.fallback),
             "table": [[_plain_key(k), int(v)] for k, v in self.table.items()],
+            **_keying_dict(self.keying),
         }
 
     def _load(self, data: Mapping) -> KeyedPolicy:
@@ -110,40 +110,45 @@ class KeyedPolicy:
         return self
 
 
-class _OneColumn(KeyedPolicy):
-    """Keyed on one column of the shape, its value as the key (``key`` reads it by name: it is the
-    lookup the lifecycle times)."""
+class PhaseKeyed(KeyedPolicy):
+    """One candidate per category key (attention: per phase, prefill or decode: the obvious
+    two-kernel rule); a family without category features has one key, as global."""
 
-    def keys(self, features):
-        (column,) = self.features
-        return features[column].astype(str).tolist()
-
-
-class PhaseKeyed(_OneColumn):
-    """One candidate per phase (prefill, decode): the obvious two-kernel rule."""
-
-    features = ("phase",)
+    @property
+    def features(self):
+        return self.keying.categories
 
     def key(self, shape):
-        return shape["phase"]
+        return self.keying.category(shape)
+
+    def keys(self, features):
+        return self.keying.category_keys(features)
 
 
-class ExactKey(_OneColumn):
+class ExactKey(KeyedPolicy):
     """One candidate per exact shape_key seen in its fit."""
 
-    features = ("shape_key",)
+    @property
+    def features(self):
+        return ("shape_key",)
 
     def key(self, shape):
         return shape["shape_key"]
 
+    def keys(self, features):
+        return features["shape_key"].astype(str).tolist()
+
 
 class Bucketed(KeyedPolicy):
-    """One candidate per bucket: phase and power-of-two ceilings of q_len, kv_len, batch."""
+    """One candidate per bucket: category values and power-of-two ceilings of the numeric features
+    (attention: phase, q_len, kv_len, batch)."""
 
-    features = ("phase", "q_len", "kv_len", "batch")
+    @property
+    def features(self):
+        return (*self.keying.categories, *(f for f, _ in self.keying.numeric))
 
     def key(self, shape):
-        return bucket_label(shape)
+        return self.keying.bucket(shape)
 
 
 class RegretAware(ExactKey):
@@ -158,17 +163,25 @@ class RegretAware(ExactKey):
 
 
 class BatchKeyed(KeyedPolicy):
-    """One candidate per (phase, padded batch size): keyed only on what is fixed when a CUDA Graph is
-    captured, so a graph-mode server can bake the choice into each captured graph."""
+    """One candidate per category key and padded capture-fixed features (attention: per phase and
+    padded batch size): keyed only on what is fixed when a CUDA Graph is captured, so a graph-mode
+    server can bake the choice into each captured graph."""
 
-    features = ("phase", "batch")
+    @property
+    def features(self):
+        return (*self.keying.categories, *(f for f, _, _ in self.keying.capture))
 
     def key(self, shape):
-        return f"{shape['phase']}|b{padded_batch(int(shape['batch']))}"
+        return self.keying.captured(shape)
 
     def keys(self, features):
-        pad = [padded_batch(int(b)) for b in features["batch"]]
-        return [f"{p}|b{b}" for p, b in zip(features["phase"].astype(str), pad, strict=True)]
+        k = self.keying
+        cols = [features[c].astype(str).tolist() for c in k.categories]
+        for f, label, sizes in k.capture:
+            cols.append([f"{label}{padded(int(v), sizes)}" for v in features[f]])
+        if not cols:
+            return [""] * len(features)
+        return ["|".join(v) for v in zip(*cols, strict=True)]
 
 
 class Clustered(KeyedPolicy):
@@ -180,7 +193,10 @@ class Clustered(KeyedPolicy):
     centroids: np.ndarray
     clusters: int = 4
     seed: int = 0
-    features = (*CLUSTER_FEATURES, "phase")
+
+    @property
+    def features(self):
+        return (*self.keying.cluster, *(f for f, _ in self.keying.flags))
 
     def prepare(self, features) -> Clustered:
         from headroom.policies import fit
@@ -204,7 +220,7 @@ class Clustered(KeyedPolicy):
     def key(self, shape):
         # plain Python on one shape: numpy's per-call overhead would be most of a serving lookup's cost
         mean, std, centroids = self._plain
-        z = [(x - m) / d for x, m, d in zip(cluster_vector(shape), mean, std, strict=True)]
+        z = [(x - m) / d for x, m, d in zip(self.keying.vector(shape), mean, std, strict=True)]
         best, best_d = 0, math.inf
         for i, c in enumerate(centroids):
             dist = sum((a - b) * (a - b) for a, b in zip(z, c, strict=True))
@@ -213,7 +229,7 @@ class Clustered(KeyedPolicy):
         return best
 
     def keys(self, features):
-        z = (np.array([cluster_vector(s) for s in rows_of(features)]) - self.mean) / self.std
+        z = (np.array([self.keying.vector(s) for s in rows_of(features)]) - self.mean) / self.std
         return np.argmin(((z[:, None, :] - self.centroids[None]) ** 2).sum(axis=2), axis=1).tolist()
 
     def to_dict(self) -> dict:
@@ -235,6 +251,7 @@ class Random:
     deployable: bool = True
     candidates: tuple[str, ...] = ()
     seed: int = 0
+    keying: Keying = field(default=ATTENTION, repr=False)
     features = ()
 
     def fit(self, train) -> Random:
@@ -269,11 +286,17 @@ REGISTRY = {
 }
 
 
-def make(name: str):
-    """An unfitted policy by name (see ``REGISTRY``)."""
+def make(name: str, keying: Keying = ATTENTION):
+    """An unfitted policy by name (see ``REGISTRY``), keyed by a family's ``keying``."""
     if name not in REGISTRY:
         raise ValueError(f"unknown policy {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name](name=name)
+    return REGISTRY[name](name=name, keying=keying)
+
+
+def _keying_dict(keying: Keying) -> dict:
+    """A policy's ``keying`` entry: written only for a family other than attention, so attention's
+    tables are as they were."""
+    return {} if keying == ATTENTION else {"keying": keying.to_dict()}
 
 
 def from_dict(data: Mapping):
@@ -286,7 +309,11 @@ def from_dict(data: Mapping):
     missing = [k for k in need if k not in data]
     if missing:
         raise ValueError(f"policy {data['policy']!r}: missing {missing}")
-    policy = make(str(data["policy"]))._load(data)
+    try:
+        keying = Keying.from_dict(data["keying"]) if "keying" in data else ATTENTION
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"policy {data['policy']!r}: keying: {exc}") from None
+    policy = make(str(data["policy"]), keying)._load(data)
     if not policy.candidates:
         raise ValueError(f"policy {data['policy']!r}: no candidates")
     bad = [v for v in [getattr(policy, "fallback", 0), *getattr(policy, "table", {}).values()]

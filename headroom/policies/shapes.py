@@ -1,13 +1,25 @@
 """What a policy reads of a shape, for the lookup and the fit alike (the floor under both): the
-rows of a features table, and the log2 vector the k-means of `clustered` places a shape by."""
+rows of a features table, and a family's ``Keying``: which of its declared features the keyed
+policies key on, and how.
+
+A family declares its features (``headroom.families.Feature``): category features key the
+category-keyed policy (``phase-keyed``; attention's one category is its phase), capture-fixed int
+features padded to their capture sizes key the capture-keyed policy (``batch-keyed``: attention's
+padded batch), and the numeric features are bucketed by powers of two (``bucketed``) and placed by
+k-means on their log2 (``clustered``). ``ATTENTION`` is the built-in attention family's keying: it
+gives the keys every recorded attention study was fitted with.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-# Features the k-means of `clustered` sees, log2-scaled (phase enters as 0/1).
-CLUSTER_FEATURES = ("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim")
+import numpy as np
+
+# vLLM's default CUDA Graph capture sizes: a decode batch runs the graph of the smallest size >= it.
+CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
 
 
 def rows_of(features) -> list[dict]:
@@ -15,7 +27,136 @@ def rows_of(features) -> list[dict]:
     return features.to_dict("records")
 
 
-def cluster_vector(shape: Mapping) -> list[float]:
-    """log2 of each CLUSTER_FEATURES value (at least 1), then 1.0 for a prefill, 0.0 otherwise."""
-    x = [math.log2(max(float(shape[c]), 1.0)) for c in CLUSTER_FEATURES]
-    return x + [float(str(shape["phase"]) == "prefill")]
+def pow2(x: float) -> int:
+    """The power-of-two ceiling of ``x`` (at least 1)."""
+    return 1 << (max(int(math.ceil(x)), 1) - 1).bit_length()
+
+
+def padded(value: int, sizes: tuple[int, ...] | None) -> int:
+    """The capture size a value of ``value`` replays (itself above the largest, or without sizes)."""
+    if not sizes:
+        return int(value)
+    return next((c for c in sizes if c >= value), int(value))
+
+
+@dataclass(frozen=True)
+class Keying:
+    """A family's keys. categories: its category features, in declared order; numeric: (feature,
+    label) of its int and float features, in the order the bucket label spells them; capture:
+    (feature, label, pad sizes) of its capture-fixed int features; cluster: the features the k-means
+    sees as log2 (at least 1); flags: (feature, value) pairs it sees as 1.0/0.0; order: the category
+    key's codes in a fixed order (None: sorted)."""
+
+    categories: tuple[str, ...] = ()
+    numeric: tuple[tuple[str, str], ...] = ()
+    capture: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    cluster: tuple[str, ...] = ()
+    flags: tuple[tuple[str, str], ...] = ()
+    order: tuple[str, ...] | None = None
+
+    def category(self, shape: Mapping) -> str | None:
+        """The category key ("|"-joined category values; None for a family without categories)."""
+        if not self.categories:
+            return None
+        return "|".join(str(shape[c]) for c in self.categories)
+
+    def bucket(self, shape: Mapping) -> str:
+        """Category values, then the power-of-two ceiling of each numeric feature."""
+        parts = [str(shape[c]) for c in self.categories]
+        return "|".join(parts + [f"{label}{pow2(shape[f])}" for f, label in self.numeric])
+
+    def captured(self, shape: Mapping) -> str:
+        """Category values, then each capture-fixed feature padded to its capture size."""
+        parts = [str(shape[c]) for c in self.categories]
+        return "|".join(
+            parts + [f"{label}{padded(int(shape[f]), sizes)}" for f, label, sizes in self.capture]
+        )
+
+    def vector(self, shape: Mapping) -> list[float]:
+        """The k-means vector: log2 of each cluster feature (at least 1), then each flag as 1.0/0.0."""
+        x = [math.log2(max(float(shape[c]), 1.0)) for c in self.cluster]
+        return x + [float(str(shape[f]) == v) for f, v in self.flags]
+
+    def category_keys(self, features) -> list:
+        """The category key of every row of a features table (None each without categories)."""
+        if not self.categories:
+            return [None] * len(features)
+        cols = [features[c].astype(str).tolist() for c in self.categories]
+        return cols[0] if len(cols) == 1 else ["|".join(v) for v in zip(*cols, strict=True)]
+
+    def category_codes(self, features) -> np.ndarray:
+        """(n,) a code per row's category key: its place in ``order`` (attention: decode 0, prefill
+        1), else in the sorted keys of the table; 0 each without categories."""
+        keys = self.category_keys(features)
+        order = list(self.order) if self.order is not None else sorted({k for k in keys if k is not None})
+        unknown = sorted({k for k in keys if k is not None} - set(order))
+        if unknown:
+            raise ValueError(f"category key(s) {unknown} are not among {order}")
+        return np.array([0 if k is None else order.index(k) for k in keys], dtype=np.int64)
+
+    @property
+    def dim(self) -> int:
+        return len(self.cluster) + len(self.flags)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able data (``from_dict`` reads it back)."""
+        return {
+            "categories": list(self.categories),
+            "numeric": [list(n) for n in self.numeric],
+            "capture": [[f, label, list(sizes)] for f, label, sizes in self.capture],
+            "cluster": list(self.cluster),
+            "flags": [list(f) for f in self.flags],
+            "order": None if self.order is None else list(self.order),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Keying:
+        return cls(
+            categories=tuple(str(c) for c in data.get("categories", ())),
+            numeric=tuple((str(f), str(label)) for f, label in data.get("numeric", ())),
+            capture=tuple(
+                (str(f), str(label), tuple(int(s) for s in sizes))
+                for f, label, sizes in data.get("capture", ())
+            ),
+            cluster=tuple(str(c) for c in data.get("cluster", ())),
+            flags=tuple((str(f), str(v)) for f, v in data.get("flags", ())),
+            order=None if data.get("order") is None else tuple(str(o) for o in data["order"]),
+        )
+
+    @classmethod
+    def of_features(cls, features: Mapping) -> Keying:
+        """The keying of a family's declared features ({name: Feature or its dict}): categories and
+        numeric features in declared order, labelled ``name=``; capture-fixed int features padded to
+        their ``pad_to`` (exact without it); every numeric feature clustered."""
+        spec = {name: f if isinstance(f, Mapping) else vars(f) for name, f in features.items()}
+        numeric = tuple((n, f"{n}=") for n, f in spec.items() if f["kind"] != "category")
+        return cls(
+            categories=tuple(n for n, f in spec.items() if f["kind"] == "category"),
+            numeric=numeric,
+            capture=tuple(
+                (n, f"{n}=", tuple(f.get("pad_to") or ()))
+                for n, f in spec.items()
+                if f["kind"] == "int" and f.get("capture_fixed")
+            ),
+            cluster=tuple(n for n, _ in numeric),
+        )
+
+
+# Attention's keys (the built-in family): phase; q_len, kv_len and batch bucketed as q, kv, b; the
+# padded batch captured; k-means on log2 of the shape and the prefill flag.
+ATTENTION = Keying(
+    categories=("phase",),
+    numeric=(("q_len", "q"), ("kv_len", "kv"), ("batch", "b")),
+    capture=(("batch", "b", CAPTURE_SIZES),),
+    cluster=("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim"),
+    flags=(("phase", "prefill"),),
+    order=("decode", "prefill"),
+)
+# Features the k-means of `clustered` sees for attention, log2-scaled (phase enters as 0/1).
+CLUSTER_FEATURES = ATTENTION.cluster
+
+
+def cluster_vector(shape: Mapping, keying: Keying = ATTENTION) -> list[float]:
+    """The k-means vector of ``shape`` under ``keying`` (attention's: log2 of each CLUSTER_FEATURES
+    value, then 1.0 for a prefill)."""
+    return keying.vector(shape)
