@@ -17,6 +17,7 @@ from headroom.core import artifacts as hartifacts
 from headroom.core import config as hconfig
 from headroom.core import replay as hreplay
 from headroom.core import sources
+from headroom.families import loading as hfloading
 from headroom.trace import source as htsource
 
 hconfig.make_importable(workflow.basedir)
@@ -83,14 +84,17 @@ def per_run(pattern):
 
 # Every Parquet artifact, registered (as a pattern over {study} and {run}) where its rule declares
 # it; the catalog and `all` read this list, so a stage added later is built and catalogued without
-# touching them.
+# touching them. MEASURED_ONLY: the patterns a replay study has none of (it imports what it replays).
 ARTIFACTS = []
+MEASURED_ONLY = set()
 
 
-def register(pattern):
+def register(pattern, measured_only=False):
     """Register an artifact pattern and return it."""
     if pattern not in ARTIFACTS:
         ARTIFACTS.append(pattern)
+    if measured_only:
+        MEASURED_ONLY.add(pattern)
     return pattern
 
 
@@ -104,8 +108,16 @@ def artifact(**named):
     return out
 
 
+def measured_artifact(**named):
+    """artifact(), for an artifact only a measured study makes (a replay's recorded folder has none)."""
+    for pattern in named.values():
+        register(pattern, measured_only=True)
+    return artifact(**named)
+
+
 def artifacts_of(name):
-    return sorted({p for pattern in ARTIFACTS for p in expand(pattern, study=name, run=runs_of(name))})
+    patterns = [p for p in ARTIFACTS if not (STUDIES[name].get("replay") and p in MEASURED_ONLY)]
+    return sorted({p for pattern in patterns for p in expand(pattern, study=name, run=runs_of(name))})
 
 
 def src(script, *extra):
@@ -170,6 +182,27 @@ def trace_source_blake3(wildcards):
     the trace (a checkout, `cp -p`); None for the synthetic source."""
     source = trace_source(wildcards)
     return _blake3(source[0]) if source else None
+
+
+def family_param(wildcards):
+    """A params function: the study's kernel family (config `family`) and the device it is loaded for
+    (the interpreter sets TRITON_INTERPRET before its import); None for the built-in attention family."""
+    study = STUDIES[wildcards.study]
+    spec = study.get("family")
+    return None if spec is None else {"spec": spec, "device": study["device"]}
+
+
+def family_sources(wildcards):
+    """The study's family's source files under the project (headroom.families.loading, found without
+    importing it), as inputs so an edit reruns its trace and candidates; none for attention or an
+    installed family (its source BLAKE3 is in their provenance)."""
+    spec = STUDIES[wildcards.study].get("family")
+    return [str(p) for p in hfloading.local_source_files(spec, ".")] if spec else []
+
+
+def family_steps(wildcards):
+    """A family study's trace is made from the engine's steps (steps.parquet); attention's is not."""
+    return [f"{R}/{wildcards.study}/steps.parquet"] if STUDIES[wildcards.study].get("family") else []
 
 
 def recorded(wildcards):

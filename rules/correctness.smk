@@ -3,6 +3,7 @@
 # pipeline here when on_correctness_failure is `fail`.
 rule correctness:
     input:
+        family=family_sources,
         trace=f"{S}/trace.parquet",
         candidates=f"{S}/candidates.parquet",
         code=src("scripts/correctness.py"),
@@ -22,6 +23,7 @@ rule correctness:
         mem_mb=4000,
         runtime=30,
     params:
+        family=family_param,
         device=device,
         correctness=cfg("correctness"),
         on_correctness_failure=cfg("on_correctness_failure", default="fail"),

@@ -3,6 +3,7 @@
 # overlay (eager host-clock timings) or write `skipped` rows; they never fake a GPU number.
 rule portfolio:
     input:
+        family=family_sources,
         trace=f"{S}/trace.parquet",
         candidates=f"{S}/candidates.parquet",
         correctness=f"{S}/correctness.parquet",
@@ -24,6 +25,7 @@ rule portfolio:
         mem_mb=4000,
         runtime=30,
     params:
+        family=family_param,
         device=device,
         # `runs` is left out: adding a run must not rerun the runs already measured.
         portfolio=lambda wildcards: {
@@ -36,6 +38,7 @@ rule portfolio:
 
 rule lifecycle:
     input:
+        family=family_sources,
         trace=f"{S}/trace.parquet",
         candidates=f"{S}/candidates.parquet",
         correctness=f"{S}/correctness.parquet",
@@ -57,6 +60,7 @@ rule lifecycle:
         mem_mb=6000,
         runtime=30,
     params:
+        family=family_param,
         device=device,
         lifecycle=cfg("lifecycle"),
         # the dispatch timing fits the policies as the policies stage does
@@ -68,6 +72,7 @@ rule lifecycle:
 
 rule graph_sweep:
     input:
+        family=family_sources,
         candidates=f"{S}/candidates.parquet",
         correctness=f"{S}/correctness.parquet",
         code=src("scripts/graph_sweep.py"),
@@ -87,6 +92,7 @@ rule graph_sweep:
         mem_mb=4000,
         runtime=30,
     params:
+        family=family_param,
         device=device,
         graph_sweep=cfg("graph_sweep"),
         partition=cfg("partition"),

@@ -25,6 +25,7 @@ rule environment:
 
 rule candidates:
     input:
+        family=family_sources,
         code=src("scripts/candidates.py"),
     output:
         **artifact(candidates=f"{S}/candidates.parquet"),
@@ -46,5 +47,6 @@ rule candidates:
         generation=cfg("generation"),
         native=cfg("native_candidates", default=[]),
         varlen=cfg("varlen_decode", default=False),
+        family=family_param,
     script:
         "../scripts/candidates.py"

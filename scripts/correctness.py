@@ -7,16 +7,33 @@ from headroom.measure import device
 def main(stage):
     # imported here, after run_stage has set TRITON_INTERPRET for the resolved device
     from headroom.core import defaults
+    from headroom.families import check as family_check
+    from headroom.families import stages
     from headroom.measure import correctness
 
     p = stage.params
     section = p["correctness"]
+    seed = int(section.get("seed", defaults.value("correctness", "seed")))
+    family = stages.loaded(stage)
+    if family is not None:  # a kernel family against its own float64 reference (docs/families.md)
+        if section.get("inject_fault"):
+            raise ValueError(
+                "correctness.inject_fault is the attention gate's test hook: unset it for a family"
+            )
+        result = family_check.gate_table(
+            family_check.check(family.family, stage.read("trace"), device=stage.device, seed=seed)
+        )
+        correctness.gate(result, p["on_correctness_failure"], stage.log)
+        if not result.groupby("candidate")["passed"].all().any():
+            raise ValueError(f"family {family.family.name!r}: no candidate passed correctness on every shape")
+        stage.write("correctness", result)
+        return
     result = correctness.check(
         stage.read("candidates"),
         correctness.shapes(stage.read("trace")),
         device=stage.device,
         tolerances_by_dtype=correctness.tolerances(section),
-        seed=int(section.get("seed", defaults.value("correctness", "seed"))),
+        seed=seed,
         rope_base=float(p["rope_base"]),
         inject_fault=section.get("inject_fault"),
         log=stage.log,

@@ -4,11 +4,13 @@ from headroom.core.stage import run_stage
 
 def main(stage):
     from headroom.decide import decision, figures, measured, power
+    from headroom.families import stages
 
     options = settings.merge("policies", defaults.section("policies"), stage.params["policies"])
     train_fraction, seed = options.pop("train_fraction"), options.pop("seed")
     thresholds = {**defaults.section("decision"), **stage.params["decision"]}
     trace, portfolio, lifecycle = stage.read("trace"), stage.read_all("portfolio"), stage.read("lifecycle")
+    keying = stages.keying(stage)
     # eager timings carry the host time the GPU does not hide, by the decoder-layer model
     host = {
         "calibration": stage.read("calibration"),
@@ -26,6 +28,7 @@ def main(stage):
         seed=seed,
         deployment=thresholds.get("deployment"),
         thresholds=thresholds,
+        keying=keying,
         **host,
         **options,
     )
@@ -45,7 +48,7 @@ def main(stage):
     )
     if (verdict["device"] == "cuda").all():  # a decision on GPU measurements: what could it detect?
         opts, costs, modes = measured.checked_modes(
-            trace, portfolio, lifecycle, train_fraction, options, *host.values()
+            trace, portfolio, lifecycle, train_fraction, options, *host.values(), keying
         )
         decided = [md for md in modes if not md.host_included]  # host-included: not decided, no power
         found = power.detectable_effects(decided, costs, opts, thresholds, train_fraction, seed)

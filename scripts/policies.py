@@ -4,6 +4,7 @@ from headroom.core.stage import run_stage
 def main(stage):
     from headroom.core import defaults
     from headroom.decide import policy_eval
+    from headroom.families import stages
 
     options = dict(stage.params["policies"])
     train_fraction = options.pop("train_fraction")
@@ -17,6 +18,7 @@ def main(stage):
         seed=seed,
         calibration=stage.read("calibration"),
         intermediate_ratio=float(layer["intermediate_ratio"]),
+        keying=stages.keying(stage),
         **options,
     )
     stage.write("policy_eval", table)

@@ -3,10 +3,25 @@ from headroom.measure import device
 
 
 def main(stage):
-    from headroom.measure import portfolio
+    from headroom.families import stages
+    from headroom.measure import family_runs, portfolio
     from headroom.measure.correctness import admitted
 
     candidates = admitted(stage.read("candidates"), stage.read("correctness"))
+    family = stages.loaded(stage)
+    if family is not None:  # a kernel family's candidates (docs/families.md)
+        section = stage.params["portfolio"]
+        rows, samples = family_runs.portfolio(
+            family.family, stage.read("trace"), list(candidates["candidate"]), run=int(stage.wildcards["run"]),
+            settings=section, device=stage.device, seed=int(portfolio.settings(section)["seed"]),
+        )  # fmt: skip
+        # a family has no tiles: `tile` is the candidate's place in its candidates table
+        rows["tile"] = rows["candidate"].map(
+            {c: i for i, c in enumerate(stage.read("candidates")["candidate"])}
+        )
+        stage.write("portfolio", rows)
+        stage.write("portfolio_samples", samples)
+        return
     rows, samples = portfolio.run(
         stage.read("trace"),
         candidates,

@@ -2,7 +2,8 @@ from headroom.core.stage import run_stage
 
 
 def main(stage):
-    from headroom.analysis import roofline
+    from headroom.analysis import family_roofline, roofline
+    from headroom.core.contracts import ATTENTION, family_of
 
     calibration = stage.read("calibration")
     environment = stage.read("environment")
@@ -10,8 +11,17 @@ def main(stage):
     sm_count = roofline.sm_count_of(environment)
     if l2_bytes is None:
         stage.log.warning("L2 size unknown (environment and calibration): nothing is modelled as L2-resident")
+    trace = stage.read("trace")
+    if family_of(trace) != ATTENTION:  # a family's roofline: from what it says each call costs
+        table = family_roofline.predict(
+            trace, stage.read("candidates"), calibration, l2_bytes=l2_bytes,
+            timings=stage.read_all("portfolio"), cold=bool(stage.params["flush_l2"]),
+        )  # fmt: skip
+        _log_skipped(stage, table)
+        stage.write("roofline", table)
+        return
     table = roofline.predict(
-        stage.read("trace"),
+        trace,
         stage.read("candidates"),
         calibration,
         l2_bytes=l2_bytes,
@@ -19,12 +29,16 @@ def main(stage):
         cold=bool(stage.params["flush_l2"]),
         sm_count=sm_count,
     )
+    _log_skipped(stage, table)
+    stage.write("roofline", table)
+
+
+def _log_skipped(stage, table):
     skipped = table[table["status"] != "ok"]
     if len(skipped):
         stage.log.warning(
             "%d of %d rows without a prediction: %s", len(skipped), len(table), skipped["reason"].iloc[0]
         )
-    stage.write("roofline", table)
 
 
 run_stage(snakemake, main)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from headroom.core import defaults
+from headroom.core.contracts import FAMILY_SPEC
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(__file__).with_name("schema.yaml")  # package data: one copy, also in a wheel
@@ -280,8 +281,21 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+def check_family(study: dict[str, Any]) -> None:
+    """The study's `family:` is null (the built-in attention kernels) or `package.module:ATTRIBUTE`;
+    whether it imports is the trace stage's to say (it imports the family), not the plan's."""
+    family = study.get("family")
+    if family is not None and not (isinstance(family, str) and FAMILY_SPEC.fullmatch(family)):
+        raise ConfigError(
+            f"config key 'family': {shown(family)} must be `package.module:ATTRIBUTE` (e.g. "
+            "examples.rmsnorm.family:FAMILY), importable from the project root or installed; null: the "
+            "built-in attention kernels"
+        )
+
+
 def check_semantics(study: dict[str, Any], *, check_dtype: bool = True) -> None:
     """Checks a schema cannot express, on a study (its `device` already resolved)."""
+    check_family(study)
     part = study["partition"]
     if part["heads_q"] % part["heads_kv"]:
         raise ConfigError(

@@ -13,13 +13,16 @@ whose values are all missing (Arrow type `null`) satisfies any type: there is no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 STR, INT, FLOAT, BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 INTS = pa.list_(pa.int32())  # a list of integers per row (any integer width, list or large_list)
+INT_LISTS = pa.list_(INTS)  # a list of integer lists per row (a step's prefill chunks)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,9 @@ class Contract:
     kind: str
     columns: tuple[tuple[str, pa.DataType], ...]
     required: frozenset[str]
+    #: Columns typed when present that are not among `names` (the columns its stage writes, in order):
+    #: added by the stage script after the library built the table (the family column of attention's).
+    tagged: tuple[tuple[str, pa.DataType], ...] = ()
 
     @property
     def required_names(self) -> tuple[str, ...]:
@@ -55,7 +61,7 @@ class Contract:
                 f"artifact kind {self.kind!r}: missing required column(s) {missing} "
                 f"(contract in headroom/core/contracts.py)"
             )
-        for name, expected in self.columns:
+        for name, expected in self.columns + self.tagged:
             actual = present.get(name)
             if actual is None or same_family(expected, actual):
                 continue
@@ -71,13 +77,23 @@ def _all_missing(column: pa.ChunkedArray) -> bool:
     return pc.all(pc.is_null(column, nan_is_null=True)).as_py() is not False
 
 
-def _contract(kind: str, columns: str, *, required: str) -> Contract:
-    """Columns as 'a b c' (types from _T); `required` names the subset every artifact has."""
+def _contract(
+    kind: str, columns: str, *, required: str, types: dict[str, pa.DataType] | None = None, tagged: str = ""
+) -> Contract:
+    """Columns as 'a b c' (types from _T, or `types` where a kind's column means something else under
+    the same name); `required` names the subset every artifact has; `tagged` the typed columns outside
+    `columns` (Contract.tagged)."""
     names, must = columns.split(), required.split()
     unknown = [name for name in must if name not in names]
     if unknown:
         raise AssertionError(f"contract {kind}: required {unknown} not among its columns")
-    return Contract(kind, tuple((name, _T[name]) for name in names), frozenset(must))
+    types = {**_T, **(types or {})}
+    return Contract(
+        kind,
+        tuple((name, types[name]) for name in names),
+        frozenset(must),
+        tuple((name, types[name]) for name in tagged.split()),
+    )
 
 
 _FAMILIES = (
@@ -88,6 +104,14 @@ _FAMILIES = (
     (
         "list of integers",
         lambda t: (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type),
+    ),
+    (
+        "list of integer lists",
+        lambda t: (
+            (pa.types.is_list(t) or pa.types.is_large_list(t))
+            and (pa.types.is_list(t.value_type) or pa.types.is_large_list(t.value_type))
+            and pa.types.is_integer(t.value_type.value_type)
+        ),
     ),
 )
 
@@ -111,6 +135,9 @@ _T = {
     "heads_kv": INT, "head_dim": INT, "dtype": STR, "shape_key": STR, "arrival_s": FLOAT,
     "kv_summary": STR, "kv_len_raw": FLOAT, "request": INT, "source_invocation": INT, "step": STR,
     "cached_tokens": INT, "kv_lens": INTS, "weight": FLOAT,
+    # kernel families' traces and the engine's steps (`step` there is the step's index: INT)
+    "step_kind": STR, "time_s": FLOAT, "shape": STR, "params": STR, "tokens": INT, "decode_kv_lens": INTS,
+    "prefill_chunks": INT_LISTS,
     # candidates
     "candidate": STR, "tile": INT, "block_m": INT, "block_n": INT, "num_warps": INT, "num_stages": INT,
     "fused": BOOL, "backend": STR, "rope": STR, "generation": INT,
@@ -157,13 +184,36 @@ _STATS = "median_us mean_us p10_us p90_us std_us rel_std_pct"
 # step, cached_tokens and kv_lens came with serving traces (issue 22; headroom/trace/invocations.py
 # SERVING_COLUMNS): absent in traces without a prefix cache, chunked prefill or per-sequence decodes.
 # weight came with the stratified sampler (decision v4): absent where every invocation stands for one.
+# family ('attention') came with kernel families (issue 32), added by the stage after the library built
+# the table: absent in older studies, whose traces and candidates are attention's (`family_of`).
 TRACE = _contract(
     "trace",
     f"{_TRACE} arrival_s kv_summary kv_len_raw request source_invocation step cached_tokens kv_lens weight",
     required=_TRACE,
+    tagged="family",
 )
 # rope and generation came with generation-2 kernels: absent in older studies (generation 1).
-CANDIDATES = _contract("candidates", f"{_CANDIDATE} backend rope generation", required=_CANDIDATE)
+CANDIDATES = _contract(
+    "candidates", f"{_CANDIDATE} backend rope generation", required=_CANDIDATE, tagged="family"
+)
+
+#: The built-in family (the attention kernels above), and what an artifact without a `family` column is.
+ATTENTION = "attention"
+#: How a study names another kernel family (its `family:` key, headroom/core/config.py checks the form;
+#: headroom.families.load imports it, in the trace stage): `package.module:ATTRIBUTE`.
+FAMILY_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+# A kernel family's trace and candidates (headroom.families, docs/families.md): the framework's columns;
+# a trace adds one column per feature of the family, untyped here (the family declares their kinds).
+# Its `step` is the engine step's index (headroom/trace/step_table.py), not attention's serving step.
+_FAMILY_TRACE = "invocation family step step_kind time_s shape_key shape weight"
+FAMILY_TRACE = _contract("trace", _FAMILY_TRACE, required=_FAMILY_TRACE, types={"step": INT})
+FAMILY_CANDIDATES = _contract("candidates", "candidate family params", required="candidate family params")
+#: Kinds whose artifacts a kernel family makes in its own columns: the family's contract applies to a
+#: table whose `family` column names another family than attention.
+FAMILY_CONTRACTS = {c.kind: c for c in (FAMILY_TRACE, FAMILY_CANDIDATES)}
+# The serving engine's steps a family's trace is expanded from (headroom/trace/step_table.py COLUMNS).
+_STEPS = "step time_s kind tokens decode_kv_lens prefill_chunks"
+STEPS = _contract("steps", _STEPS, required=_STEPS, types={"step": INT})
 CORRECTNESS = _contract(
     "correctness",
     "candidate shape_key rel_err max_abs_err tolerance abs_tolerance nan_count unwritten_count passed status "
@@ -243,8 +293,8 @@ STAT_COLUMNS = ("median_us", "mean_us", "p10_us", "p90_us", "std_us", "rel_std_p
 CONTRACTS: dict[str, Contract] = {
     c.kind: c
     for c in (
-        TRACE, CANDIDATES, CORRECTNESS, PORTFOLIO, PORTFOLIO_SAMPLES, LIFECYCLE, GRAPH_SWEEP, CALIBRATION,
-        ENVIRONMENT, POLICY_EVAL, FACTORIAL, ROOFLINE, DECISION, RECOMMENDATION,
+        TRACE, CANDIDATES, STEPS, CORRECTNESS, PORTFOLIO, PORTFOLIO_SAMPLES, LIFECYCLE, GRAPH_SWEEP,
+        CALIBRATION, ENVIRONMENT, POLICY_EVAL, FACTORIAL, ROOFLINE, DECISION, RECOMMENDATION,
     )
 }  # fmt: skip
 
@@ -259,9 +309,48 @@ def contract(kind: str) -> Contract:
         ) from None
 
 
+def family_of(data: pa.Table | pa.Schema | Any) -> str | None:
+    """The kernel family an artifact's rows belong to: its `family` column's one value; ATTENTION
+    for a table without the column (artifacts recorded before families) or whose values are all
+    missing; None for a schema with the column (its values are not there to read). ValueError for a
+    table that mixes families: one artifact holds one family's rows. `data`: an Arrow table or schema,
+    or a pandas DataFrame."""
+    if isinstance(data, pa.Schema):
+        return ATTENTION if "family" not in data.names else None
+    names = data.column_names if isinstance(data, pa.Table) else list(data.columns)
+    if "family" not in names:
+        return ATTENTION
+    values = data.column("family").to_pylist() if isinstance(data, pa.Table) else data["family"].tolist()
+    found = sorted({v for v in values if v is not None and v == v}, key=repr)  # (v == v: not NaN)
+    if len(found) > 1:
+        raise ValueError(
+            f"a table mixes the rows of families {', '.join(map(repr, found))}; one artifact holds one"
+        )
+    return found[0] if found else ATTENTION
+
+
+def contract_for(kind: str, data: pa.Table | pa.Schema) -> Contract:
+    """The contract `data` of `kind` is held to: a kernel family's (FAMILY_CONTRACTS) when its
+    `family` column names a family other than attention, else the kind's own."""
+    base = contract(kind)
+    family = FAMILY_CONTRACTS.get(kind)
+    if family is None:
+        return base
+    try:
+        name = family_of(data)
+    except ValueError as exc:
+        raise ValueError(f"artifact kind {kind!r}: {exc}") from None
+    if name is None:  # a schema with a family column: the one whose required columns it has
+        present = set(data.names)
+        return base if set(base.required_names) <= present else family
+    # a family column that names no family (not a string) is held to the kind's own contract, which types it
+    return family if isinstance(name, str) and name != ATTENTION else base
+
+
 def check(kind: str, data: pa.Table | pa.Schema) -> None:
-    """Check a table (or a schema) against the contract of `kind` (ValueError naming what is wrong)."""
-    contract(kind).check(data)
+    """Check a table (or a schema) against the contract of `kind` (ValueError naming what is wrong):
+    for a trace or candidates table of a kernel family, the family's contract (`contract_for`)."""
+    contract_for(kind, data).check(data)
 
 
 # Bytes per element of the dtypes a partition may name (the trace's `dtype` column).

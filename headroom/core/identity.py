@@ -33,8 +33,10 @@ from typing import Any
 from headroom.core import artifacts, layout
 from headroom.core.replay import IDENTITIES, MEASURED, lineage_input
 
-#: Kinds measured on a device (or imported by a replay): their study is the one that measured them.
-MEASURED_KINDS = frozenset(MEASURED) | {"portfolio", "portfolio_samples"}
+#: Kinds measured on a device (or imported by a replay): their study is the one that measured them;
+#: and the engine's steps a kernel family's trace is made from, an input of the measurements as the
+#: trace is (`headroom verify --recompute` copies them, as it copies the trace).
+MEASURED_KINDS = frozenset(MEASURED) | {"portfolio", "portfolio_samples", "steps"}
 
 
 class IdentityError(artifacts.ArtifactError):

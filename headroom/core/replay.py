@@ -129,18 +129,33 @@ def code_conflicts(folder: Path, names: list[str]) -> list[str]:
     return [f"{a} and {b} were made by different code ({', '.join(m)})" for (a, b), m in pairs.items()]
 
 
+def family_identity(prov: dict) -> str | None:
+    """The kernel family an artifact records it was made for (provenance `extra.family`: name, and for
+    a family other than the built-in attention its version and source BLAKE3), as one string; None
+    for an artifact that records none (one made before families, or by a stage that does not say)."""
+    family = (prov.get("extra") or {}).get("family")
+    if not isinstance(family, dict) or not family.get("name"):
+        return None
+    parts = [str(family["name"])] + ([str(family["version"])] if family.get("version") else [])
+    source = family.get("source_blake3")
+    return " ".join(parts) + (f" (source {str(source)[:16]})" if source else "")
+
+
 #: What a recorded artifact says it was measured for and in: (provenance reader, how it is named).
 IDENTITIES = {
     "study": (lambda prov: (prov.get("wildcards") or {}).get("study"), "for study"),
     "environment": (lambda prov: prov.get("environment"), "in environment"),
+    "family": (family_identity, "for family"),
 }
 
 
 def identity_conflicts(folder: Path, names: list[str]) -> list[str]:
-    """Artifacts of `folder` recorded for another study, or in another environment (GPU model, driver,
-    versions), than the folder's other artifacts. One run records one study and one environment in
-    every artifact's provenance; an artifact recorded before the study layout names no study (that
-    is its identity too), and an artifact of a rule without a device names no environment."""
+    """Artifacts of `folder` recorded for another study, in another environment (GPU model, driver,
+    versions) or for another kernel family (name, version, source hash) than the folder's other
+    artifacts. One run records one study, one environment and one family in every artifact's
+    provenance; an artifact recorded before the study layout names no study (that is its identity
+    too), an artifact of a rule without a device names no environment, and one made before families
+    (or by a stage that does not record it) no family."""
     provs = {name: artifacts.read_provenance(folder / name) for name in names}
     out = []
     for key, (value_of, words) in IDENTITIES.items():

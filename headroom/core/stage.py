@@ -92,6 +92,12 @@ class Stage:
         """The named input artifact as a DataFrame, after its BLAKE3 is verified."""
         return artifacts.read(self.input_path(name))
 
+    def read_provenance(self, name: str) -> dict[str, Any]:
+        """The named input artifact's provenance (its Parquet metadata), after its BLAKE3 is verified."""
+        path = self.input_path(name)
+        artifacts.verify(path)
+        return artifacts.read_provenance(path)
+
     def read_all(self, name: str) -> pd.DataFrame:
         """Concatenation of a named input that lists several artifacts (e.g. all portfolio runs)."""
         frames = [artifacts.read(p) for p in self.input_paths(name)]

@@ -313,7 +313,7 @@ def specs(L: Layout, picks: dict) -> dict:
             if (L.phase[L.n_train :] == code).any():
                 fn = lambda G, N: G["off@phase"] / G["on@phase"]  # noqa: E731
                 out[f"fusion_speedup_{ph}"] = (fn, code)
-    if "off" in L.cols:
+    if {"off", "on"} <= set(L.cols):  # without a fused arm the best unfused is the kernel itself
         out["kernel_vs_best_unfused"] = (lambda G, N: G["global@off"] / G["global@free"], None)
     for k in picks:
         if k.startswith("native:"):

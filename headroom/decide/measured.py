@@ -24,6 +24,9 @@ from headroom.policies.shapes import ATTENTION, Keying
 from headroom.trace.requests import STEP_KIND, STEP_KIND_OF_PHASE
 
 FUSION_ARMS = ("off", "on", "free")
+# The portfolio's backends of the candidates under study (attention's Triton kernels; a family's
+# own): every other backend is a native peer, timed beside them in the `native` arm.
+OURS_BACKENDS = ("triton", "family")
 NATIVE_ARM = "native"
 # The trace contract's columns the analysis reads (all but dtype).
 TRACE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "dtype")
@@ -174,7 +177,7 @@ def mode_data(trace: pd.DataFrame, timings: pd.DataFrame, keying: Keying = ATTEN
                 sem2=_sem2(group, runs, invocations, complete),
                 names=complete,
                 fused=first["fused"].astype(bool).to_numpy(),
-                native=(first["backend"].astype(str) != "triton").to_numpy()
+                native=(~first["backend"].astype(str).isin(OURS_BACKENDS)).to_numpy()
                 if "backend" in first.columns
                 else np.zeros(len(complete), bool),
                 tile=first["tile"].fillna(-1).astype(int).to_numpy()

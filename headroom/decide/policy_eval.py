@@ -325,7 +325,7 @@ def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
         arms = set(group["fusion"])
         if not {"off", "on"} <= arms:
             reason = f"the factorial needs fusion arms 'off' and 'on'; only {sorted(arms)} have admitted candidates"
-            rows.append({"run": run, "mode": mode, "status": "skipped", "reason": reason})
+            rows.append({"run": run, "mode": mode, "policy": "", "status": "skipped", "reason": reason})
             continue
         cell = group.set_index(["policy", "fusion"])
         rows.append({"run": run, "mode": mode, **_factorial_cell(cell, _factorial_policy(cell, run, mode))})

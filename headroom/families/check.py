@@ -150,3 +150,14 @@ def summary(results: pd.DataFrame) -> pd.DataFrame:
     table = table.reindex(columns=list(STATUSES), fill_value=0)
     order = list(dict.fromkeys(results["candidate"]))
     return table.reindex(order).reset_index()
+
+
+def gate_table(results: pd.DataFrame) -> pd.DataFrame:
+    """The correctness artifact's table of a family's check (the contract's columns beside COLUMNS):
+    ``passed`` for a passing check; an unsupported shape is recorded `unsupported` (not passed,
+    excluded from timing as attention's are); ``unwritten_count`` is -1: a family's output is
+    allocated by its own ``inputs`` (poison it there: an unwritten NaN counts in nan_count)."""
+    out = results.copy()
+    out["passed"] = out["status"] == "passed"
+    out["unwritten_count"] = -1
+    return out

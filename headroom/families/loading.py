@@ -3,10 +3,10 @@ root or an installed package; its source hash enters the identity of what it mea
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +14,11 @@ from typing import Any
 
 import blake3
 
+from headroom.core.contracts import FAMILY_SPEC
 from headroom.families.contract import FamilyError, check_family
 
-SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+#: `package.module:ATTRIBUTE`: the form a study's `family:` key takes (headroom/core/config.py checks it there).
+SPEC = FAMILY_SPEC
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,50 @@ class Loaded:
     source_blake3: str
     files: tuple[str, ...]
 
+    def identity(self, root: str | os.PathLike = ".") -> dict[str, Any]:
+        """What the family's artifacts record of it (their provenance's `extra.family`): name,
+        version, spec, the BLAKE3 of its source files and the files (relative to `root` where under
+        it), and its declared features ({name: Feature's fields}; provenance is stored with sorted
+        keys, so `feature_order` keeps the declared order), so that an analysis of its artifacts
+        needs no import of its code."""
+        here = Path(root).resolve()
+        files = [Path(f).resolve() for f in self.files]
+        features = self.family.features
+        return {
+            "name": self.family.name,
+            "version": self.family.version,
+            "spec": self.spec,
+            "source_blake3": self.source_blake3,
+            "files": [str(f.relative_to(here)) if f.is_relative_to(here) else str(f) for f in files],
+            "features": {name: dataclasses.asdict(f) for name, f in features.items()},
+            "feature_order": list(features),
+        }
+
 
 def source_files(module: Any) -> list[Path]:
     """The files whose bytes are the family's source: a package's .py files (its kernels included),
     else the module's own file."""
-    path = Path(inspect.getsourcefile(module) or "")
+    return _source_files_at(Path(inspect.getsourcefile(module) or ""))
+
+
+def _source_files_at(path: Path) -> list[Path]:
     if path.name == "__init__.py":
         return sorted(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
     return [path]
+
+
+def local_source_files(spec: str, root: str | os.PathLike = ".") -> list[Path]:
+    """The source files (as `source_files` names them) of the family `spec` names when its module lies
+    under `root`, found from the spec alone: nothing is imported, so planning a study never runs the
+    family's code. [] for a module that is not under `root` (an installed package: the source BLAKE3
+    its artifacts record says what ran) or a spec of the wrong form (the config check names it)."""
+    if not isinstance(spec, str) or not SPEC.fullmatch(spec):
+        return []
+    base = Path(root).joinpath(*spec.split(":")[0].split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return _source_files_at(path)
+    return []
 
 
 def source_blake3(files: list[Path]) -> str:

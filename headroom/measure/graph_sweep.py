@@ -257,3 +257,13 @@ def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
     wide = wide.rename(columns={m: f"{m}_speedup" for m in timing.MODES}).reset_index()
     wide.columns.name = None
     return wide.sort_values(["shape_key", "regime_multiple"]).reset_index(drop=True)
+
+
+def not_applicable(family: str, device: str) -> pd.DataFrame:
+    """The sweep of a study whose family is not attention: one skipped row per mode saying why (the
+    sweep measures attention's RoPE fusion across L2 regimes; a family has no such pair)."""
+    reason = f"not applicable: the graph sweep measures attention's RoPE fusion; family {family} has none"
+    rows = [{"regime": "none", "regime_multiple": float("nan"), "mode": mode, "fused": False, "tile": -1,
+             "candidate": "", "shape_key": "", "phase": "", "status": "skipped", "reason": reason,
+             "device": device} for mode in timing.MODES]  # fmt: skip
+    return _frame(rows)

@@ -64,6 +64,7 @@ from headroom.core import settings as stage_settings
 from headroom.core.progress import Progress
 from headroom.measure import inputs, portfolio, timing
 from headroom.policies.fit import Train
+from headroom.policies.shapes import ATTENTION, Keying
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("compile", "cache", "dispatch", "switch", "plan")
@@ -100,8 +101,9 @@ def _row(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def fitted_policies(
-    trace: pd.DataFrame, candidates: list[str], *, train_fraction: float, clusters: int, seed: int
-) -> dict[str, Any]:
+    trace: pd.DataFrame, candidates: list[str], *, train_fraction: float, clusters: int, seed: int,
+    keying: Keying = ATTENTION,
+) -> dict[str, Any]:  # fmt: skip
     """Every registry policy, fitted as the ``policies`` stage fits the one it scores: on the trace's
     train part (its first floor(n * train_fraction) invocations), with the same k-means settings.
 
@@ -119,7 +121,7 @@ def fitted_policies(
     train = Train(ordered.iloc[:n_train], us, tuple(candidates), clusters=clusters, seed=seed)
     fitted = {}
     for name in DISPATCH_POLICIES:
-        policy = policies.make(name)
+        policy = policies.make(name, keying)
         if name == "random":
             policy.seed = seed
         fitted[name] = policy.fit(train)
@@ -142,13 +144,16 @@ def _loop_ns(fn: Callable, keys: list) -> int:
 
 
 def dispatch_rows(
-    trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any], device: str, fit: dict[str, Any]
-) -> list[dict]:
+    trace: pd.DataFrame, candidates: list[str], cfg: dict[str, Any], device: str, fit: dict[str, Any],
+    keying: Keying = ATTENTION,
+) -> list[dict]:  # fmt: skip
     """ns per lookup of each fitted policy (median of ``dispatch_repeats`` loops of ``dispatch_lookups``
-    over the test part's shapes); ``fit``: train_fraction, clusters and seed of config ``policies``."""
+    over the test part's shapes); ``fit``: train_fraction, clusters and seed of config ``policies``;
+    ``keying``: the family's keys (headroom.policies.shapes)."""
     fitted = fitted_policies(
-        trace, candidates, train_fraction=fit["train_fraction"], clusters=fit["clusters"], seed=fit["seed"]
-    )
+        trace, candidates, train_fraction=fit["train_fraction"], clusters=fit["clusters"], seed=fit["seed"],
+        keying=keying,
+    )  # fmt: skip
     fns = {name: policy.lookup for name, policy in fitted.items()}
     shapes = lookup_shapes(trace, fit["train_fraction"])
     n = cfg["dispatch_lookups"]
@@ -488,6 +493,30 @@ def _compile_result_rows(cand: Any, res: dict[str, Any], workers: int, device: s
 # -- the stage ------------------------------------------------------------------------------------
 
 
+def frame(rows: list[dict]) -> pd.DataFrame:
+    """Lifecycle rows as the artifact's table (COLUMNS, typed)."""
+    out = pd.DataFrame.from_records(rows, columns=COLUMNS)
+    for col in (
+        "value",
+        "compile_s",
+        "cache_bytes",
+        "toolchain_s",
+        "first_call_s",
+        "alternating_us",
+        "same_us",
+        "penalty_pct",
+        "raw_ns",
+        "baseline_ns",
+    ):
+        out[col] = out[col].astype("float64")
+    for col in ("specializations", "n", "compile_workers"):
+        out[col] = out[col].astype("Int64")
+    out["invocation"] = out["invocation"].astype("int64")
+    for col in ("specialization_s",):
+        out[col] = out[col].fillna("").astype(str)
+    return out
+
+
 def run(
     trace: pd.DataFrame,
     candidates: pd.DataFrame,
@@ -523,25 +552,7 @@ def run(
         t0 = time.perf_counter()
         rows.extend(step())
         log.info("lifecycle %s: %.2f s wall", name, time.perf_counter() - t0)
-    out = pd.DataFrame.from_records(rows, columns=COLUMNS)
-    for col in (
-        "value",
-        "compile_s",
-        "cache_bytes",
-        "toolchain_s",
-        "first_call_s",
-        "alternating_us",
-        "same_us",
-        "penalty_pct",
-        "raw_ns",
-        "baseline_ns",
-    ):
-        out[col] = out[col].astype("float64")
-    for col in ("specializations", "n", "compile_workers"):
-        out[col] = out[col].astype("Int64")
-    out["invocation"] = out["invocation"].astype("int64")
-    for col in ("specialization_s",):
-        out[col] = out[col].fillna("").astype(str)
+    out = frame(rows)
     for row in out[out["kind"] == "dispatch"].itertuples(index=False):
         log.info("dispatch %-12s %8.1f ns per lookup", row.policy, row.value)
     return out

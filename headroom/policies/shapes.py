@@ -141,6 +141,18 @@ class Keying:
             cluster=tuple(n for n, _ in numeric),
         )
 
+    @classmethod
+    def of_record(cls, record: Mapping | None) -> Keying:
+        """The keying of a study's family from what its artifacts record of it (provenance
+        ``family``: name and declared ``features``); attention's for attention or no record."""
+        if not record or record.get("name", "attention") == "attention":
+            return ATTENTION
+        if not isinstance(record.get("features"), Mapping):
+            raise ValueError(f"family {record.get('name')!r}: its artifacts do not record its features")
+        features = record["features"]
+        order = record.get("feature_order") or list(features)  # provenance JSON sorts its keys
+        return cls.of_features({name: features[name] for name in order})
+
 
 # Attention's keys (the built-in family): phase; q_len, kv_len and batch bucketed as q, kv, b; the
 # padded batch captured; k-means on log2 of the shape and the prefill flag.

@@ -362,6 +362,21 @@ def stratified(kinds: np.ndarray, count: int | None, min_per_kind: int) -> tuple
     return idx[order], weight[order]
 
 
+def sample(
+    n: int, cfg: dict[str, Any], kinds: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The trace's sampler (`trace.invocations`, `trace.sampler`, `trace.stratified.min_per_kind` of
+    resolved settings) over n invocations in chronological order: (indices ascending, weight of each
+    or None). `stratified` needs each invocation's step kind (`kinds`) and gives the weights; `stride`
+    and `head` give None. The attention trace samples the window's invocations with it, a kernel
+    family's trace (headroom.families.study) the calls its steps expand to."""
+    if cfg["sampler"] == "stratified":
+        if kinds is None or len(kinds) != n:
+            raise ValueError("the stratified sampler needs one step kind per invocation")
+        return stratified(np.asarray(kinds), cfg["invocations"], cfg["stratified"]["min_per_kind"])
+    return _sample(n, cfg["invocations"], cfg["sampler"]), None
+
+
 def step_kinds(phase: np.ndarray, step: np.ndarray | None) -> np.ndarray:
     """Each invocation's step kind (decode-only or mixed) from its phase codes and, where the engine
     records them, its step codes (requests.STEP_KIND)."""
@@ -388,15 +403,14 @@ def build(
     part = _partition(partition)
     path, requests, cache = served_requests(cfg, part, base_dir)
     stream, in_window = _window(requests, cfg, _where(path))
+    kinds = None
     if cfg["sampler"] == "stratified":
         step = None if stream.step is None else stream.step[in_window]
         kinds = step_kinds(stream.phase[in_window], step)
-        chosen, weight = stratified(kinds, cfg["invocations"], cfg["stratified"]["min_per_kind"])
-        picked = in_window[chosen]
-    else:
-        picked = in_window[_sample(in_window.size, cfg["invocations"], cfg["sampler"])]
+    chosen, weight = sample(in_window.size, cfg, kinds)
+    picked = in_window[chosen]
     df = _invocations(stream.take(picked), picked, requests, cfg, part)
-    if cfg["sampler"] == "stratified":
+    if weight is not None:
         df[WEIGHT] = weight
     facts = {}
     if is_serving(cfg):

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from headroom.trace import invocations
 from headroom.trace.requests import NS_PER_S, PREFILL, STEPS
@@ -28,6 +29,18 @@ from headroom.trace.requests import NS_PER_S, PREFILL, STEPS
 KINDS = ("decode-only", "mixed", "prefill-only")
 COLUMNS = ("step", "time_s", "kind", "tokens", "decode_kv_lens", "prefill_chunks")
 _MIXED = frozenset(i for i, s in enumerate(STEPS) if s.startswith("mixed"))
+#: The steps artifact's Arrow types (the contract in headroom/core/contracts.py, kind `steps`): stated,
+#: not inferred, so a window whose steps all lack decodes (or chunks) still has typed lists.
+SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("time_s", pa.float64()),
+        ("kind", pa.string()),
+        ("tokens", pa.int64()),
+        ("decode_kv_lens", pa.list_(pa.int64())),
+        ("prefill_chunks", pa.list_(pa.list_(pa.int64()))),
+    ]
+)
 
 
 def build(
@@ -82,4 +95,12 @@ def _table(sel: Any, step_ns: int, round_to: int) -> pd.DataFrame:
             "prefill_chunks": pd.Series(chunks, dtype=object),
         },
         columns=list(COLUMNS),
+    )
+
+
+def table(steps: pd.DataFrame) -> pa.Table:
+    """The steps table as the `steps` artifact writes it (SCHEMA); `headroom.families.expand.steps_of`
+    reads it back, from this table or from the artifact."""
+    return pa.Table.from_pandas(
+        steps[list(COLUMNS)].reset_index(drop=True), schema=SCHEMA, preserve_index=False
     )

@@ -42,6 +42,8 @@ BAD = {
     "too few invocations": (lambda c: c["trace"].update(invocations=1), "trace.invocations"),
     "graph_sweep tile index": (lambda c: c["graph_sweep"].update(tile=9), "graph_sweep.tile"),
     "missing replay dir": (lambda c: c.update(replay="no/such/dir"), "replay"),
+    "family without a colon": (lambda c: c.update(family="nocolon"), "family"),
+    "family not a string": (lambda c: c.update(family=3), "family"),
     # upper bounds (issue 23 item 14): refused before the DAG is built
     "portfolio.runs past its bound": (lambda c: c["portfolio"].update(runs=1_000_000_000), "portfolio.runs"),
     "portfolio.reps past its bound": (lambda c: c["portfolio"].update(reps=10**9), "portfolio.reps"),
@@ -139,6 +141,28 @@ def test_smoke_overlay_is_validated_too_and_its_keys_keep_their_prefix():
     cfg = _bad(lambda c: c["policies"].update(train_fraction=1.5))
     with pytest.raises(hconfig.ConfigError, match="config key 'policies.train_fraction'"):
         hconfig.resolve(cfg, cuda_available=False)
+
+
+@pytest.mark.parametrize("family", [None, "a.b:C", "examples.rmsnorm.family:SMOKE", "mine:FAMILY"])
+def test_family_is_null_for_attention_or_a_module_and_attribute(family):
+    # the form only: whether it imports is the trace stage's to say (tests/families/test_study.py)
+    for cuda in (True, False):
+        assert (
+            hconfig.resolve(_bad(lambda c: c.update(family=family)), cuda_available=cuda)["family"] == family
+        )
+    assert BASE["family"] is None  # the default study: the built-in attention kernels
+
+
+@pytest.mark.parametrize("family", ["nocolon", "a.b:", ":C", "a..b:C", "a.b:C:D", "a b:C", "a-b:C", ""])
+def test_a_family_of_another_form_is_one_line_naming_the_key(family):
+    with pytest.raises(hconfig.ConfigError) as exc:
+        hconfig.resolve(_bad(lambda c: c.update(family=family)), cuda_available=False)
+    msg = str(exc.value)
+    assert msg.startswith(f"config key 'family': {family!r} must be `package.module:ATTRIBUTE`"), msg
+    assert "\n" not in msg
+    # set by the smoke overlay: named there
+    with pytest.raises(hconfig.ConfigError, match="config key 'smoke.family'"):
+        hconfig.resolve(_bad(lambda c: c["smoke"].update(family=family)), cuda_available=False)
 
 
 def test_unknown_key_in_a_graph_sweep_shape_is_refused():

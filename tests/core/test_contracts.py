@@ -89,3 +89,51 @@ def test_required_columns_are_the_stage_contract():
     )
     assert set(contracts.PORTFOLIO.required_names) >= {"run", "mode", "invocation", "candidate", "median_us"}
     assert contracts.DECISION.required_names == ("verdict", "reason")
+
+
+def _family_trace(**overrides) -> pd.DataFrame:
+    row = {
+        "invocation": 0, "family": "rmsnorm", "step": 3, "step_kind": "decode-only", "time_s": 0.06,
+        "shape_key": "tokens=3|hidden=512|dtype=float16", "shape": '{"dtype": "float16", "hidden": 512, "tokens": 3}',
+        "weight": 2.0, "tokens": 3, "hidden": 512, "dtype": "float16",
+    }  # fmt: skip
+    row.update(overrides)
+    return pd.DataFrame([row])
+
+
+def test_a_kernel_familys_trace_and_candidates_meet_the_familys_contract(tmp_path):
+    # its `step` is the engine step's index (an integer), not attention's serving step (a string)
+    artifacts.write(_family_trace(), tmp_path / "t.parquet", kind="trace", provenance=PROV)
+    contracts.check("trace", pq.read_schema(tmp_path / "t.parquet"))  # a schema alone: by its columns
+    with pytest.raises(ValueError, match=r"'trace': missing required column\(s\) \['shape'\]"):
+        artifacts.write(
+            _family_trace().drop(columns="shape"), tmp_path / "t.parquet", kind="trace", provenance=PROV
+        )
+    with pytest.raises(
+        ValueError, match=r"'trace': column 'step' has type (large_)?string, expected integer"
+    ):
+        contracts.check("trace", artifacts.to_table(_family_trace(step="decode")))
+    cands = pd.DataFrame(
+        {"candidate": ["BLOCK128-w1-s3"], "family": ["rmsnorm"], "params": ['{"BLOCK": 128}']}
+    )
+    artifacts.write(cands, tmp_path / "c.parquet", kind="candidates", provenance=PROV)
+    with pytest.raises(ValueError, match=r"'candidates': missing required column\(s\) \['params'\]"):
+        contracts.check("candidates", artifacts.to_table(cands.drop(columns="params")))
+
+
+def test_attentions_family_column_is_typed_and_keeps_attentions_contract(tmp_path):
+    artifacts.write(_trace(family="attention"), tmp_path / "t.parquet", kind="trace", provenance=PROV)
+    with pytest.raises(ValueError, match=r"'trace': missing required column\(s\) \['kv_len'\]"):
+        contracts.check("trace", artifacts.to_table(_trace(family="attention").drop(columns="kv_len")))
+    with pytest.raises(ValueError, match=r"'trace': column 'family' has type bool, expected string"):
+        contracts.check("trace", artifacts.to_table(_trace(family=True)))
+    assert contracts.family_of(artifacts.to_table(_trace())) == contracts.ATTENTION  # no column: attention
+    # not among the columns the library's builders write (headroom.families.study.tagged adds it)
+    assert "family" not in contracts.TRACE.names and "family" not in contracts.CANDIDATES.names
+
+
+def test_the_steps_contract():
+    from headroom.trace import step_table
+
+    assert contracts.STEPS.required_names == step_table.COLUMNS
+    assert contracts.contract("steps").schema().field("prefill_chunks").type == contracts.INT_LISTS
