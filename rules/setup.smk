@@ -35,8 +35,9 @@ rule candidates:
         f"{S}/benchmarks/candidates.tsv"
     wildcard_constraints:
         study=one_of(MEASURED_STUDIES),
+    # a kernel family is imported here (its candidates): the environment with torch and Triton
     conda:
-        "../envs/analysis.yaml"
+        "../envs/gpu.yaml"
     threads: 1
     resources:
         mem_mb=1000,

@@ -44,8 +44,9 @@ rule trace:
         f"{S}/benchmarks/trace.tsv"
     wildcard_constraints:
         study=one_of(MEASURED_STUDIES),
+    # a kernel family is imported here (its shapes and costs): the environment with torch and Triton
     conda:
-        "../envs/analysis.yaml"
+        "../envs/gpu.yaml"
     threads: 1
     resources:
         mem_mb=4000,
