@@ -292,11 +292,15 @@ class JobPlan:
         return sum(n * s for _, n, s in self.jobs)
 
 
-def _stage_jobs(model: Model, candidates: int, shapes: tuple[int, int], runs: int, run_s: float) -> list:
-    """shapes: (distinct, long)."""
+def _stage_jobs(
+    model: Model, candidates: int, shapes: tuple[int, int], runs: int, run_s: float, family: bool = False
+) -> list:
+    """shapes: (distinct, long); family: a kernel family's study, whose graph sweep writes its
+    skipped rows and times nothing (a process like the candidates stage's)."""
     jobs = [(s, 1, model.fixed_s[s]) for s in ("environment", "calibrate", "trace", "candidates")]
     jobs += [(s, 1, model.linear_s(s, candidates, *shapes)) for s in _LINEAR]
-    jobs += [("graph_sweep", 1, model.fixed_s["graph_sweep"]), ("portfolio", runs, run_s)]
+    sweep_s = model.fixed_s["candidates" if family else "graph_sweep"]
+    jobs += [("graph_sweep", 1, sweep_s), ("portfolio", runs, run_s)]
     return jobs + [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
 
 
@@ -309,14 +313,19 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     if study.get("replay"):
         jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
         return JobPlan(name, jobs, 0, {"replay": study["replay"]})
-    trace, provenance = invocations.build(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
-    built = hcandidates.build(
-        study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
-    )
     ref = closest(model.refs, str(study["trace"]["source"]), int(study["generation"]))
-    # a backend unsupported on one trace's shapes (mooncake-conv's long contexts) may run on another's:
-    # the closest reference's own drops, not every reference's
-    admitted = [c for c in built["candidate"] if c not in model.dropped[ref.name]]
+    if study.get("family"):
+        trace, admitted, megabytes, note = _family_study(study)
+    else:
+        trace, provenance = invocations.build(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
+        built = hcandidates.build(
+            study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
+        )
+        # a backend unsupported on one trace's shapes (mooncake-conv's long contexts) may run on
+        # another's: the closest reference's own drops, not every reference's
+        admitted = [c for c in built["candidate"] if c not in model.dropped[ref.name]]
+        megabytes = float(np.mean([inputs.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
+        note = invocations.clip_note(provenance)
     cfg = portfolio.settings({k: v for k, v in study["portfolio"].items() if k != "runs"})
     modes = portfolio.modes_for(cfg["mode"], study["device"])
     per_mode = simulated_cell(ref.samples(), cfg)
@@ -328,7 +337,6 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
             f"{'/'.join(timed) or 'none'}; recorded on {ref.device}): plan a {study['device']} study on "
             f"references recorded in every mode it times (--references, default {REFERENCE_ROOT})"
         )
-    megabytes = float(np.mean([inputs.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
     calls = {"eager": 1, "graph": cfg["graph_calls"]}
     n_inv, n_cand = len(trace), len(admitted)
     samples = {m: per_mode[m][0] for m in modes}
@@ -349,10 +357,27 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
         "reference": ref.name,
         "megabytes": megabytes,
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
-        "trace_note": invocations.clip_note(provenance),
+        "trace_note": note,
     }
-    jobs = _stage_jobs(model, n_cand, (facts["shapes"], long_shapes(trace)), runs, run_s)
+    long = 0 if study.get("family") else long_shapes(trace)  # a family's reference is its own
+    jobs = _stage_jobs(model, n_cand, (facts["shapes"], long), runs, run_s, bool(study.get("family")))
     return JobPlan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
+
+
+def _family_study(study: dict[str, Any]) -> tuple[pd.DataFrame, list[str], float, str]:
+    """A family study's trace (the family imported, its calls over the engine's steps, sampled as
+    the trace stage samples them), its candidates, the bytes one call moves by its own ``cost`` (MB:
+    what the per-call model of the attention references scales with) and a note saying so."""
+    from headroom.families import load, stages
+    from headroom.families.study import candidates_table, family_trace
+    from headroom.trace import step_table
+
+    family = load(study["family"], device=study["device"], root=PROJECT_ROOT).family
+    steps = step_table.build(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
+    trace = stages.cost_columns(family, family_trace(family, steps, study["trace"])[0])
+    note = (f"family {family.name}: per-call times scaled from the attention references by the bytes "
+            "its cost() says a call moves")  # fmt: skip
+    return trace, list(candidates_table(family)["candidate"]), float(trace["cost_bytes"].mean()) / 1e6, note
 
 
 def _run_s(

@@ -83,6 +83,18 @@ def test_the_pilot_fits_one_device_call(model):
     assert jobs["portfolio"][0] == 3 and all(np.isfinite(s) and s > 0 for _, s in jobs.values())
 
 
+def test_a_family_study_is_planned_on_its_own_candidates_and_calls(model, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the plan imports the family; nothing runs on a GPU
+    plan = cost.plan_study("rmsnorm", _study("rmsnorm"), model)
+    facts = plan.facts
+    assert facts["candidates"] == 4  # the example's four @triton.autotune configs, not attention's
+    assert plan.cells == facts["runs"] * len(facts["modes"]) * facts["invocations"] * 4
+    assert facts["trace_note"].startswith("family rmsnorm")
+    jobs = {stage: s for stage, _, s in plan.jobs}
+    attention = {stage: s for stage, _, s in cost.plan_study("default", _study("default"), model).jobs}
+    assert jobs["graph_sweep"] < attention["graph_sweep"]  # a family's sweep only says it does not apply
+
+
 def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
     assert cli.main(["plan", "default", "replay-h200-default-gen2", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
