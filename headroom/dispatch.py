@@ -38,26 +38,39 @@ study's eager mode, answers for that scope): then ``choose`` routes each call by
 -> mixed, as the decision read the trace), to that step's part. ``features`` names what a scope's
 table keys on (e.g. phase and batch for ``batch-keyed``, shape_key for ``exact-key``); ``choose``
 refuses a feature outside its range (``FEATURES``).
+
+A kernel family's table (``family`` names it: docs/families.md) is the same table about the family's
+own shapes. Its identity is the GPU model and SM count, and the family's name, version and source
+BLAKE3 (``FAMILY_HARD``; driver, torch and Triton as ever only warn); its candidates carry the
+family's ``params`` (the attention fields are null, but for ``num_warps``/``num_stages`` where the
+params hold them); ``choose`` checks each of the family's declared features a call gives by its
+kind and ``min``/``max`` (``family_features``), and routes by ``step`` (``decode-only``, ``mixed``;
+a family's ``prefill-only`` step is profiled as ``mixed``: ``step_of_kind``; a trace row's integer
+``step`` index gives way to its ``step_kind``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import numbers
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from headroom import policies
-from headroom.policies.shapes import CLUSTER_FEATURES
+from headroom.policies.shapes import CLUSTER_FEATURES, Keying
 
 HARD = ("gpu_name", "sm_count", "heads_q", "heads_kv", "head_dim", "dtype", "kernel_source_blake3")
+#: What a kernel family's table is valid for only (its ``identity.hard``): the GPU, and the family as
+#: its artifacts record it (provenance ``family``: name, version, source BLAKE3).
+FAMILY_HARD = ("gpu_name", "sm_count", "family", "family_version", "family_source_blake3")
 SOFT = ("driver", "torch", "triton")
 SCHEMA_VERSIONS = (1,)
 WHAT = {
@@ -68,6 +81,9 @@ WHAT = {
     "head_dim": "partition (head_dim)",
     "dtype": "dtype",
     "kernel_source_blake3": "kernel source hash",
+    "family": "kernel family",
+    "family_version": "family version",
+    "family_source_blake3": "family source hash",
 }
 #: What a candidate carries besides its fused flag (``Candidate``; the recommendation writes them)
 CANDIDATE_FIELDS = ("tile", "block_m", "block_n", "num_warps", "num_stages", "rope", "generation", "backend")
@@ -112,27 +128,43 @@ class VersionWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Feature:
-    """What ``choose`` accepts of one feature: an integer in [low, high] (kind ``int``), or a string
-    (kind ``str``), one of ``values`` where it names them."""
+    """What ``choose`` accepts of one feature: an integer in [low, high] (kind ``int``), a finite
+    number in [low, high] (kind ``float``; a family's), or a string (kind ``str``), one of ``values``
+    where it names them. A bound of None: none that side (a family's feature declared without it)."""
 
     kind: str
-    low: int | None = None
-    high: int | None = None
+    low: float | None = None
+    high: float | None = None
     values: tuple[str, ...] = ()
 
     def allowed(self) -> str:
-        if self.kind == "int":
-            return f"an integer in [{self.low}, {self.high}]"
+        if self.kind in ("int", "float"):
+            what = "an integer" if self.kind == "int" else "a finite number"
+            if self.low is not None and self.high is not None:
+                return f"{what} in [{self.low}, {self.high}]"
+            if self.low is not None or self.high is not None:
+                return f"{what} {'>=' if self.low is not None else '<='} {_g(self.low, self.high)}"
+            return what
         return f"one of {list(self.values)}" if self.values else "a string"
 
     def accepts(self, value: Any) -> bool:
         if self.kind == "int":  # numpy integers are Integral; a bool, a float or NaN is not an integer here
+            return isinstance(value, numbers.Integral) and not isinstance(value, bool) and self._within(value)
+        if self.kind == "float":  # an integer is a number too; NaN and infinities are not accepted
             return (
-                isinstance(value, numbers.Integral)
+                isinstance(value, numbers.Real)
                 and not isinstance(value, bool)
-                and self.low <= value <= self.high
+                and math.isfinite(value)
+                and self._within(value)
             )
         return isinstance(value, str) and (not self.values or value in self.values)
+
+    def _within(self, value) -> bool:
+        return (self.low is None or self.low <= value) and (self.high is None or value <= self.high)
+
+
+def _g(*bounds):
+    return next(b for b in bounds if b is not None)
 
 
 #: Each feature a policy keys on, with its range: one table (the families issue derives it from a
@@ -151,16 +183,33 @@ FEATURES = {
 AT_LEAST = (("kv_len", "q_len"),)
 
 
-def check_features(features: dict[str, Any], needed: tuple[str, ...] = ()) -> None:
-    """DispatchError naming the first feature that is missing (of ``needed``) or outside its range."""
+#: The kinds of a family's declared features (headroom.families.Feature) as ``Feature`` kinds.
+FAMILY_KINDS = {"int": "int", "float": "float", "category": "str"}
+
+
+def family_features(record: dict) -> dict[str, Feature]:
+    """What ``choose`` accepts of each of a family's declared features (a table's ``family`` record:
+    ``features`` {name: {kind, min, max, ...}}), and of ``shape_key`` (a string, as attention's)."""
+    out = {
+        name: Feature(FAMILY_KINDS[spec["kind"]], spec.get("min"), spec.get("max"))
+        for name, spec in record["features"].items()
+    }
+    return {**out, "shape_key": FEATURES["shape_key"]}
+
+
+def check_features(
+    features: dict[str, Any], needed: tuple[str, ...] = (), specs: dict[str, Feature] | None = None
+) -> None:
+    """DispatchError naming the first feature that is missing (of ``needed``) or outside its range
+    (``specs``: a family's, ``family_features``; None: attention's ``FEATURES`` and ``AT_LEAST``)."""
     missing = [f for f in needed if f not in features]
     if missing:
         raise DispatchError(f"the table keys on {list(needed)}; missing {missing}")
     for name, value in features.items():
-        spec = FEATURES.get(name)
+        spec = (FEATURES if specs is None else specs).get(name)
         if spec is not None and not spec.accepts(value):
             raise DispatchError(f"feature {name}={value!r:.60}: must be {spec.allowed()}")
-    for a, b in AT_LEAST:
+    for a, b in AT_LEAST if specs is None else ():
         if a in features and b in features and features[a] < features[b]:
             raise DispatchError(
                 f"feature {a}={features[a]!r} is below {b}={features[b]!r}: must be at least {b}"
@@ -176,6 +225,30 @@ _HEX = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _COUNT = {"type": "integer", "minimum": 1}
 _DIM = len(CLUSTER_FEATURES) + 1  # the k-means vector: log2 of each feature, and the phase
 _VECTOR = {"type": "array", "minItems": _DIM, "maxItems": _DIM, "items": {"type": "number"}}
+_NUMBERS = {"type": "array", "minItems": 1, "items": {"type": "number"}}  # a family's k-means vector
+_PAIR = {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}
+#: A family's keys (``headroom.policies.Keying.to_dict``), written with each of its policies
+_KEYING = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["categories", "numeric", "capture", "cluster", "flags", "order"],
+    "properties": {
+        "categories": {"type": "array", "items": _NAME},
+        "numeric": {"type": "array", "items": _PAIR},
+        "capture": {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "minItems": 3,
+                "maxItems": 3,
+                "prefixItems": [_NAME, {"type": "string"}, {"type": "array", "items": {"type": "integer"}}],
+            },
+        },
+        "cluster": {"type": "array", "items": _NAME},
+        "flags": {"type": "array", "items": _PAIR},
+        "order": {"type": ["array", "null"], "items": {"type": "string"}},
+    },
+}
 _POLICY = {
     "type": "object",
     "additionalProperties": False,
@@ -194,10 +267,11 @@ _POLICY = {
                 "prefixItems": [{"type": ["string", "integer", "null"]}, {"type": "integer", "minimum": 0}],
             },
         },
-        "mean": _VECTOR,
-        "std": {**_VECTOR, "items": {"type": "number", "exclusiveMinimum": 0}},
-        "centroids": {"type": "array", "minItems": 1, "items": _VECTOR},
+        "mean": _NUMBERS,
+        "std": {**_NUMBERS, "items": {"type": "number", "exclusiveMinimum": 0}},
+        "centroids": {"type": "array", "minItems": 1, "items": _NUMBERS},
         "seed": {"type": "integer"},
+        "keying": _KEYING,  # a family's policy (attention's is written without it)
     },
     "allOf": [
         {
@@ -207,6 +281,16 @@ _POLICY = {
         {
             "if": {"properties": {"policy": {"const": "clustered"}}},
             "then": {"required": ["mean", "std", "centroids"]},
+        },
+        {  # attention's k-means vector has its fixed length; a family's is its keying's (``_consistent``)
+            "if": {"not": {"required": ["keying"]}},
+            "then": {
+                "properties": {
+                    "mean": _VECTOR,
+                    "std": {**_VECTOR, "items": {"type": "number", "exclusiveMinimum": 0}},
+                    "centroids": {"type": "array", "minItems": 1, "items": _VECTOR},
+                }
+            },
         },
     ],
 }
@@ -244,6 +328,63 @@ _CANDIDATE = {
     "if": {"properties": {"backend": {"const": "triton"}}},
     "then": {
         "properties": {"tile": {"minimum": 0}, **{size: {"minimum": 1} for size in _SIZES}},
+    },
+}
+#: A kernel family's candidate: its params, the attention fields null (num_warps/num_stages where
+#: the params hold them: a Triton config's)
+_FAMILY_CANDIDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["fused", *CANDIDATE_FIELDS, "params"],
+    "properties": {
+        **{f: {"type": "null"} for f in ("fused", "tile", "block_m", "block_n", "rope", "generation")},
+        "num_warps": {"type": ["integer", "null"], "minimum": 1},
+        "num_stages": {"type": ["integer", "null"], "minimum": 0},
+        "backend": {"const": "family"},
+        "params": {
+            "type": "object",
+            "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+        },
+    },
+}
+#: What a kernel family's artifacts record of it (provenance ``family``), as its table carries it
+_FAMILY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "version", "source_blake3", "features", "feature_order"],
+    "properties": {
+        "name": _NAME,
+        "version": {"type": "string"},
+        "spec": {"type": "string"},
+        "source_blake3": _HEX,
+        "features": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "required": ["kind"],
+                "properties": {
+                    "kind": {"enum": sorted(FAMILY_KINDS)},
+                    "capture_fixed": {"type": "boolean"},
+                    "pad_to": {"type": ["array", "null"], "items": {"type": "integer"}},
+                    "min": {"type": ["number", "null"]},
+                    "max": {"type": ["number", "null"]},
+                },
+            },
+        },
+        "feature_order": {"type": "array", "items": _NAME},
+    },
+}
+FAMILY_HARD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": list(FAMILY_HARD),
+    "properties": {
+        "gpu_name": _NAME,
+        "sm_count": {"type": "integer", "minimum": 0},
+        "family": _NAME,
+        "family_version": {"type": "string"},
+        "family_source_blake3": _HEX,
     },
 }
 HARD_SCHEMA = {
@@ -288,7 +429,7 @@ SCHEMA = {
             "additionalProperties": False,
             "required": ["hard", "soft"],
             "properties": {
-                "hard": HARD_SCHEMA,
+                "hard": {"type": "object"},  # attention's HARD_SCHEMA, a family's FAMILY_HARD_SCHEMA
                 "soft": {
                     "type": "object",
                     "required": list(SOFT),
@@ -303,8 +444,26 @@ SCHEMA = {
             "additionalProperties": _NAME,
         },
         "scopes": {"type": "object", "minProperties": 1, "additionalProperties": _SCOPE},
-        "candidates": {"type": "object", "minProperties": 1, "additionalProperties": _CANDIDATE},
+        "candidates": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "object"}},
         "provenance": {"type": "object"},  # the stage's (headroom/core/stage.py), as in an artifact
+        "family": _FAMILY,  # a kernel family's table only
+        # a family's step kind -> the profile's step
+        "step_of_kind": {"type": "object", "additionalProperties": _NAME},
+    },
+    "if": {"required": ["family"]},
+    "then": {
+        "required": ["step_of_kind"],
+        "properties": {
+            "identity": {"properties": {"hard": FAMILY_HARD_SCHEMA}},
+            "candidates": {"additionalProperties": _FAMILY_CANDIDATE},
+        },
+    },
+    "else": {  # attention's table: step_of_kind is a family's
+        "properties": {
+            "step_of_kind": {"const": "only in a kernel family's table"},  # its message names the rule
+            "identity": {"properties": {"hard": HARD_SCHEMA}},
+            "candidates": {"additionalProperties": _CANDIDATE},
+        },
     },
 }
 
@@ -431,6 +590,7 @@ def _consistent(path: Path, table: dict) -> dict:
     indices in range) with its class's features, it and the scope's kernel name described candidates,
     and the profile names scopes of the table."""
     cands, scopes = table["candidates"], {}
+    keying = keying_of(table)
     for scope, entry in table["scopes"].items():
         where = f"{path}: field scopes.{scope}"
         data = entry["policy"]
@@ -438,6 +598,15 @@ def _consistent(path: Path, table: dict) -> dict:
             policy = policies.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise DispatchError(f"{where}.policy: {exc}") from None
+        if isinstance(policy, policies.KeyedPolicy) and policy.keying != keying:
+            whose = f"family {table['family']['name']!r}" if "family" in table else "attention"
+            raise DispatchError(f"{where}.policy.keying: not the keys of {whose}'s declared features")
+        if isinstance(policy, policies.Clustered):
+            dims = {len(policy.mean), len(policy.std), *(len(c) for c in policy.centroids)}
+            if dims != {policy.keying.dim}:
+                raise DispatchError(
+                    f"{where}.policy: k-means vectors of length {sorted(dims)}; its keys give {policy.keying.dim}"
+                )
         if list(data["features"]) != list(policy.features):
             raise DispatchError(
                 f"{where}.policy.features: {data['features']} is not {data['policy']}'s {list(policy.features)}"
@@ -454,14 +623,12 @@ def _consistent(path: Path, table: dict) -> dict:
     return scopes
 
 
-def load(
-    path: str | Path, *, mode: str | None = None, identity: dict | None = None, study: str | None = None
-) -> Dispatch:
-    """The dispatch table at ``path`` for ``mode`` (a scope; None: the deployment profile, or the one
-    scope of a table without one). ``path`` is a study folder or a dispatch.json; a study folder, or a
-    dispatch.json with recommendation.parquet beside it, is checked against the folder (``check_folder``).
-    With ``study``, a table recorded for another study is refused; with ``identity`` (keys HARD,
-    optionally SOFT), a table recorded for another machine (``check``)."""
+def read_table(
+    path: str | Path, *, identity: dict | None = None, study: str | None = None
+) -> tuple[dict, dict]:
+    """(the table's JSON content, {scope: its fitted policy}) of the table at ``path`` (a study folder
+    or a dispatch.json), checked as ``load`` checks it: what a tool reads that needs every scope at
+    once (``headroom export``)."""
     path = Path(path)
     if path.is_dir():
         check_folder(path)
@@ -473,7 +640,25 @@ def load(
         raise DispatchRefused(f"{path}: the dispatch table of study {table['study']!r}, not of {study!r}")
     if identity is not None:
         check(table, identity)
-    scopes = _consistent(path, table)
+    return table, _consistent(path, table)
+
+
+def keying_of(table: dict) -> Keying:
+    """The keys a table's policies read: its family's declared features (``Keying.of_record``), or
+    attention's."""
+    return Keying.of_record(table.get("family"))
+
+
+def load(
+    path: str | Path, *, mode: str | None = None, identity: dict | None = None, study: str | None = None
+) -> Dispatch:
+    """The dispatch table at ``path`` for ``mode`` (a scope; None: the deployment profile, or the one
+    scope of a table without one). ``path`` is a study folder or a dispatch.json; a study folder, or a
+    dispatch.json with recommendation.parquet beside it, is checked against the folder (``check_folder``).
+    With ``study``, a table recorded for another study is refused; with ``identity`` (keys HARD,
+    optionally SOFT), a table recorded for another machine (``check``)."""
+    table, scopes = read_table(path, identity=identity, study=study)
+    path = Path(path) / DISPATCH_NAME if Path(path).is_dir() else Path(path)
     cands = {cid: Candidate(id=cid, **facts) for cid, facts in table["candidates"].items()}
     if mode is None and not table["profile"] and len(scopes) == 1:
         mode = next(iter(scopes))  # one scope and no profile (a CPU study: eager only): that scope
@@ -499,14 +684,21 @@ def _same(recorded: Any, given: Any) -> bool:
     return isinstance(recorded, str) and isinstance(given, str) and recorded == given
 
 
+def hard_keys(table: dict) -> tuple[str, ...]:
+    """What a table is valid for only: attention's ``HARD``, or a family's ``FAMILY_HARD``."""
+    return FAMILY_HARD if "family" in table else HARD
+
+
 def check(table: dict, identity: dict) -> None:
     """Refuse (``DispatchRefused``, every difference named) a table recorded for another GPU model,
-    SM count, partition, dtype or kernel source; warn (``VersionWarning``) on other versions."""
+    SM count, partition, dtype or kernel source (a family's table: another family, family version or
+    family source); warn (``VersionWarning``) on other versions."""
     recorded = table.get("identity") or {}
     hard, soft = recorded.get("hard", {}), recorded.get("soft", {})
-    missing = [k for k in HARD if k not in identity]
+    keys = hard_keys(table)
+    missing = [k for k in keys if k not in identity]
     if missing:
-        raise DispatchRefused(f"identity lacks {missing}: the table is valid only for a known {HARD}")
+        raise DispatchRefused(f"identity lacks {missing}: the table is valid only for a known {keys}")
 
     def said(k):
         a, b = hard.get(k), identity[k]
@@ -517,7 +709,7 @@ def check(table: dict, identity: dict) -> None:
         )
         return f"{WHAT[k]}: the table is for {a!r}, this is {b!r}{types}"
 
-    wrong = [said(k) for k in HARD if not _same(hard.get(k), identity[k])]
+    wrong = [said(k) for k in keys if not _same(hard.get(k), identity[k])]
     if wrong:
         raise DispatchRefused(f"dispatch table of study {table.get('study')!r} refused: " + "; ".join(wrong))
     for k in SOFT:
@@ -588,7 +780,8 @@ def current_kernel_code(root: str | Path | None = None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A candidate to run: its id and what ``kernels.deploy`` needs to plan it."""
+    """A candidate to run: its id and what ``kernels.deploy`` needs to plan it; a kernel family's:
+    its ``params`` (the family's ``Candidate.params``; the attention fields None)."""
 
     id: str
     tile: int | None
@@ -597,9 +790,10 @@ class Candidate:
     num_warps: int | None
     num_stages: int | None
     rope: str | None
-    generation: int
+    generation: int | None
     backend: str
-    fused: bool
+    fused: bool | None
+    params: dict | None = field(default=None, hash=False)
 
 
 class Dispatch:
@@ -610,13 +804,24 @@ class Dispatch:
         self.study, self.verdict = table.get("study"), table.get("verdict")
         self.profile = dict(table.get("profile") or {})
         self.step_of_phase = dict(table.get("step_of_phase") or {})
+        self.family = table.get("family")  # a kernel family's record; None: attention's table
+        self.step_of_kind = dict(table.get("step_of_kind") or {})
+        self.specs = None if self.family is None else family_features(self.family)
 
     def scope_of(self, features: dict[str, Any]) -> str:
         """The scope that answers a call with these features."""
         if self.mode is not None:
             return self.mode
         step = features.get("step")
-        if step is None:
+        if self.family is not None:
+            if not isinstance(step, str):  # a family trace row's `step` is its index: its kind routes
+                step = features.get("step_kind", step)
+            if step is None:
+                raise DispatchError(
+                    f"the deployment profile routes by `step` (one of {sorted(self.step_of_kind)}); give one"
+                )
+            step = self.step_of_kind.get(step, step) if isinstance(step, str) else step
+        elif step is None:
             if "phase" not in features:
                 raise DispatchError("the deployment profile routes by `step` (or `phase`); give one")
             check_features({"phase": features["phase"]})
@@ -638,12 +843,13 @@ class Dispatch:
 
     def choose(self, **features: Any) -> Candidate:
         """The candidate the table picks for one call's shape (a shape it never saw: its fallback);
-        DispatchError naming a feature that is missing or outside its range (``FEATURES``)."""
-        check_features(features)
+        DispatchError naming a feature that is missing or outside its range (``FEATURES``; a family's
+        table: its declared features, ``family_features``)."""
+        check_features(features, specs=self.specs)
         scope = self.scope_of(features)
         policy = self.scopes[scope][1]
         try:
-            check_features(features, tuple(policy.features))
+            check_features(features, tuple(policy.features), self.specs)
         except DispatchError as exc:
             raise DispatchError(f"{scope} ({policy.name}): {exc}") from None
         return self.candidates[policy.lookup(features)]

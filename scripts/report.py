@@ -37,6 +37,8 @@ def main(stage):
         title=stage.params["report"].get("title", defaults.value("report", "title")),
         benchmarks=_benchmarks(stage.params["benchmarks"]),
         missing=missing,
+        # a kernel family's study: what its trace records of the family (its feature names)
+        family=stage.read_provenance("trace").get("extra", {}).get("family") if "trace" in declared else None,
     )
     for path in paths.values():  # `headroom verify` covers the report too
         artifacts.record_hash(path)

@@ -21,27 +21,53 @@ What it adds, per scope:
 * what each figure is worth per decoder layer (``layer_model``): the same saving as % of the time of a
   decoder layer running the shipped kernel, the layer being attention plus its GEMMs.
 
+A kernel family's study (``family``: what its trace records of it, provenance ``extra.family``) is
+keyed by the family's declared features (``keying``) and reads none of attention's columns: the
+decoder-layer model is attention's and does not apply (its columns null), nor do the candidate
+columns of attention's kernels (tile, block sizes, RoPE, fused, generation: null; ``num_warps`` and
+``num_stages`` where the candidate's params hold them, as a Triton config's do; ``backend``
+``family``), nor the partition (heads, head_dim, dtype) or the attention kernel source hash. Its rows
+say which family (``kernel_family``, ``family_version``, ``family_source_blake3``) and what the
+shipped candidate's params are (``params``, JSON).
+
 dispatch.json holds every scope's fitted policy as data (``headroom.policies``' ``to_dict``; the
 global kernel is the ``global`` policy with one candidate), the candidates it uses, the profile (step
-type -> scope) and the identity it is valid for; ``headroom.dispatch`` loads it.
+type -> scope) and the identity it is valid for; ``headroom.dispatch`` loads it. A family's table also
+holds the family's record (``family``: name, version, spec, source BLAKE3, declared features) and how
+its step kinds route (``step_of_kind``); its identity is the GPU's and the family's
+(``headroom.dispatch.FAMILY_HARD``), its candidates carry their params.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
+from headroom.core.contracts import ATTENTION as ATTENTION_NAME
 from headroom.decide import engine, figures, measured, registry
 from headroom.decide.decision import figure_row, pure_phase_split
 from headroom.decide.layer import gemm_us, rates
 from headroom.decide.measured import checked_modes
-from headroom.dispatch import CANDIDATE_FIELDS, HARD, SOFT, validate
-from headroom.policies.shapes import ATTENTION
+from headroom.dispatch import CANDIDATE_FIELDS, FAMILY_HARD, HARD, SOFT, validate
+from headroom.policies.shapes import ATTENTION, Keying
 
 SCHEMA_VERSION = 1
 BEST_UNFUSED = "best_unfused"  # the alternative of the kernel_vs_best_unfused rows; the others are natives
+#: The columns of attention's kernels and decoder layer, null in a family's rows
+ATTENTION_CANDIDATE_COLUMNS = ("tile", "block_m", "block_n", "rope", "generation", "fused")
+LAYER_COLUMNS = (
+    "attention_layer_pct",
+    "attention_layer_prefill_pct",
+    "attention_layer_decode_pct",
+    "expected_gain_layer_pct",
+    "gap_layer_pct",
+    "speedup_layer_pct",
+    "speedup_layer_ci_low",
+    "speedup_layer_ci_high",
+)
 
 
 def scopes_of(modes: dict, decision: pd.DataFrame, deployment: dict) -> dict:
@@ -75,7 +101,7 @@ def refit(md, L: engine.Layout, opts, name: str, arm: str, seed: int):
         charge_us=L.plan[:, cols],
         weight=L.weight,
     )
-    return compact(registry.make(name).fit(train))
+    return compact(registry.make(name, md.keying).fit(train))
 
 
 def compact(policy):
@@ -88,8 +114,8 @@ def compact(policy):
     return policy
 
 
-def global_policy(kernel: str):
-    policy = registry.make("global")
+def global_policy(kernel: str, keying: Keying = ATTENTION):
+    policy = registry.make("global", keying)
     policy.candidates, policy.table, policy.fallback = (kernel,), {None: 0}, 0
     return policy
 
@@ -110,12 +136,14 @@ def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tup
             refit(md, L, opts, "phase-keyed", "free", seed),
             figure_row(rows, "phase_split_gain"),
         )
-    return "kernel", global_policy(kernel), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
+    return "kernel", global_policy(kernel, md.keying), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
 
 
 def kernel_of(rows: pd.DataFrame, md, L) -> tuple[str, int]:
     """(the global kernel, runs agreeing) from the decision's kernel rows; without any (no unfused arm
     and no native candidate) the engine's own refit (``figures.kernel``), the same function."""
+    if "kernel" not in rows:  # a decision without kernel rows at all (a family's: no fused arm, no native)
+        return figures.kernel(md, L)
     k = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS) & rows["kernel"].notna()]
     if len(k):
         return str(k["kernel"].iloc[0]), int(k["runs_agree"].iloc[0])
@@ -157,8 +185,13 @@ def _num(x) -> float:
     return float(x) if x is not None and pd.notna(x) else math.nan
 
 
-def scope_rows(scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, worth: dict) -> list[dict]:
-    """One row per alternative (best unfused, each native) of one scope."""
+def scope_rows(
+    scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, worth: dict | None
+) -> list[dict]:
+    """One row per alternative (best unfused, each native) of one scope; ``worth`` None (a kernel
+    family: no decoder-layer model) leaves the per-layer columns null."""
+    if worth is None:
+        worth = {"attention": math.nan, "layer": math.nan, "prefill": math.nan, "decode": math.nan}
     kind, policy, gain = ship
     name, agree = kernel
     gap = figure_row(rows, "gap_to_oracle")
@@ -250,6 +283,52 @@ def candidate_facts(candidates: pd.DataFrame, ids) -> dict:
     return out
 
 
+def family_candidate_facts(candidates: pd.DataFrame, ids) -> dict:
+    """{candidate id: a kernel family's candidate as dispatch.json holds it}: its params (the
+    candidates table's JSON), the attention fields null, num_warps/num_stages where the params hold
+    them as integers (a Triton config's), backend ``family``."""
+    table = candidates.set_index("candidate")
+    out = {}
+    for cid in sorted(set(ids)):
+        if cid not in table.index:
+            raise ValueError(f"candidates: no row for {cid!r}, which the recommendation ships")
+        params = json.loads(str(table.loc[cid, "params"]))
+        facts = dict.fromkeys(("fused", *CANDIDATE_FIELDS))
+        for c in ("num_warps", "num_stages"):
+            v = params.get(c)
+            facts[c] = int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+        out[cid] = {**facts, "backend": "family", "params": params}
+    return out
+
+
+def family_identity(environment: pd.DataFrame, family: dict) -> dict:
+    """A family's table's identity: the GPU and the family as its artifacts record it (``FAMILY_HARD``),
+    and the versions a server may differ in."""
+    env = environment.iloc[0] if environment is not None and len(environment) else pd.Series(dtype=object)
+    hard = {
+        "gpu_name": str(env.get("gpu_name", "unknown")),
+        "sm_count": int(env.get("sm_count", 0) or 0),
+        "family": str(family["name"]),
+        "family_version": str(family["version"]),
+        "family_source_blake3": str(family["source_blake3"]),
+    }
+    return {"hard": {k: hard[k] for k in FAMILY_HARD}, "soft": {k: str(env.get(k, "unknown")) for k in SOFT}}
+
+
+def family_record(family: dict) -> dict:
+    """What a family's table records of it: name, version, spec, source BLAKE3 and its declared
+    features in declared order (``feature_order``)."""
+    order = list(family.get("feature_order") or family["features"])
+    return {
+        "name": str(family["name"]),
+        "version": str(family["version"]),
+        "spec": str(family.get("spec", "")),
+        "source_blake3": str(family["source_blake3"]),
+        "features": {name: dict(family["features"][name]) for name in order},
+        "feature_order": order,
+    }
+
+
 def identity(trace: pd.DataFrame, environment: pd.DataFrame, kernel_source_blake3: str) -> dict:
     """{'hard': what the table is valid for only, 'soft': versions a server may differ in}."""
     env = environment.iloc[0] if environment is not None and len(environment) else pd.Series(dtype=object)
@@ -285,7 +364,11 @@ def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[d
     L = engine.layout(md, opts, costs, train_fraction, seed)
     kernel = kernel_of(r, md, L)
     ship = what_to_ship(r, md, L, opts, seed, kernel[0])
-    worth = layer_model(md, list(md.names).index(kernel[0]), gemm_us(md.features, ratio, flops, bw))
+    worth = (  # the decoder-layer model is attention's: a family's rows leave it null
+        layer_model(md, list(md.names).index(kernel[0]), gemm_us(md.features, ratio, flops, bw))
+        if md.keying == ATTENTION
+        else None
+    )
     rows = scope_rows(scope, r, md, ship, kernel, worth)
     entry = {
         "verdict": rows[-1]["verdict"],
@@ -298,10 +381,19 @@ def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[d
 
 
 def build(decision, trace, portfolio, lifecycle, candidates, calibration, environment, *, meta, policies,
-          deployment=None, intermediate_ratio: float, keying=ATTENTION) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+          deployment=None, intermediate_ratio: float, keying=ATTENTION,
+          family: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """(recommendation table without dispatch_blake3, dispatch.json's content). meta: study,
-    decision_blake3, kernel_source_blake3; policies: config ``policies`` (as the decision read it)."""
+    decision_blake3, kernel_source_blake3 (attention's; a family's table has none); policies: config
+    ``policies`` (as the decision read it); keying: the policies' keys (``stages.keying``); family:
+    what the trace records of a kernel family (provenance ``extra.family``; None or attention's:
+    the attention table)."""
     from headroom.core import defaults
+
+    if family is not None and family.get("name", ATTENTION_NAME) == ATTENTION_NAME:
+        family = None
+    if family is not None and keying == ATTENTION:
+        keying = Keying.of_record(family)
 
     options = dict(policies)
     train_fraction = options.pop("train_fraction")
@@ -319,6 +411,10 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
         scope_table, entries[scope] = recommend_scope(scope, decision, md, ctx)
         rows += scope_table
     shipped = [c for e in entries.values() for c in (e["kernel"], *e["policy"]["candidates"])]
+    if family is not None:
+        return _family_build(
+            decision, candidates, environment, meta, family, deployment, rows, entries, shipped
+        )
     facts = candidate_facts(candidates, shipped)
     ident = identity(trace, environment, meta["kernel_source_blake3"])
     table = pd.DataFrame(rows)
@@ -352,6 +448,47 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     }
     content = _plain(dispatch)
     validate(content, "dispatch.json")  # the schema headroom.dispatch.load reads it by
+    return ordered(table), content
+
+
+def _family_build(decision, candidates, environment, meta, family, deployment, rows, entries, shipped):
+    """The table and dispatch.json of a kernel family's study (see the module docstring)."""
+    facts = family_candidate_facts(candidates, shipped)
+    ident = family_identity(environment, family)
+    table = pd.DataFrame(rows)
+    for c in (*ATTENTION_CANDIDATE_COLUMNS, *(k for k in HARD if k not in ("gpu_name", "sm_count"))):
+        table[c] = None  # attention's candidate columns, partition and kernel source hash
+    for c in LAYER_COLUMNS:
+        table[c] = math.nan  # attention's decoder-layer model
+    for c in ("num_warps", "num_stages"):
+        table[c] = pd.array([facts[k][c] for k in table["kernel"]], dtype="Int64")
+    table["backend"] = "family"
+    for c in ("gpu_name", "sm_count"):
+        table[c] = ident["hard"][c]
+    for c, v in ident["soft"].items():
+        table[c] = v
+    table["schema_version"], table["study"] = SCHEMA_VERSION, meta["study"]
+    table["decision_blake3"], table["dispatch_blake3"] = meta["decision_blake3"], ""
+    table["kernel_family"] = ident["hard"]["family"]
+    table["family_version"] = ident["hard"]["family_version"]
+    table["family_source_blake3"] = ident["hard"]["family_source_blake3"]
+    table["params"] = [json.dumps(facts[k]["params"], sort_keys=True) for k in table["kernel"]]
+    dispatch = {
+        "schema_version": SCHEMA_VERSION,
+        "study": meta["study"],
+        "decision_blake3": meta["decision_blake3"],
+        "rule_version": str(decision["rule_version"].iloc[0]) if "rule_version" in decision else "",
+        "verdict": str(decision["verdict"].iloc[0]),
+        "identity": ident,
+        "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
+        "step_of_phase": {},
+        "step_of_kind": dict(measured.STEP_KIND_OF_FAMILY_STEP),
+        "family": family_record(family),
+        "scopes": entries,
+        "candidates": facts,
+    }
+    content = _plain(dispatch)
+    validate(content, "dispatch.json")
     return ordered(table), content
 
 

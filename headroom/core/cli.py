@@ -771,8 +771,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 # -- verbs of higher floors ----------------------------------------------------------------------
 #: Modules above core that add their own verb (``add_parser(sub)``): `plan`, the predicted GPU time
-#: per study (issue 19).
-VERBS_UPSTAIRS = ("headroom.measure.cost", "headroom.families.cli")
+#: per study (issue 19); `family check`; `export`, a family's table as its users load it (issue 32).
+VERBS_UPSTAIRS = ("headroom.measure.cost", "headroom.families.cli", "headroom.families.export")
 
 
 def upstairs(module: str):
@@ -990,7 +990,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _results_of(args: argparse.Namespace) -> str | None:
     """The results folder every verb works on; `trace describe PATH` does without one."""
-    if args.command in ("snakemake", "plan", "family"):  # none reads results
+    # none reads results (export reads the study folder it is given)
+    if args.command in ("snakemake", "plan", "family", "export"):
         return None
     if args.command == "trace" and args.path:
         try:

@@ -28,6 +28,10 @@ def _ship(r) -> str:
     agree = f"{int(r['runs_agree'])}/{int(r['runs'])} runs agree"
     if r["ship"] == "policy":
         return f"the {r['policy']} dispatch policy (dispatch.json; global kernel {r['kernel']}, {agree})"
+    if r["ship"] == "phase-pair" and _family(r):  # a kernel family's category-keyed policy
+        return (
+            f"one candidate per category (phase-keyed; dispatch.json; global kernel {r['kernel']}, {agree})"
+        )
     if r["ship"] == "phase-pair":
         return f"one kernel per phase (dispatch.json; global kernel {r['kernel']}, {agree})"
     return f"{r['kernel']} ({agree}, {hfmt.us(r['latency_us'])} per call)"
@@ -47,10 +51,21 @@ def _faster_native(rows: pd.DataFrame) -> str:
     )
 
 
+def _family(r) -> bool:
+    """A kernel family's row (its ``kernel_family`` set): attention's decoder-layer model does not apply."""
+    name = r.get("kernel_family")
+    return isinstance(name, str) and bool(name)
+
+
+def _layer(r, column: str) -> str:
+    """' (x% of a layer)', or '' for a kernel family's row (no decoder-layer model)."""
+    return "" if _family(r) else f" ({hfmt.pct(r[column])} of a layer)"
+
+
 def _speedup(r) -> str:
     ci = f"[{hfmt.speedup(r['speedup_ci_low'])}, {hfmt.speedup(r['speedup_ci_high'])}]"
     alt = "the best unfused" if r["alternative"] == "best_unfused" else r["alternative"]
-    return f"{hfmt.speedup(r['speedup'])} {ci} over {alt} ({hfmt.pct(r['speedup_layer_pct'])} of a layer)"
+    return f"{hfmt.speedup(r['speedup'])} {ci} over {alt}{_layer(r, 'speedup_layer_pct')}"
 
 
 def _sure(rows: pd.DataFrame) -> str:
@@ -68,7 +83,7 @@ def _sure(rows: pd.DataFrame) -> str:
         said.append("natives not compared: these eager timings include the host's launch path")
     if r0["ship"] != "kernel":
         gain = f"{hfmt.pct(r0['expected_gain_pct'])} {hfmt.pct_ci(r0['expected_gain_ci_low'], r0['expected_gain_ci_high'])}"
-        said.append(f"expected gain {gain} ({hfmt.pct(r0['expected_gain_layer_pct'])} of a layer)")
+        said.append(f"expected gain {gain}{_layer(r0, 'expected_gain_layer_pct')}")
     return "; ".join(said) or "no alternative timed"
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from headroom.core import defaults
 from headroom.decide import decision as hdecision
 from headroom.report import ship
+from headroom.report.family import FamilyView, not_applicable
 from headroom.report.model import Section, fmt  # noqa: F401  (fmt: re-exported for callers)
 from headroom.report.sections import (
     answer,
@@ -58,6 +60,7 @@ INPUTS = (
 )
 STYLE = TEMPLATES / "style.css"  # the study report's and the cross-study page's one style sheet
 NOT_GPU = "These timings are not GPU measurements (device: {device}), so the decision is no-decision."
+FAMILY_TITLE = "headroom: is a shape-adaptive {name} portfolio worth building?"  # the default title's
 
 
 def build(
@@ -68,12 +71,16 @@ def build(
     title: str = "headroom report",
     benchmarks: Mapping[str, pd.DataFrame] | None = None,
     missing: Mapping[str, str] | None = None,
+    family: Mapping | None = None,
 ) -> dict[str, Path]:
     """Write index.html, report.md and figures/*.png under out_dir; return their paths.
 
     inputs: artifact name (see ``INPUTS``) -> DataFrame, or None/absent when not available;
     read: (path, blake3) of every artifact read, listed in the report; benchmarks: stage name ->
-    Snakemake benchmark table; missing: artifact name -> why it is absent (shown as "skipped: ...").
+    Snakemake benchmark table; missing: artifact name -> why it is absent (shown as "skipped: ...");
+    family: what the trace records of a kernel family (provenance ``extra.family``; without it, the
+    trace's ``family`` column names one): its sections read in its feature names, and those that are
+    attention's only say in one line that they do not apply.
     """
     unknown = sorted(set(inputs) - set(INPUTS))
     if unknown:
@@ -83,8 +90,13 @@ def build(
     def why(name):
         return missing.get(name, f"{name} artifact not provided")
 
+    fam = FamilyView.of(family, inputs.get("trace"))
+    if fam is not None and title == defaults.value("report", "title"):  # attention's words: the family's
+        title = FAMILY_TITLE.format(name=fam.name)
     context = _headline(inputs.get("decision"), inputs.get("environment"), why("decision"))
-    sections = _sections(inputs, benchmarks, why)
+    sections = (
+        _sections(inputs, benchmarks, why) if fam is None else _family_sections(inputs, benchmarks, why, fam)
+    )
     context.update(
         title=title,
         css=STYLE.read_text(encoding="utf-8"),
@@ -129,6 +141,44 @@ def _sections(inputs: Mapping, benchmarks, why) -> list[Section]:
         lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle")),
         noise.section(get("portfolio"), get("samples"), why("portfolio")),
         correctness.section(get("correctness"), why("correctness")),
+        environment.section(get("environment"), why("environment")),
+        environment.benchmarks_section(benchmarks),
+    ]
+
+
+def _family_sections(inputs: Mapping, benchmarks, why, fam: FamilyView) -> list[Section]:
+    """A kernel family's sections, in the same order: attention's only (natives, the latency against
+    kv_len and batch, the factorial, fusion) say in one line that they do not apply."""
+    get = inputs.get
+    ships = ship.what_to_ship(get("recommendation"), get("decision"), get("policy_eval"))
+    return [
+        answer.section(get("decision"), ships, why("decision"), fam),
+        headroom_made_of.section(get("decision"), why("decision"), fam),
+        not_applicable(
+            "natives",
+            natives.TITLE,
+            fam,
+            "its candidates are its own; no native attention backend is timed beside them",
+        ),
+        not_applicable(
+            "latency", natives.LATENCY_TITLE, fam, "kv_len, batch and phase are attention's features"
+        ),
+        roofline.section(get("roofline"), why("roofline"), get("calibration"), fam),
+        verdict.section(get("decision"), why("decision"), fam),
+        surface.section(get("portfolio"), why("portfolio"), fam),
+        policies.section(get("policy_eval"), why("policy_eval"), fam),
+        not_applicable(
+            "factorial", policies.FACTORIAL_TITLE, fam, "its fusion arms are attention's (RoPE in the kernel)"
+        ),
+        not_applicable(
+            "fusion",
+            fusion.TITLE,
+            fam,
+            "the graph sweep measures attention's RoPE fusion per working-set regime",
+        ),
+        lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle"), fam),
+        noise.section(get("portfolio"), get("samples"), why("portfolio")),
+        correctness.section(get("correctness"), why("correctness"), fam),
         environment.section(get("environment"), why("environment")),
         environment.benchmarks_section(benchmarks),
     ]

@@ -15,6 +15,11 @@ Computed here, from catalog columns only: the delta of a figure between two stud
 minus estimate; its CI half-width the root sum of squares of the two half-widths, as for
 independent estimates) and a kernel's trace-weighted latency in another study (the mean over that
 study's invocations of the portfolio's median_us, per run).
+
+Studies of different kernel families (a study's trace names its family: docs/families.md; attention
+without one) time different kernels on different shapes: what to ship is said per family, a delta is
+taken against the first study of the same family only, and the verdicts table says each study's
+family (where a catalog holds another family than attention).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pandas as pd
 
 from headroom.core import artifacts
 from headroom.core import catalog as hcatalog
+from headroom.core.contracts import ATTENTION
 from headroom.core.format import delta_ci, estimate_ci, fmt, signed_range
 from headroom.report import ship as hship
 
@@ -62,17 +68,30 @@ def _weighted(con) -> pd.DataFrame:
     ).df()
 
 
+def _families(con) -> dict[str, str]:
+    """{study: the kernel family its trace names} (attention where the trace has no family)."""
+    known = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "trace" not in known or "family" not in {r[0] for r in con.execute("DESCRIBE trace").fetchall()}:
+        return {}
+    rows = con.execute("SELECT study, any_value(family) FROM trace GROUP BY study").fetchall()
+    return {str(s): str(f) for s, f in rows if f is not None}
+
+
 def collect(catalog_path: str | os.PathLike) -> dict:
-    """summary (one row per study: verdict, reason, environment), figures ({study: its headline
-    figures}), ships ({study: [Ship]}), weighted (trace-weighted latency per study, mode, run, candidate)."""
+    """summary (one row per study: verdict, reason, environment; its kernel family where the catalog
+    holds another than attention), figures ({study: its headline figures}), ships ({study: [Ship]}),
+    weighted (trace-weighted latency per study, mode, run, candidate), families ({study: its kernel
+    family})."""
     con = hcatalog.open_readonly(catalog_path)
     try:
         names = [r[0] for r in con.execute("SELECT DISTINCT study FROM artifacts ORDER BY 1").fetchall()]
         decision, env = _table(con, "decision"), _table(con, "environment")
         rec, pe = _table(con, "recommendation"), _table(con, "policy_eval")
         weighted = _weighted(con)
+        recorded = _families(con)
     finally:
         con.close()
+    families = {study: recorded.get(study, ATTENTION) for study in names}
     rows, figures, ships = [], {}, {}
     for study in names:
         d = decision[decision["study"] == study]
@@ -86,7 +105,24 @@ def collect(catalog_path: str | os.PathLike) -> dict:
         figures[study] = _figures(d)
         ships[study] = hship.what_to_ship(_of(rec, study), _of(decision, study), _of(pe, study))
     summary = pd.DataFrame(rows, columns=["study", "verdict", "reason", *ENVIRONMENT])
-    return {"summary": summary, "figures": figures, "ships": ships, "weighted": weighted}
+    if set(families.values()) != {ATTENTION}:  # another family's study: say whose each one is
+        summary.insert(1, "kernel family", [families[s] for s in summary["study"]])
+    return {
+        "summary": summary,
+        "figures": figures,
+        "ships": ships,
+        "weighted": weighted,
+        "families": families,
+    }
+
+
+def by_family(studies: list[str], families: dict[str, str] | None) -> dict[str, list[str]]:
+    """{kernel family: its studies, in order}: attention's first, then the others by name."""
+    families = families or {}
+    groups: dict[str, list[str]] = {}
+    for s in studies:
+        groups.setdefault(families.get(s, ATTENTION), []).append(s)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0] != ATTENTION, kv[0])))
 
 
 def _of(table: pd.DataFrame, study: str) -> pd.DataFrame | None:
@@ -115,8 +151,18 @@ def ratios(weighted: pd.DataFrame, study: str, mode: str, kernel: str, own: str)
     return (piv[kernel] / piv[own]).dropna()
 
 
-def ship_sentences(ships: dict[str, list], weighted: pd.DataFrame) -> list[str]:
-    """Per mode: what to ship when every study is served by one kernel, and when none is."""
+def ship_sentences(
+    ships: dict[str, list], weighted: pd.DataFrame, families: dict[str, str] | None = None
+) -> list[str]:
+    """Per mode: what to ship when every study is served by one kernel, and when none is; per kernel
+    family where the studies are of several (each sentence then names its family)."""
+    groups = by_family(list(ships), families)
+    if len(groups) > 1:
+        return [
+            f"Kernel family {family}, {line}"
+            for family, names in groups.items()
+            for line in ship_sentences({s: ships[s] for s in names}, weighted)
+        ]
     picks: dict[str, dict[str, str]] = {}
     for study, xs in ships.items():
         for x in xs:
@@ -162,15 +208,22 @@ def _worst(kernel: str, costs: dict[str, pd.Series], by_study: dict[str, str]) -
 
 
 # -- per-figure deltas -------------------------------------------------------------------------
-def deltas(figures: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Each study's figure minus the first study's (same mode and figure), with the CI of the delta."""
+DELTA_COLUMNS = ["study", "versus", "mode", "figure", "unit", "delta", "ci_low", "ci_high"]
+
+
+def deltas(figures: dict[str, pd.DataFrame], families: dict[str, str] | None = None) -> pd.DataFrame:
+    """Each study's figure minus the first study's (same mode and figure), with the CI of the delta;
+    where the studies are of several kernel families, minus the first study of its own family."""
+    groups = by_family(list(figures), families)
+    if len(groups) > 1:
+        parts = [deltas({s: figures[s] for s in names}) for names in groups.values()]
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=DELTA_COLUMNS)
     shaped = {
         s: f for s, f in figures.items() if {"figure", "estimate", "ci_low", "ci_high"} <= set(f.columns)
     }
     if len(shaped) < 2:
-        return pd.DataFrame(
-            columns=["study", "versus", "mode", "figure", "unit", "delta", "ci_low", "ci_high"]
-        )
+        return pd.DataFrame(columns=DELTA_COLUMNS)
     base_name, *others = list(shaped)
     base = shaped[base_name].set_index(["mode", "figure"])
     rows = []
@@ -185,9 +238,7 @@ def deltas(figures: dict[str, pd.DataFrame]) -> pd.DataFrame:
             delta = float(r.estimate - b["estimate"])
             unit = str(getattr(r, "unit", "%"))
             rows.append((study, base_name, r.mode, r.figure, unit, delta, delta - half, delta + half))
-    return pd.DataFrame(
-        rows, columns=["study", "versus", "mode", "figure", "unit", "delta", "ci_low", "ci_high"]
-    )
+    return pd.DataFrame(rows, columns=DELTA_COLUMNS)
 
 
 def delta_figure(dl: pd.DataFrame):
@@ -211,7 +262,8 @@ def delta_figure(dl: pd.DataFrame):
         x = [float(r["delta"]) for r in rows]
         err = [[x_ - float(r["ci_low"]) for x_, r in zip(x, rows, strict=True)],
                [float(r["ci_high"]) - x_ for x_, r in zip(x, rows, strict=True)]]  # fmt: skip
-        ax.errorbar(x, ys, xerr=err, fmt="o", ms=4, capsize=2, label=f"{study} − {pct['versus'].iloc[0]}")
+        versus = g["versus"].iloc[0]  # the first study (of the study's kernel family)
+        ax.errorbar(x, ys, xerr=err, fmt="o", ms=4, capsize=2, label=f"{study} − {versus}")
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(keys)), [f"{m}: {f}" for m, f in keys], fontsize=LABEL_PT)
     ax.invert_yaxis()
@@ -266,13 +318,19 @@ def build(
     """Write `studies.html` and `studies.md` under `out_dir` from the catalog; returns their paths."""
     c = collect(catalog_path)
     md, page = _head(title)
-    _add(md, page, "What to ship across the studies", text=ship_sentences(c["ships"], c["weighted"]))
+    _add(
+        md,
+        page,
+        "What to ship across the studies",
+        text=ship_sentences(c["ships"], c["weighted"], c["families"]),
+    )
     links = [(s, f"../{s}/report/index.html") for s in c["summary"]["study"]]
     md += ["## Each study's report", "", *[f"- [{s}]({u})" for s, u in links], ""]
     page += ["<h2>Each study's report</h2><ul>"]
     page += [f"<li><a href='{html.escape(u)}'>{html.escape(s)}</a></li>" for s, u in links] + ["</ul>"]
-    dl = deltas(c["figures"])
-    _add(md, page, "Per-figure deltas between studies", text=_delta_text(dl), df=_written_deltas(dl))
+    dl = deltas(c["figures"], c["families"])
+    several = len(set(c["families"].values())) > 1
+    _add(md, page, "Per-figure deltas between studies", text=_delta_text(dl, several), df=_written_deltas(dl))
     if (fig := delta_figure(dl)) is not None:
         page.append(f"<figure><img src='{fig.data_uri}' alt='{html.escape(fig.title)}'></figure>")
         md += ["(The plot of these deltas is embedded in studies.html.)", ""]
@@ -315,11 +373,17 @@ def _add(
         page.append(_html_table(df))
 
 
-def _delta_text(dl: pd.DataFrame) -> list[str]:
+def _delta_text(dl: pd.DataFrame, several_families: bool = False) -> list[str]:
+    if dl.empty and several_families:
+        return ["No two studies of the same kernel family have per-figure decisions with CIs: no deltas."]
     if dl.empty:
         return ["No two studies have per-figure decisions with CIs: no deltas."]
+    bases = list(dict.fromkeys(dl["versus"]))
+    versus = (
+        f"{bases[0]}'s" if len(bases) == 1 else f"the first study's of its kernel family ({', '.join(bases)})"
+    )
     return [
-        f"Each study's figure minus {dl['versus'].iloc[0]}'s, same mode and figure (the decided figures, the "
+        f"Each study's figure minus {versus}, same mode and figure (the decided figures, the "
         "phase split, the fusion speedup and the shipped kernel's speedup); the CI of a delta is "
         "computed here as the root sum of squares of the two CI half-widths (independent studies)."
     ]

@@ -550,7 +550,8 @@ def test_snakemake_with_an_unwritable_home_gets_the_fix_not_a_traceback(tmp_path
 # -- issue 31 cases 16-18, 20, 24: closed or full stdout, bounded counts, locks, rerun hints -------
 #: Each verb (`snakemake` hands over to Snakemake, `plan` has its own test) with the exit code it
 #: gives on `project`: gate's verdict (default: stop), recommend's "not run" (no recommendation
-#: there), trace describe's error (a hand-made trace of two columns).
+#: there), trace describe's error (a hand-made trace of two columns), export's "not run" (no
+#: dispatch table there).
 VERBS = [
     (("query", "SELECT study FROM decision", "--format", "csv"), 0),
     (("verify",), 0),
@@ -559,6 +560,7 @@ VERBS = [
     (("gate", "--study", "azure-conv", "--json"), cli.GATE_EXIT["continue"]),
     (("recommend", "--study", "default"), cli.EXIT_NOT_RUN),
     (("trace", "describe", "--study", "default"), 0),
+    (("export", "results/default"), cli.EXIT_NOT_RUN),
 ]
 
 

@@ -60,3 +60,57 @@ def global_table(kernel: str = "t0-q_fused", scopes=("eager",), **top) -> dict:
     """The global kernel in each of ``scopes``."""
     policy = {"policy": "global", "candidates": [kernel], "fallback": 0, "table": [[None, 0]]}
     return table({s: scope(policy) for s in scopes}, {kernel: CANDIDATES[kernel]}, **top)
+
+
+# -- a kernel family's table (issue 32): the toy family of tests/family_sets.py ----------------------
+FAMILY_IDENTITY = {
+    "hard": {
+        "gpu_name": "NVIDIA H200",
+        "sm_count": 132,
+        "family": "toy",
+        "family_version": "2",
+        "family_source_blake3": "f" * 64,
+    },
+    "soft": {"driver": "580.1", "torch": "2.13.0", "triton": "3.6.0"},
+}
+
+
+def family_candidates(configs: dict | None = None) -> dict:
+    """{id: a family candidate as dispatch.json holds it} of the toy family's configs."""
+    from tests import family_sets as F
+
+    out = {}
+    for cid, params in (F.CONFIGS if configs is None else configs).items():
+        facts = dict.fromkeys(("fused", *dispatch.CANDIDATE_FIELDS))
+        facts.update(num_warps=params.get("num_warps"), num_stages=params.get("num_stages"))
+        out[cid] = {**facts, "backend": "family", "params": dict(params)}
+    return out
+
+
+def family_policy(name: str, table: dict, fallback: str, keying=None) -> dict:
+    """A fitted policy of the toy family's keys: ``table`` {key: candidate id}."""
+    from tests import family_sets as F
+
+    policy = policies.make(name, F.KEYING if keying is None else keying)
+    ids = sorted({fallback, *table.values()})
+    policy.candidates = tuple(ids)
+    policy.table = {k: ids.index(v) for k, v in table.items()}
+    policy.fallback = ids.index(fallback)
+    return policy.to_dict()
+
+
+def family_table(scopes: dict[str, dict], candidates: dict | None = None, **top) -> dict:
+    """A complete family table: ``scopes`` ({scope: its entry, ``scope``}), the toy family's
+    candidates and record, a CPU study's (no profile) unless ``top`` says otherwise."""
+    from headroom.analysis import recommendation
+    from tests import family_sets as F
+
+    return table(
+        scopes,
+        family_candidates() if candidates is None else candidates,
+        identity=FAMILY_IDENTITY,
+        step_of_phase={},
+        step_of_kind={"decode-only": "decode-only", "mixed": "mixed", "prefill-only": "mixed"},
+        family=recommendation.family_record(F.RECORD),
+        **top,
+    )

@@ -294,9 +294,10 @@ def test_the_schema_is_one_statement_that_the_writers_output_meets(content):
     jsonschema.Draft202012Validator.check_schema(dispatch.SCHEMA)
     dispatch.validate(content)
     assert dispatch.HARD_SCHEMA["required"] == list(dispatch.HARD)
+    assert dispatch.FAMILY_HARD_SCHEMA["required"] == list(dispatch.FAMILY_HARD)
     assert dispatch.ROPE_PLACEMENTS == candidates.ROPE_PLACEMENTS
-    fields = [f.name for f in dataclasses.fields(dispatch.Candidate)]
-    assert sorted(fields) == sorted(["id", "fused", *dispatch.CANDIDATE_FIELDS])
+    fields = [f.name for f in dataclasses.fields(dispatch.Candidate)]  # params: a kernel family's
+    assert sorted(fields) == sorted(["id", "fused", *dispatch.CANDIDATE_FIELDS, "params"])
     for made in (tables.global_table(), tables.table({"eager": tables.scope(_phase_keyed())})):
         dispatch.validate(made)
 

@@ -5,26 +5,36 @@ from __future__ import annotations
 import pandas as pd
 
 from headroom.decide.words import label
+from headroom.report.family import FamilyView
 from headroom.report.model import Section, estimate_ci, fmt, pct
 from headroom.report.ship import SOURCES, Ship
 
 TITLE = "The answer: verdict, what to ship, what this study could detect"
 
 
-def section(d: pd.DataFrame | None, ships: list[Ship], why: str) -> Section:
+def section(d: pd.DataFrame | None, ships: list[Ship], why: str, fam: FamilyView | None = None) -> Section:
     s = Section("answer", TITLE)
-    s.lead, s.lead_detail = verdict_sentences(d, why)
-    s.text += [ship_line(x) for x in ships] or [
+    s.lead, s.lead_detail = verdict_sentences(d, why, fam)
+    if fam is not None:
+        s.text.append(fam.headline())
+    s.text += [ship_line(x, fam) for x in ships] or [
         "What to ship: not stated: no recommendation artifact, no kernel rows in the decision and no "
         "policy_eval global candidate were read."
     ]
     if ships:
         s.text.append(f"What to ship is read from {SOURCES[ships[0].source]}.")
+    if fam is not None:
+        s.text.append(
+            fam.not_applicable(
+                "the decoder-layer model (attention plus its GEMMs) is attention's",
+                "What a saving is worth per decoder layer",
+            )
+        )
     s.text.append(power_statement(d))
     return s
 
 
-def verdict_sentences(d: pd.DataFrame | None, why: str) -> tuple[str, str]:
+def verdict_sentences(d: pd.DataFrame | None, why: str, fam: FamilyView | None = None) -> tuple[str, str]:
     """('Verdict: stop.', the decision's first sentence, and for a headroom no deployable policy
     captures: where it lives and what richer policy would capture it, with what deploying that needs)."""
     if d is None or d.empty:
@@ -33,10 +43,10 @@ def verdict_sentences(d: pd.DataFrame | None, why: str) -> tuple[str, str]:
     first = str(d["reason"].iloc[0]).split(". Per part:")[0].rstrip(".") + "."
     if "reason_code" not in d.columns or d["reason_code"].iloc[0] != "uncapturable":
         return f"Verdict: {verdict}.", first
-    return f"Verdict: {verdict}.", first + " " + " ".join(uncapturable(d))
+    return f"Verdict: {verdict}.", first + " " + " ".join(uncapturable(d, fam))
 
 
-def uncapturable(d: pd.DataFrame) -> list[str]:
+def uncapturable(d: pd.DataFrame, fam: FamilyView | None = None) -> list[str]:
     """Per decided unit whose gap exceeds and no deployable policy captures it: the headroom per
     invocation, the shapes that carry it, and the richer policies' cross-run gains with what
     deploying each needs."""
@@ -52,12 +62,15 @@ def uncapturable(d: pd.DataFrame) -> list[str]:
         if len(where):
             said += f"; {where.iloc[0].detail}"
         for r in richer.itertuples():
-            said += f"; {label(r.figure)} {estimate_ci(r.estimate, r.ci_low, r.ci_high, '%')} ({r.detail.split('; ')[-1]})"
+            words = label(r.figure) if fam is None else fam.label(r.figure, label(r.figure))
+            said += (
+                f"; {words} {estimate_ci(r.estimate, r.ci_low, r.ci_high, '%')} ({r.detail.split('; ')[-1]})"
+            )
         out.append(said + ".")
     return out
 
 
-def ship_line(x: Ship) -> str:
+def ship_line(x: Ship, fam: FamilyView | None = None) -> str:
     agree = f" ({x.runs_agree} of {x.runs} runs agree)" if x.runs_agree is not None and x.runs else ""
     vs = "; ".join(
         f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} over {v.alternative}"
@@ -66,7 +79,10 @@ def ship_line(x: Ship) -> str:
     )
     if x.ship == "policy":
         gain = f", expected gain {estimate_ci(*x.expected_gain, '%')}" if x.expected_gain else ""
-        head = f"Ship the {x.policy or 'dispatch'} policy in {x.scope} (dispatch.json; fallback {x.kernel}){gain}"
+        keyed = f" ({fam.policy(x.policy)})" if fam is not None and x.policy else ""
+        head = f"Ship the {x.policy or 'dispatch'} policy{keyed} in {x.scope} (dispatch.json; fallback {x.kernel}){gain}"
+    elif x.ship == "phase-pair" and fam is not None:
+        head = f"Ship {fam.policy('phase-keyed')} (the phase-keyed policy; dispatch.json) in {x.scope}{agree}"
     elif x.ship == "phase-pair":
         head = f"Ship the phase pair {x.kernel} in {x.scope}{agree}"
     else:

@@ -10,9 +10,11 @@ from matplotlib.ticker import FuncFormatter
 from headroom.decide import decision as hdecision
 from headroom.report.model import Section, figure, legend_outside, nbytes, skipped, table, unusable
 
+TITLE = "Fusion speedup, eager vs CUDA Graph, per working-set regime"
+
 
 def section(gs: pd.DataFrame | None, why: str) -> Section:
-    title = "Fusion speedup, eager vs CUDA Graph, per working-set regime"
+    title = TITLE
     if (gone := unusable("fusion", title, gs, why)) is not None:
         return gone
     sp = hdecision.fusion_speedups(gs)

@@ -8,6 +8,7 @@ import pandas as pd
 
 from headroom.core.format import seconds
 from headroom.decide.policy_eval import DEPLOYABLE
+from headroom.report.family import FamilyView
 from headroom.report.model import Section, fmt, nbytes, number_format, table, unusable
 
 LEDGER_KINDS = (
@@ -19,14 +20,16 @@ LEDGER_KINDS = (
 )
 
 
-def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Section:
+def section(
+    lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str, fam: FamilyView | None = None
+) -> Section:
     title = "Lifecycle ledger"
     if (gone := unusable("lifecycle", title, lc, why)) is not None:
         return gone
     s = Section("lifecycle", title)
     lc_ok = lc[lc["status"].astype(str) == "ok"] if "status" in lc.columns else lc
     if "kind" in lc_ok.columns:
-        _ledger_tables(s, lc_ok)
+        _ledger_tables(s, lc_ok, fam)
     else:
         s.tables.append(table("lifecycle rows", lc_ok))
     if pe is not None and "running_cost_us" in pe.columns:
@@ -43,12 +46,16 @@ def section(lc: pd.DataFrame | None, pe: pd.DataFrame | None, why: str) -> Secti
     return s
 
 
-def _ledger_tables(s: Section, lc_ok: pd.DataFrame) -> None:
+def _ledger_tables(s: Section, lc_ok: pd.DataFrame, fam: FamilyView | None = None) -> None:
     """One summary row per kind of lifecycle row (rows, median, min, max, unit, the largest), then
-    each kind's full rows in a folded table (the data stays in the page, out of the way)."""
+    each kind's full rows in a folded table (the data stays in the page, out of the way). A family's
+    candidates have no plans (``prepare`` is their compile): the plan kind does not apply."""
     summary, full = [], []
     for kind, label in LEDGER_KINDS:
         rows = lc_ok[lc_ok["kind"] == kind]
+        if kind == "plan" and fam is not None and rows.empty:
+            s.text.append(fam.not_applicable("plans are made by attention's generation-2 kernels", label))
+            continue
         if rows.empty:
             s.text.append(f"{label}: skipped: no ok rows")
             continue

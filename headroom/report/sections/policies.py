@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.decide.policy_eval import FUSION_ARMS, NATIVE_ARM, POLICIES
+from headroom.report.family import FamilyView
 from headroom.report.model import (
     LABEL_PT,
     Figure,
@@ -21,8 +22,8 @@ from headroom.report.model import (
 )
 
 
-def section(pe: pd.DataFrame | None, why: str) -> Section:
-    title = "Policy gains per fusion arm"
+def section(pe: pd.DataFrame | None, why: str, fam: FamilyView | None = None) -> Section:
+    title = "Policy gains per fusion arm" if fam is None else "Policy gains"
     if pe is None:
         return skipped("policies", title, why)
     s = Section("policies", title)
@@ -30,6 +31,11 @@ def section(pe: pd.DataFrame | None, why: str) -> Section:
         "gain_vs_global_pct on the test invocations of each run; error bars are the bootstrap CI of "
         "that gain (resampled test invocations). net = after lifecycle costs. Ranges are min-max over runs."
     )
+    if fam is not None:  # no fused candidate: every arm holds the same candidates; arm free is shown
+        pe = pe[pe["fusion"].astype(str) == "free"] if (pe["fusion"].astype(str) == "free").any() else pe
+        s.text.append(
+            fam.not_applicable("they are attention's (RoPE in the kernel); arm free is shown", "Fusion arms")
+        )
     rows = []
     for (mode, arm, policy), g in pe.groupby(["mode", "fusion", "policy"], sort=False):
         rows.append(
@@ -84,8 +90,11 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
     )
 
 
+FACTORIAL_TITLE = "Policy x fusion factorial"
+
+
 def factorial_section(fac: pd.DataFrame | None, why: str) -> Section:
-    title = "Policy x fusion factorial"
+    title = FACTORIAL_TITLE
     if (gone := unusable("factorial", title, fac, why)) is not None:
         return gone
     skipped_rows = fac[fac["status"] != "ok"] if "status" in fac.columns else fac.iloc[0:0]

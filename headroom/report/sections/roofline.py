@@ -5,16 +5,21 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from headroom.report.family import FamilyView
 from headroom.report.model import Section, figure, legend_outside, log_axis, rate, table, unusable
 from headroom.report.ship import family
 
 PEAKS = {"hbm_bytes_per_s": "HBM bandwidth", "matmul_flops_per_s": "matmul rate"}
 
 
-def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) -> Section:
+def section(
+    rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None, fam: FamilyView | None = None
+) -> Section:
     title = "Roofline: predicted vs measured"
     if (gone := unusable("roofline", title, rf, why)) is not None:
         return gone
+    if fam is not None:
+        return family_section(rf, cal, fam, title)
     ok = rf[rf["status"] == "ok"]
     s = Section("roofline", title)
     both = ok.dropna(subset=["measured_us"])
@@ -59,11 +64,43 @@ def section(rf: pd.DataFrame | None, why: str, cal: pd.DataFrame | None = None) 
     return s
 
 
-def _scatter(both: pd.DataFrame):
-    """Measured against predicted latency, log-log, a colour per (mode, fusion)."""
+def family_section(rf: pd.DataFrame, cal: pd.DataFrame | None, fam: FamilyView, title: str) -> Section:
+    """A family's roofline (``headroom.analysis.family_roofline``: from what the family says each
+    shape costs): predicted vs measured per mode and candidate; no phase, no fusion saving."""
+    ok = rf[rf["status"] == "ok"]
+    s = Section("roofline", title)
+    s.text.append(
+        f"The prediction is from what family {fam.name} says each shape costs (Family.cost: flops and "
+        "bytes), at the calibrated peaks, plus one launch."
+    )
+    both = ok.dropna(subset=["measured_us"])
+    if both.empty:
+        s.text.append("No candidate has both a prediction and a measurement in the same mode.")
+    else:
+        s.figures.append(_scatter(both, by_fusion=False))
+        s.tables.append(achieved(both, cal, keys=("mode", "candidate")))
+        summary = both.groupby(["mode", "residency"], as_index=False).agg(
+            rows=("measured_us", "size"),
+            measured_over_predicted_median=("measured_over_predicted", "median"),
+            measured_over_predicted_min=("measured_over_predicted", "min"),
+            measured_over_predicted_max=("measured_over_predicted", "max"),
+        )
+        s.tables.append(table("measured / predicted", summary))
+    s.text.append(fam.not_applicable("none of its candidates is fused", "Fusion saving split"))
+    if (rf["status"] != "ok").any():
+        s.text.append(
+            "Rows without a prediction: " + "; ".join(sorted(set(rf.loc[rf["status"] != "ok", "reason"])))
+        )
+    return s
+
+
+def _scatter(both: pd.DataFrame, by_fusion: bool = True):
+    """Measured against predicted latency, log-log, a colour per (mode, fusion) (a family's: per mode)."""
     fig, ax = plt.subplots(layout="constrained", figsize=(5, 4.2))
-    for (mode, fused), g in both.groupby(["mode", "fused"], sort=True):
-        label = f"{mode}, {'fused' if fused else 'unfused'}"
+    groups = both.groupby(["mode", "fused"] if by_fusion else ["mode"], sort=True)
+    for key, g in groups:
+        mode, fused = key if by_fusion else (key[0], None)
+        label = f"{mode}, {'fused' if fused else 'unfused'}" if by_fusion else str(mode)
         ax.scatter(g["predicted_us"], g["measured_us"], s=12, label=label)
     lo = float(min(both["predicted_us"].min(), both["measured_us"].min()))
     hi = float(max(both["predicted_us"].max(), both["measured_us"].max()))
@@ -85,16 +122,17 @@ def _peak(cal: pd.DataFrame | None, name: str) -> float:
     return float(ok.iloc[0]) if len(ok) and pd.notna(ok.iloc[0]) else float("nan")
 
 
-def achieved(both: pd.DataFrame, cal: pd.DataFrame | None):
-    """Achieved TB/s and TFLOP/s per (mode, phase, family): medians and maxima over candidates and
-    shapes, and % of the calibrated peak (n/a where the study has no calibration)."""
+def achieved(both: pd.DataFrame, cal: pd.DataFrame | None, keys=("mode", "phase", "family")):
+    """Achieved TB/s and TFLOP/s per (mode, phase, family) (a kernel family's: per mode and
+    candidate): medians and maxima over candidates and shapes, and % of the calibrated peak (n/a
+    where the study has no calibration)."""
     hbm, mm = _peak(cal, "hbm_bytes_per_s"), _peak(cal, "matmul_flops_per_s")
     r = both.assign(
         family=[family(c) for c in both["candidate"]],
         tb_s=both["hbm_bytes"] / both["measured_us"] / 1e6,
         tflop_s=both["flops"] / both["measured_us"] / 1e6,
     )
-    g = r.groupby(["mode", "phase", "family"], as_index=False).agg(
+    g = r.groupby(list(keys), as_index=False).agg(
         rows=("tb_s", "size"),
         median_tb_per_s=("tb_s", "median"),
         max_tb_per_s=("tb_s", "max"),

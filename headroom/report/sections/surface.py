@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from headroom.report.family import FamilyView
 from headroom.report.model import MAX_HEATMAP_CELLS, Section, heatmaps, number_format, pct, skipped, table
 from headroom.report.ship import family
 
@@ -22,13 +23,16 @@ def short_keys(keys) -> dict[str, str]:
     return {k: " ".join(f for i, f in enumerate(v) if i not in common) for k, v in parts.items()}
 
 
-def section(portfolio: pd.DataFrame | None, why: str) -> Section:
+def section(portfolio: pd.DataFrame | None, why: str, fam: FamilyView | None = None) -> Section:
     title = "Latency surface (candidates x shapes)"
     if portfolio is None:
         return skipped("surface", title, why)
     p = portfolio if "mode" in portfolio.columns else portfolio.assign(mode="eager")
     backend = p["backend"] if "backend" in p.columns else pd.Series([None] * len(p), index=p.index)
-    p = p.assign(family=[family(c, b) for c, b in zip(p["candidate"], backend, strict=True)])
+    if fam is None:
+        p = p.assign(family=[family(c, b) for c, b in zip(p["candidate"], backend, strict=True)])
+    else:  # a kernel family's candidates are one family: each is its own column
+        p = p.assign(family=p["candidate"].astype(str))
     if "rel_std_pct" not in p.columns and "std_us" in p.columns:  # portfolios of before the column
         p = p.assign(rel_std_pct=100.0 * p["std_us"] / p["median_us"])
     s = Section("surface", title)
@@ -38,6 +42,8 @@ def section(portfolio: pd.DataFrame | None, why: str) -> Section:
         f"(1.00 = fastest; at most {MAX_HEATMAP_CELLS} cells a heatmap). The table beside gives every "
         "candidate's median with its noise (± median rel_std_pct over runs) and samples per cell (n)."
     )
+    if fam is not None:
+        s.text.append(f"Family {fam.name}'s candidates are one family: its heatmaps show each candidate.")
     for mode, grp in p.groupby("mode", sort=True):
         surface = grp.groupby(["shape_key", "candidate"])["median_us"].median().unstack("candidate")
         fams = grp.drop_duplicates("candidate").set_index("candidate")["family"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headroom.decide.words import label
+from headroom.report.family import FamilyView
 from headroom.report.model import Section, estimate_ci, fmt, skipped, table
 
 # reported rows shown beside the decided figures
@@ -25,7 +26,39 @@ SHOWN = (
 )
 
 
-def section(d: pd.DataFrame | None, why: str) -> Section:
+#: How every figure is made and read (every study's)
+METHOD = (
+    "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
+    "and scored on another (all ordered pairs of runs). Its interval is the two-way bootstrap's: runs "
+    "and test invocations resampled independently, the figure recomputed on each resample, the 2.5% "
+    "and 97.5% quantiles. A figure exceeds its threshold when the interval's lower end lies above it, "
+    "holds when its upper end lies below it (the gap on its bound, whose best kernel is chosen on the "
+    "mean of all runs). `continue` needs the deployable policy's net gain to exceed; `stop` needs it "
+    "and the gap to hold, or the gap to exceed with no deployable policy capturing it (`uncapturable`). "
+)
+#: The arms and policies in attention's features
+ATTENTION_TERMS = (
+    "Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
+    "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
+    "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
+    "bound beats its cost), batch-keyed (phase and padded batch size: the only ones a CUDA Graph can "
+    "hold) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
+)
+
+
+def family_terms(fam: FamilyView) -> str:
+    """The arms and policies in a family's features."""
+    return (
+        fam.not_applicable("they are attention's (RoPE in the kernel)", "Fusion arms")
+        + f" Policies, in family {fam.name}'s declared features: global = one candidate; phase-keyed = "
+        f"{fam.policy('phase-keyed')}; exact-key ({fam.policy('exact-key')}), bucketed ({fam.policy('bucketed')}), "
+        f"clustered ({fam.policy('clustered')}), regret-aware (deviates only when the gain's lower bound "
+        f"beats its cost), batch-keyed ({fam.policy('batch-keyed')}: the only one a CUDA Graph can hold) "
+        "are the deployable adaptive ones; random a floor; oracle the per-invocation best."
+    )
+
+
+def section(d: pd.DataFrame | None, why: str, fam: FamilyView | None = None) -> Section:
     title = "Decision: verdict per mode and the figures it was decided on"
     if d is None:
         return skipped("decision", title, why)
@@ -37,25 +70,13 @@ def section(d: pd.DataFrame | None, why: str) -> Section:
     units = d.drop_duplicates("mode")
     units = units[units["mode_verdict"] != "reported"]
     s.text += [f"{m.mode}: {m.mode_verdict} ({m.mode_reason})." for m in units.itertuples()]
-    s.text.append(
-        "Every figure is cross-run: the global kernel, the policies and the oracle are chosen on one run "
-        "and scored on another (all ordered pairs of runs). Its interval is the two-way bootstrap's: runs "
-        "and test invocations resampled independently, the figure recomputed on each resample, the 2.5% "
-        "and 97.5% quantiles. A figure exceeds its threshold when the interval's lower end lies above it, "
-        "holds when its upper end lies below it (the gap on its bound, whose best kernel is chosen on the "
-        "mean of all runs). `continue` needs the deployable policy's net gain to exceed; `stop` needs it "
-        "and the gap to hold, or the gap to exceed with no deployable policy capturing it (`uncapturable`). "
-        "Arms: off = unfused candidates, on = RoPE in the attention kernel (fused, q_fused), free = both. "
-        "Policies: global = one candidate; phase-keyed = one per phase; exact-key, bucketed (power-of-two "
-        "shape buckets), clustered (k-means on shape), regret-aware (deviates only when the gain's lower "
-        "bound beats its cost), batch-keyed (phase and padded batch size: the only ones a CUDA Graph can "
-        "hold) are the deployable adaptive ones; random a floor; oracle the per-invocation best."
-    )
+    s.text.append(METHOD + (ATTENTION_TERMS if fam is None else family_terms(fam)))
     shown = d[(d["decided"] | d["figure"].isin(SHOWN)) & ~d["figure"].str.startswith(KERNEL)]
+    said = label if fam is None else (lambda f: fam.label(f, label(f)))
     rows = [
         {
             "mode": r.mode,
-            "figure": label(r.figure),
+            "figure": said(r.figure),
             "estimate [CI]": estimate_ci(r.estimate, r.ci_low, r.ci_high, r.unit),
             "threshold": f"{fmt(r.threshold)}{'×' if r.unit == 'x' else r.unit}"
             if pd.notna(r.threshold)
