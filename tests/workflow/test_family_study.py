@@ -1,0 +1,90 @@
+"""A kernel family as a study, end to end on the CPU interpreter (issue 32): a family written only
+against docs/families.md and kept in the test folder (tests/families/softmax_family.py, one of its
+candidates wrong), and the example family users copy (examples/rmsnorm), each named by `family:` in
+a study overlay, run through every stage to a decision, a recommendation, a dispatch table and a
+report, with the family in the artifacts' identity and nothing attention-specific asked of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from headroom.core import artifacts
+from tests.pipeline import copy_project, headroom, snakemake
+
+pytestmark = pytest.mark.slow
+
+SOFTMAX = """\
+family: userfam.softmax_family:WRONG
+on_correctness_failure: exclude
+smoke:
+  family: userfam.softmax_family:WRONG
+  trace: {invocations: 16, sampler: stride}
+  portfolio: {runs: 3, reps: 3, mode: eager}
+  lifecycle: {dispatch_lookups: 200, dispatch_repeats: 2, switch_reps: 2, switch_invocations: 1, switch_pairs: 1}
+  calibrate: {reps: 1}
+  policies: {bootstrap_resamples: 50, random_draws: 5}
+"""
+
+
+@pytest.fixture(scope="module")
+def family_run(tmp_path_factory):
+    project = copy_project(tmp_path_factory.mktemp("family") / "headroom")
+    # the user's family lives in their own folder of the project, not in headroom's packages
+    (project / "userfam").mkdir()
+    shutil.copy(Path(__file__).parents[1] / "families/softmax_family.py", project / "userfam")
+    (project / "config/studies/softmax.yaml").write_text(SOFTMAX)
+    proc = snakemake(project, "--config", "studies=[softmax,rmsnorm]", timeout=1500)
+    project.joinpath("snakemake-run.log").write_text(proc.stdout + proc.stderr)
+    return project
+
+
+@pytest.mark.parametrize("study, family", [("softmax", "row-softmax"), ("rmsnorm", "rmsnorm")])
+def test_a_family_study_runs_to_a_decision_a_recommendation_and_a_report(family_run, study, family):
+    folder = family_run / "results" / study
+    for name in ("steps", "trace", "candidates", "correctness", "lifecycle", "policy_eval", "decision",
+                 "recommendation", "roofline"):  # fmt: skip
+        assert artifacts.verify(folder / f"{name}.parquet")
+    trace = pd.read_parquet(folder / "trace.parquet")
+    assert set(trace["family"]) == {family} and {"step_kind", "shape", "weight", "tokens"} <= set(
+        trace.columns
+    )
+    record = artifacts.read_provenance(folder / "candidates.parquet")["extra"]["family"]
+    assert record["name"] == family and len(record["source_blake3"]) == 64
+    decision = pd.read_parquet(folder / "decision.parquet")
+    assert decision["verdict"].iloc[0] == "no-decision"  # interpreter timings are not GPU measurements
+    assert (folder / "report/index.html").read_text().count(family) >= 1
+    table = json.loads((folder / "dispatch.json").read_text())
+    assert table["scopes"], "the dispatch table names what to ship"
+
+
+def test_the_wrong_candidate_is_excluded_loudly_and_the_rest_timed(family_run):
+    folder = family_run / "results/softmax"
+    correctness = pd.read_parquet(folder / "correctness.parquet")
+    assert not correctness.loc[correctness["candidate"] == "off-by-one", "passed"].any()
+    assert "EXCLUDED" in (folder / "logs/correctness.log").read_text()
+    timed = set(pd.read_parquet(folder / "portfolio/run-1.parquet")["candidate"])
+    assert timed == {"torch", "exp-sum"}
+
+
+def test_the_policies_key_on_the_familys_declared_features(family_run):
+    pe = pd.read_parquet(family_run / "results/softmax/policy_eval.parquet")
+    assert {"global", "phase-keyed", "batch-keyed", "bucketed", "exact-key"} <= set(pe["policy"])
+    assert (pe["fusion"] != "on").all()  # a family has no fused arm
+
+
+def test_the_family_studies_verify_and_are_in_the_catalog(family_run):
+    assert headroom(family_run, "verify").returncode == 0
+    proc = headroom(
+        family_run, "query", "SELECT DISTINCT family FROM trace ORDER BY family", "--format", "csv"
+    )
+    assert proc.returncode == 0 and "row-softmax" in proc.stdout and "rmsnorm" in proc.stdout
+
+
+def test_a_second_run_has_nothing_to_do(family_run):
+    proc = snakemake(family_run, "--config", "studies=[softmax,rmsnorm]", "--dry-run")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
