@@ -141,6 +141,13 @@ def read_reference(path: Path) -> Reference:
     )
 
 
+def _attention(path: Path) -> bool:
+    """Whether the recorded study at ``path`` measured the built-in attention family."""
+    from headroom.core.contracts import ATTENTION, family_of
+
+    return family_of(artifacts.read(path / "trace.parquet")) == ATTENTION
+
+
 def long_shapes(trace: pd.DataFrame) -> int:
     """Distinct shapes whose float64 reference runs chunked (headroom.measure.correctness.reference):
     ragged decodes and those past PLAIN_REFERENCE_MAX_ELEMENTS."""
@@ -153,11 +160,13 @@ def long_shapes(trace: pd.DataFrame) -> int:
 
 
 def references(root: Path = REFERENCE_ROOT) -> list[Reference]:
-    """Every recorded study under root/<gpu>/<study> that has stage benchmarks, less ``OUT_OF_RANGE``."""
+    """Every recorded attention study under root/<gpu>/<study> that has stage benchmarks, less
+    ``OUT_OF_RANGE``. A kernel family's reference (data/reference/h200/rmsnorm-6x160) is not fitted:
+    the model's terms are attention's; a family study is planned by scaling them (``_family_study``)."""
     found = [
         read_reference(p)
         for p in sorted(root.glob("*/*"))
-        if (p / "benchmarks" / "portfolio").is_dir() and p.name not in OUT_OF_RANGE
+        if (p / "benchmarks" / "portfolio").is_dir() and p.name not in OUT_OF_RANGE and _attention(p)
     ]
     if not found:
         raise ValueError(f"no recorded study with benchmarks under {root}: nothing to fit a cost model on")

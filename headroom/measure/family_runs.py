@@ -399,19 +399,12 @@ def cold_compile(
 
 
 def switch_plan(trace: pd.DataFrame, ids: list[str], cfg: dict) -> list[tuple[Any, str, str]]:
-    """(invocation row, candidate A, candidate B): ``switch_invocations`` evenly spaced invocations,
-    ``switch_pairs`` seeded pairs of distinct candidates on each (lifecycle.switch_plan's draw)."""
-    ordered = list(trace.sort_values("invocation").itertuples(index=False))
+    """(invocation row, candidate A, candidate B): every pair of distinct candidates drawn as
+    lifecycle.switch_plan draws attention's (lifecycle.switch_draw)."""
+    from headroom.measure.lifecycle import switch_draw
+
     ids = sorted(set(ids))
-    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]]
-    if not pairs or cfg["switch_invocations"] == 0 or cfg["switch_pairs"] == 0:
-        return []
-    picks = np.unique(
-        np.linspace(0, len(ordered) - 1, min(cfg["switch_invocations"], len(ordered))).round().astype(int)
-    )
-    rng = np.random.default_rng(cfg["seed"])
-    return [(ordered[p], *pairs[j]) for p in picks
-            for j in rng.choice(len(pairs), min(cfg["switch_pairs"], len(pairs)), replace=False)]  # fmt: skip
+    return switch_draw(trace, [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]], cfg)
 
 
 def switch_rows(family: Any, trace: pd.DataFrame, ids: list[str], cfg: dict, device: str) -> list[dict]:

@@ -190,9 +190,16 @@ def switch_plan(
 ) -> list[tuple[Any, Any, Any]]:
     """(trace row, candidate A, candidate B) triples: ``switch_invocations`` evenly spaced
     invocations, ``switch_pairs`` seeded pairs of candidates with different tiles on each."""
-    ordered = list(trace.sort_values("invocation").itertuples(index=False))
     cands = list(candidates.sort_values("candidate").itertuples(index=False))
-    pairs = [(a, b) for i, a in enumerate(cands) for b in cands[i + 1 :] if a.tile != b.tile]
+    return switch_draw(
+        trace, [(a, b) for i, a in enumerate(cands) for b in cands[i + 1 :] if a.tile != b.tile], cfg
+    )
+
+
+def switch_draw(trace: pd.DataFrame, pairs: list[tuple[Any, Any]], cfg: dict[str, Any]) -> list[tuple]:
+    """(trace row, *pair) on ``switch_invocations`` evenly spaced invocations, ``switch_pairs`` of the
+    ``pairs`` drawn on each (seeded by ``cfg['seed']``); [] when either count is 0 or no pair exists."""
+    ordered = list(trace.sort_values("invocation").itertuples(index=False))
     if not pairs or cfg["switch_invocations"] == 0 or cfg["switch_pairs"] == 0:
         return []
     picks = np.unique(

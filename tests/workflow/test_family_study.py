@@ -31,6 +31,10 @@ smoke:
 """
 
 
+#: The example family measured on the H200 (data/reference/h200/rmsnorm-6x160), replayed here.
+REPLAY = "replay-h200-rmsnorm-6x160"
+
+
 @pytest.fixture(scope="module")
 def family_run(tmp_path_factory):
     project = copy_project(tmp_path_factory.mktemp("family") / "headroom")
@@ -38,7 +42,7 @@ def family_run(tmp_path_factory):
     (project / "userfam").mkdir()
     shutil.copy(Path(__file__).parents[1] / "families/softmax_family.py", project / "userfam")
     (project / "config/studies/softmax.yaml").write_text(SOFTMAX)
-    proc = snakemake(project, "--config", "studies=[softmax,rmsnorm]", timeout=1500)
+    proc = snakemake(project, "--config", f"studies=[softmax,rmsnorm,{REPLAY}]", timeout=1500)
     project.joinpath("snakemake-run.log").write_text(proc.stdout + proc.stderr)
     return project
 
@@ -86,5 +90,18 @@ def test_the_family_studies_verify_and_are_in_the_catalog(family_run):
 
 
 def test_a_second_run_has_nothing_to_do(family_run):
-    proc = snakemake(family_run, "--config", "studies=[softmax,rmsnorm]", "--dry-run")
+    proc = snakemake(family_run, "--config", f"studies=[softmax,rmsnorm,{REPLAY}]", "--dry-run")
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_the_h200_family_reference_replays_to_its_recorded_verdict_and_ships(family_run):
+    folder = family_run / "results" / REPLAY
+    proc = headroom(family_run, "--study", REPLAY, "gate")
+    assert proc.returncode == 4 and proc.stdout.startswith("no-decision"), proc.stdout
+    decision = pd.read_parquet(folder / "decision.parquet")
+    assert set(decision["reason_code"]) == {"straddles"}  # the mixed part's gap, +0.41% [-0.19, +1.08]
+    parts = decision.drop_duplicates("mode").set_index("mode")
+    assert parts.loc["graph@decode-only", "mode_verdict"] == "stop"
+    rec = pd.read_parquet(folder / "recommendation.parquet")
+    assert set(rec["kernel"]) == {"BLOCK4096-w8-s3"} and set(rec["kernel_family"]) == {"rmsnorm"}
+    assert set(rec["gpu_name"]) == {"NVIDIA H200"}
