@@ -435,13 +435,7 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     table["schema_version"], table["study"] = SCHEMA_VERSION, meta["study"]
     table["decision_blake3"], table["dispatch_blake3"] = meta["decision_blake3"], ""
     dispatch = {
-        "schema_version": SCHEMA_VERSION,
-        "study": meta["study"],
-        "decision_blake3": meta["decision_blake3"],
-        "rule_version": str(decision["rule_version"].iloc[0]) if "rule_version" in decision else "",
-        "verdict": str(decision["verdict"].iloc[0]),
-        "identity": ident,
-        "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
+        **_dispatch_head(decision, meta, ident, deployment, entries),
         "step_of_phase": dict(measured.STEP_OF_PHASE),
         "scopes": entries,
         "candidates": facts,
@@ -449,6 +443,19 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     content = _plain(dispatch)
     validate(content, "dispatch.json")  # the schema headroom.dispatch.load reads it by
     return ordered(table), content
+
+
+def _dispatch_head(decision, meta, ident, deployment, entries) -> dict:
+    """What every dispatch.json opens with: its study, decision, rule, verdict, identity and profile."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "study": meta["study"],
+        "decision_blake3": meta["decision_blake3"],
+        "rule_version": str(decision["rule_version"].iloc[0]) if "rule_version" in decision else "",
+        "verdict": str(decision["verdict"].iloc[0]),
+        "identity": ident,
+        "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
+    }
 
 
 def _family_build(decision, candidates, environment, meta, family, deployment, rows, entries, shipped):
@@ -474,13 +481,7 @@ def _family_build(decision, candidates, environment, meta, family, deployment, r
     table["family_source_blake3"] = ident["hard"]["family_source_blake3"]
     table["params"] = [json.dumps(facts[k]["params"], sort_keys=True) for k in table["kernel"]]
     dispatch = {
-        "schema_version": SCHEMA_VERSION,
-        "study": meta["study"],
-        "decision_blake3": meta["decision_blake3"],
-        "rule_version": str(decision["rule_version"].iloc[0]) if "rule_version" in decision else "",
-        "verdict": str(decision["verdict"].iloc[0]),
-        "identity": ident,
-        "profile": {s: f"{m}@{s}" for s, m in deployment.items() if f"{m}@{s}" in entries},
+        **_dispatch_head(decision, meta, ident, deployment, entries),
         "step_of_phase": {},
         "step_of_kind": dict(measured.STEP_KIND_OF_FAMILY_STEP),
         "family": family_record(family),
