@@ -179,3 +179,5 @@ def test_measurements_from_two_environments_are_refused_naming_the_artifacts(tmp
         stage.check_environments(job)
     assert "bbbb: " + paths[2] in str(exc.value)
     stage.check_environments(stage.Stage(_Smk({}, paths[:2]), logging.getLogger("t")))  # one: fine
+    # the catalog reads every study: an interpreter study beside a replayed GPU reference is fine there
+    stage.check_environments(stage.Stage(_Smk({}, paths, study=""), logging.getLogger("t")))
