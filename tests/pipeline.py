@@ -80,3 +80,16 @@ def planned_rules(project: Path, *args: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit():
             jobs[parts[0]] = int(parts[1])
     return jobs
+
+
+class Named(list):
+    """Just enough of Snakemake's named file lists for headroom.core.stage."""
+
+    def __init__(self, **named):
+        super().__init__(f for v in named.values() for f in ([v] if isinstance(v, str) else v))
+        self._named = named
+        for key, value in named.items():
+            setattr(self, key, value)
+
+    def get(self, key, default=None):
+        return self._named.get(key, default)

@@ -19,6 +19,7 @@ from headroom.families import FamilyError, load, study
 from headroom.families.expand import expand, steps_of
 from headroom.trace import invocations, step_table
 from tests.families import softmax_family
+from tests.pipeline import Named
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITION = {k: defaults.section("partition")[k] for k in invocations.PARTITION_KEYS}
@@ -137,24 +138,11 @@ def test_a_family_candidates_table(tmp_path):
 # -- the stage scripts ------------------------------------------------------------------------------
 
 
-class _Named(list):
-    """Just enough of Snakemake's named file lists for headroom.core.stage."""
-
-    def __init__(self, **named):
-        super().__init__(f for v in named.values() for f in ([v] if isinstance(v, str) else v))
-        self._named = named
-        for key, value in named.items():
-            setattr(self, key, value)
-
-    def get(self, key, default=None):
-        return self._named.get(key, default)
-
-
 def _run(rule: str, out: Path, params: dict, **inputs) -> None:
     smk = type("Snakemake", (), {})()
     smk.rule, smk.wildcards, smk.log = rule, {}, [str(out.with_suffix(".log"))]
-    smk.input = _Named(**inputs, code=[str(ROOT / "scripts" / f"{rule}.py")])
-    smk.output = _Named(**{rule: str(out)})
+    smk.input = Named(**inputs, code=[str(ROOT / "scripts" / f"{rule}.py")])
+    smk.output = Named(**{rule: str(out)})
     smk.params = params
     runpy.run_path(str(ROOT / "scripts" / f"{rule}.py"), init_globals={"snakemake": smk})
 

@@ -21,6 +21,7 @@ from headroom.trace.invocations import (
     shape_key,
 )
 from headroom.trace.requests import Requests
+from tests.pipeline import Named
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURE = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
@@ -293,19 +294,6 @@ def test_config_schema_and_defaults_name_the_same_keys():
 # -- the stage script: provenance, determinism, nothing written on bad input ---------------------
 
 
-class _Named(list):
-    """Just enough of Snakemake's named file lists for headroom.core.stage."""
-
-    def __init__(self, **named):
-        super().__init__(f for v in named.values() for f in ([v] if isinstance(v, str) else v))
-        self._named = named
-        for key, value in named.items():
-            setattr(self, key, value)
-
-    def get(self, key, default=None):
-        return self._named.get(key, default)
-
-
 class _Snakemake:
     def __init__(self, out: Path, trace_cfg: dict, source: list[str]):
         code = [
@@ -313,8 +301,8 @@ class _Snakemake:
             for p in ("headroom/trace/invocations.py", "headroom/trace/requests.py", "scripts/trace.py")
         ]
         self.rule = "trace"
-        self.input = _Named(source=source, code=code)
-        self.output = _Named(trace=str(out))
+        self.input = Named(source=source, code=code)
+        self.output = Named(trace=str(out))
         self.params = {"trace": trace_cfg, "partition": SMALL}
         self.wildcards = {}
         self.log = [str(out.with_suffix(".log"))]
