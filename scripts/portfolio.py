@@ -7,7 +7,8 @@ def main(stage):
     from headroom.measure import family_runs, portfolio
     from headroom.measure.correctness import admitted
 
-    candidates = admitted(stage.read("candidates"), stage.read("correctness"))
+    listed = stage.read("candidates")
+    candidates = admitted(listed, stage.read("correctness"))
     family = stages.loaded(stage)
     if family is not None:  # a kernel family's candidates (docs/families.md)
         section = stage.params["portfolio"]
@@ -16,9 +17,7 @@ def main(stage):
             settings=section, device=stage.device, seed=int(portfolio.settings(section)["seed"]),
         )  # fmt: skip
         # a family has no tiles: `tile` is the candidate's place in its candidates table
-        rows["tile"] = rows["candidate"].map(
-            {c: i for i, c in enumerate(stage.read("candidates")["candidate"])}
-        )
+        rows["tile"] = rows["candidate"].map({c: i for i, c in enumerate(listed["candidate"])})
         stage.write("portfolio", rows)
         stage.write("portfolio_samples", samples)
         return
