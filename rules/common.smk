@@ -116,8 +116,15 @@ def measured_artifact(**named):
 
 
 def artifacts_of(name):
-    patterns = [p for p in ARTIFACTS if not (STUDIES[name].get("replay") and p in MEASURED_ONLY)]
-    return sorted({p for pattern in patterns for p in expand(pattern, study=name, run=runs_of(name))})
+    """The study's artifacts; a replay's measured-only ones where its recorded folder has them
+    (hreplay.OPTIONAL: a family study's steps)."""
+    runs, replay = runs_of(name), STUDIES[name].get("replay")
+    files = {p for pattern in ARTIFACTS for p in expand(pattern, study=name, run=runs)}
+    if replay:
+        recorded = {f"{R}/{name}/{n}" for n in hreplay.recorded_names(replay)}
+        measured_only = {p for pattern in MEASURED_ONLY for p in expand(pattern, study=name, run=runs)}
+        files -= measured_only - recorded
+    return sorted(files)
 
 
 def src(script, *extra):

@@ -12,7 +12,8 @@ rule replay:
         f"{S}/logs/replay/{{artifact}}.log",
     wildcard_constraints:
         study=one_of(REPLAY_STUDIES),
-        artifact="|".join(hreplay.MEASURED) + r"|portfolio/run-\d+|portfolio/run-\d+-samples",
+        artifact="|".join(hreplay.MEASURED + hreplay.OPTIONAL)
+        + r"|portfolio/run-\d+|portfolio/run-\d+-samples",
     conda:
         "../envs/analysis.yaml"
     threads: 1

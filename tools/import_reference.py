@@ -23,9 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headroom.core import artifacts  # noqa: E402
-from headroom.core.replay import MANIFEST_HEADER, import_artifact, manifest_row  # noqa: E402
-
-MEASURED = ["environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration"]
+from headroom.core.replay import MANIFEST_HEADER, MEASURED, OPTIONAL, import_artifact, manifest_row  # noqa: E402
 
 
 def import_study(tarball: Path, study: str, dest: Path, log: Path | None, command: str | None) -> Path:
@@ -42,6 +40,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         if not (results / "trace.parquet").is_file() and len(studies) == 1:
             results = studies[0]
         names = [f"{n}.parquet" for n in MEASURED]
+        names += [f"{n}.parquet" for n in OPTIONAL if (results / f"{n}.parquet").is_file()]
         names += sorted(
             p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet")
         )

@@ -18,6 +18,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 #: The measurement artifacts a replay takes (besides portfolio/run-<r>[-samples]).
 MEASURED = ("environment", "trace", "candidates", "correctness", "lifecycle", "graph_sweep", "calibration")
+#: Measurement artifacts a replay takes when the recorded folder has them: a family study's engine
+#: steps (its trace's lineage input); attention's references and those recorded before have none.
+OPTIONAL = ("steps",)
 
 
 class ReplayError(ValueError):
@@ -43,6 +46,7 @@ def recorded_names(folder: str | Path) -> list[str]:
     names = [f"{n}.parquet" for n in MEASURED]
     names += [f"portfolio/run-{r}{suffix}.parquet" for r in runs for suffix in ("", "-samples")]
     missing = [n for n in names if not (folder / n).is_file()]
+    names += [f"{n}.parquet" for n in OPTIONAL if (folder / f"{n}.parquet").is_file()]
     if missing:
         raise ReplayError(f"replay folder {folder}: missing {', '.join(missing)}")
     return names

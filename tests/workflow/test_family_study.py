@@ -96,8 +96,8 @@ def test_a_second_run_has_nothing_to_do(family_run):
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
-    """The H200 reference of the example family replayed on its own (its trace's recorded lineage
-    names the steps of the study that measured it, which a replay does not import yet: no verify)."""
+    """The H200 reference of the example family replayed on its own project (its steps imported
+    with the rest: the trace's lineage input)."""
     project = copy_project(tmp_path_factory.mktemp("family-replay") / "headroom")
     snakemake(project, "--config", f"studies=[{REPLAY}]", timeout=900)
     return project
@@ -114,3 +114,10 @@ def test_the_h200_family_reference_replays_to_its_recorded_verdict_and_ships(rep
     rec = pd.read_parquet(folder / "recommendation.parquet")
     assert set(rec["kernel"]) == {"BLOCK4096-w8-s3"} and set(rec["kernel_family"]) == {"rmsnorm"}
     assert set(rec["gpu_name"]) == {"NVIDIA H200"}
+
+
+def test_the_replayed_family_reference_verifies_with_its_steps(replayed):
+    folder = replayed / "results" / REPLAY
+    assert artifacts.verify(folder / "steps.parquet")
+    proc = headroom(replayed, "--study", REPLAY, "verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
