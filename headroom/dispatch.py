@@ -65,7 +65,8 @@ from typing import Any
 import numpy as np
 
 from headroom import policies
-from headroom.policies.shapes import CLUSTER_FEATURES, Keying
+from headroom.families.attention.keying import CLUSTER_FEATURES
+from headroom.policies.shapes import Keying
 
 HARD = ("gpu_name", "sm_count", "heads_q", "heads_kv", "head_dim", "dtype", "kernel_source_blake3")
 #: What a kernel family's table is valid for only (its ``identity.hard``): the GPU, and the family as
@@ -97,7 +98,7 @@ MAX_DEPTH = 64
 PHASES = ("prefill", "decode")
 VERDICTS = ("stop", "continue", "no-decision")  # the headline's (`headroom gate`'s)
 SHIPS = ("kernel", "phase-pair", "policy")
-#: headroom/measure/candidates.py's ROPE_PLACEMENTS (a floor above this one; a test holds them equal)
+#: headroom/families/attention/candidates.py's ROPE_PLACEMENTS (a floor above this one; a test holds them equal)
 ROPE_PLACEMENTS = ("unfused", "fused", "q_fused")
 INT32_MAX = 2**31 - 1  # sizes a kernel indexes with 32-bit integers
 

@@ -1,7 +1,7 @@
 from headroom.core.stage import run_stage
 from headroom.families import load
+from headroom.families.attention.candidates import build
 from headroom.families.study import ATTENTION, attention_identity, candidates_table, tagged
-from headroom.measure.candidates import build
 
 
 def main(stage):

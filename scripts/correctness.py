@@ -9,6 +9,7 @@ def main(stage):
     from headroom.core import defaults
     from headroom.families import check as family_check
     from headroom.families import stages
+    from headroom.families.attention import correctness as attention
     from headroom.measure import correctness
 
     p = stage.params
@@ -28,9 +29,9 @@ def main(stage):
             raise ValueError(f"family {family.family.name!r}: no candidate passed correctness on every shape")
         stage.write("correctness", result)
         return
-    result = correctness.check(
+    result = attention.check(
         stage.read("candidates"),
-        correctness.shapes(stage.read("trace")),
+        attention.shapes(stage.read("trace")),
         device=stage.device,
         tolerances_by_dtype=correctness.tolerances(section),
         seed=seed,

@@ -39,6 +39,7 @@ def main(stage):
         confidence=float(options["confidence"]),
         **{k: v for k, v in thresholds.items() if k != "deployment"},
         deployment=thresholds.get("deployment"),
+        keying=keying,
     )
     stage.log.info(
         "verdict %s (%s): %s",

@@ -4,7 +4,7 @@ from headroom.measure import device
 
 def main(stage):
     from headroom.families import stages
-    from headroom.measure import graph_sweep
+    from headroom.families.attention import graph_sweep
     from headroom.measure.correctness import admitted
 
     if stages.loaded(stage) is not None:  # the sweep is of attention's RoPE fusion: none for a family

@@ -4,7 +4,8 @@ from headroom.measure import device
 
 def main(stage):
     from headroom.families import stages
-    from headroom.measure import family_runs, lifecycle
+    from headroom.families.attention import lifecycle
+    from headroom.measure import family_runs
     from headroom.measure.correctness import admitted
 
     candidates = admitted(stage.read("candidates"), stage.read("correctness"))

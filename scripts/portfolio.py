@@ -4,6 +4,7 @@ from headroom.measure import device
 
 def main(stage):
     from headroom.families import stages
+    from headroom.families.attention import portfolio as attention
     from headroom.measure import family_runs, portfolio
     from headroom.measure.correctness import admitted
 
@@ -21,7 +22,7 @@ def main(stage):
         stage.write("portfolio", rows)
         stage.write("portfolio_samples", samples)
         return
-    rows, samples = portfolio.run(
+    rows, samples = attention.run(
         stage.read("trace"),
         candidates,
         stage.params["portfolio"],

@@ -47,12 +47,14 @@ import numpy as np
 import pandas as pd
 
 from headroom.core.contracts import ATTENTION as ATTENTION_NAME
+from headroom.core.names import CATEGORY_KEYED, CATEGORY_SPLIT_GAIN
 from headroom.decide import engine, figures, measured, registry
-from headroom.decide.decision import figure_row, pure_phase_split
-from headroom.decide.layer import gemm_us, rates
+from headroom.decide.decision import figure_row, pure_category_split
 from headroom.decide.measured import checked_modes
 from headroom.dispatch import CANDIDATE_FIELDS, FAMILY_HARD, HARD, SOFT, validate
-from headroom.policies.shapes import ATTENTION, Keying
+from headroom.families.attention.keying import ATTENTION
+from headroom.families.attention.layer import gemm_us, rates
+from headroom.policies.shapes import Keying
 
 SCHEMA_VERSION = 1
 BEST_UNFUSED = "best_unfused"  # the alternative of the kernel_vs_best_unfused rows; the others are natives
@@ -130,11 +132,11 @@ def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tup
                 f"decision ({rows['mode'].iloc[0]}): a `continue` without selected_policy/_fusion"
             )
         return "policy", refit(md, L, opts, name, arm, seed), pg
-    if gap and pure_phase_split(rows, float(gap.get("threshold", np.inf))):
+    if gap and pure_category_split(rows, float(gap.get("threshold", np.inf))):
         return (
             "phase-pair",
-            refit(md, L, opts, "phase-keyed", "free", seed),
-            figure_row(rows, "phase_split_gain"),
+            refit(md, L, opts, CATEGORY_KEYED, "free", seed),
+            figure_row(rows, CATEGORY_SPLIT_GAIN),
         )
     return "kernel", global_policy(kernel, md.keying), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
 
@@ -436,7 +438,7 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     table["decision_blake3"], table["dispatch_blake3"] = meta["decision_blake3"], ""
     dispatch = {
         **_dispatch_head(decision, meta, ident, deployment, entries),
-        "step_of_phase": dict(measured.STEP_OF_PHASE),
+        "step_of_phase": dict(measured.STEP_OF_CATEGORY),
         "scopes": entries,
         "candidates": facts,
     }

@@ -42,7 +42,7 @@ import pandas as pd
 
 from headroom.core import contracts
 from headroom.core.contracts import dtype_bytes
-from headroom.measure.candidates import placement
+from headroom.families.attention.candidates import placement
 from kernels import schedule, split
 
 MODES = ("eager", "graph")
@@ -132,6 +132,21 @@ def tile_work(shape: Mapping, block_m: int, block_n: int) -> dict:
     return {"executed_flops": executed, "kv_loaded_bytes": kv_loaded}
 
 
+def work(shape: Mapping) -> dict:
+    """The useful work of one call, whatever runs it: FLOPs of the causal mask's (query, key) pairs
+    and the compulsory bytes (q in, o out, k and v in, the cos and sin rows of the new positions)."""
+    b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
+    hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
+    e = dtype_bytes(shape["dtype"])
+    q_bytes, kv_bytes = b * hq * sq * d * e, 2 * b * hkv * skv * d * e
+    return {
+        "flops": 4 * b * hq * d * causal_pairs(sq, skv),
+        "q_bytes": q_bytes,
+        "kv_bytes": kv_bytes,
+        "compulsory_bytes": 2 * q_bytes + kv_bytes + 2 * sq * d * e,
+    }
+
+
 def traffic(
     shape: Mapping,
     block_m: int,
@@ -154,19 +169,17 @@ def traffic(
     in artifacts recorded before generation 2: generation 1, its placement from fused, the byte
     model's switch).
     """
-    b, sq, skv = int(shape["batch"]), int(shape["q_len"]), int(shape["kv_len"])
-    hq, hkv, d = int(shape["heads_q"]), int(shape["heads_kv"]), int(shape["head_dim"])
+    b, sq = int(shape["batch"]), int(shape["q_len"])
+    hkv, d = int(shape["heads_kv"]), int(shape["head_dim"])
     e = dtype_bytes(shape["dtype"])
     prefill, rope = str(shape["phase"]) == "prefill", rope or ("fused" if fused else "unfused")
-    q_bytes = b * hq * sq * d * e
-    kv_bytes = 2 * b * hkv * skv * d * e
-    table_bytes = 2 * sq * d * e  # cos and sin rows of the new positions
-    compulsory = 2 * q_bytes + kv_bytes + table_bytes  # q in, o out, k and v in, tables
+    useful = work(shape)
+    q_bytes, kv_bytes, compulsory = useful["q_bytes"], useful["kv_bytes"], useful["compulsory_bytes"]
     new_k_bytes = b * hkv * sq * d * e if prefill else 0  # decode: the cache is already rotated
     intermediate = 0 if fused else q_bytes + new_k_bytes
-    work = tile_work(shape, block_m, block_n)
+    tiles = tile_work(shape, block_m, block_n)
     splits = _decode_launch_splits(shape, block_m, sm_count)
-    kv_reuse = max(0, work["kv_loaded_bytes"] - kv_bytes)
+    kv_reuse = max(0, tiles["kv_loaded_bytes"] - kv_bytes)
     working_set = compulsory + intermediate
     competing = (
         working_set if working_set_bytes is None or pd.isna(working_set_bytes) else float(working_set_bytes)
@@ -180,8 +193,8 @@ def traffic(
         hbm = compulsory + intermediate + (0 if reread_in_l2 else intermediate)
         l2 = kv_reuse + (intermediate if reread_in_l2 else 0)
     return {
-        "flops": 4 * b * hq * d * causal_pairs(sq, skv),
-        "executed_flops": work["executed_flops"],
+        "flops": useful["flops"],
+        "executed_flops": tiles["executed_flops"],
         "compulsory_bytes": compulsory,
         "intermediate_bytes": intermediate,
         "working_set_bytes": working_set,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from headroom.core.names import CATEGORY_KEYED
+
 _TIME_TO_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "µs": 1.0, "ns": 1e-3}
 _SIZE_TO_BYTES = {"bytes": 1.0, "b": 1.0, "kib": 1024.0, "mib": 1024.0**2}
 
@@ -62,9 +64,9 @@ class LifecycleCosts:
             return 0.0, "not measured (0 charged)"
         if policy == "global":
             return 0.0, "not measured; global needs no lookup (0 charged)"
-        if policy == "phase-keyed":
+        if policy == CATEGORY_KEYED:
             # the baseline of the policy figure: charging it the dearest lookup would flatter the
-            # policies it is compared with, so it gets the cheapest (a phase test is cheaper still)
+            # policies it is compared with, so it gets the cheapest (a category test is cheaper still)
             return min(self.dispatch_us.values()), "not measured; charged the cheapest measured lookup"
         dearest = max(self.dispatch_us.values())
         return dearest, "not measured; charged the dearest measured lookup"
@@ -100,21 +102,27 @@ def _plan_us(df: pd.DataFrame) -> tuple[dict[str, float], dict[tuple[str, str], 
 
 
 def charge(
-    choice: np.ndarray, phase: np.ndarray, plan: np.ndarray, dispatch_us: float, switch_us: float, compile_us
+    choice: np.ndarray,
+    category: np.ndarray,
+    plan: np.ndarray,
+    dispatch_us: float,
+    switch_us: float,
+    compile_us,
 ) -> np.ndarray:
     """What a choice sequence pays per invocation besides its latency, (..., n) for ``choice`` (..., n):
 
     * the policy's lookup (``dispatch_us``; 0 under graph replay, where it runs at capture);
     * ``switch_us`` on every invocation that runs another candidate than the previous one *within the
-      same phase*: across a phase change every policy, the global kernel included, runs another kernel
-      (prefill and decode kernels alternate), so only switches beyond the global kernel's are charged;
+      same category*: across a category change every policy, the global kernel included, runs another
+      kernel (attention's prefill and decode kernels alternate), so only switches beyond the global
+      kernel's are charged;
     * ``plan`` (n, C) (or (..., n, C)): each candidate's plan build for that invocation's shape, per
       call (0 in graph mode);
     * ``compile_us`` (C,): each used candidate's compile time amortized per invocation.
 
-    phase: (n,) or (..., n) phase codes of the invocations in order. One function for the pipeline and
-    the simulator (headroom.decide.engine)."""
-    same = phase[..., 1:] == phase[..., :-1]
+    category: (n,) or (..., n) category codes of the invocations in order (``Keying.category_codes``).
+    One function for the pipeline and the simulator (headroom.decide.engine)."""
+    same = category[..., 1:] == category[..., :-1]
     switched = (choice[..., 1:] != choice[..., :-1]) & same
     out = np.zeros(choice.shape)
     out[..., 1:] = switch_us * switched

@@ -33,8 +33,17 @@ from scipy.stats import norm
 
 from headroom.core import defaults
 from headroom.core.format import signed_range
-from headroom.decide import rule, words
+from headroom.core.names import (
+    BASE_CONFIG,
+    CATEGORY_SPLIT_GAIN,
+    MADE_OF_BASE_WITHIN_CATEGORY,
+    MADE_OF_FUSION_WITHIN_CATEGORY,
+)
+from headroom.decide import rule
 from headroom.decide.figures import deployment_profile
+from headroom.decide.words import VERDICT_WORD, Words
+from headroom.decide.words import of as words_of
+from headroom.policies.shapes import Keying
 
 VERDICTS = rule.VERDICTS
 THRESHOLD_OF = rule.THRESHOLD_OF
@@ -54,14 +63,15 @@ def device_of(environment: pd.DataFrame | None) -> str:
 
 
 def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float | None = None) -> pd.DataFrame:
-    """Unfused/fused speedup per (regime, mode, tile, shape_key[, run]) of the ok sweep rows, with
-    intervals at ``confidence`` (left out: the default study's ``policies.confidence``)."""
+    """Unfused/fused speedup per (regime, mode, base config, shape_key[, run]) of the ok sweep rows
+    (the sweep times one base config fused and unfused: ``BASE_CONFIG``), with intervals at
+    ``confidence`` (left out: the default study's ``policies.confidence``)."""
     confidence = defaults.value("policies", "confidence") if confidence is None else confidence
     cols = [
         "regime",
         "working_set_bytes",
         "mode",
-        "tile",
+        BASE_CONFIG,
         "shape_key",
         "speedup",
         "ci_low",
@@ -70,12 +80,12 @@ def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float | None =
     ]
     if graph_sweep is None or graph_sweep.empty:
         return pd.DataFrame(columns=cols)
-    required = ("regime", "mode", "fused", "tile", "shape_key", "median_us", "status")
+    required = ("regime", "mode", "fused", BASE_CONFIG, "shape_key", "median_us", "status")
     missing = [c for c in required if c not in graph_sweep.columns]
     if missing:
         raise ValueError(f"graph_sweep: missing column(s) {missing}")
     ok = graph_sweep[graph_sweep["status"].astype(str) == "ok"]
-    keys = [k for k in ("run", "regime", "mode", "tile", "shape_key") if k in ok.columns]
+    keys = [k for k in ("run", "regime", "mode", BASE_CONFIG, "shape_key") if k in ok.columns]
     z = float(norm.ppf(0.5 + confidence / 2.0))
     rows = []
     for key, group in ok.groupby(keys, sort=True):
@@ -203,20 +213,20 @@ def figure_row(rows: pd.DataFrame, name: str) -> dict:
     return hit.iloc[0].to_dict() if len(hit) else {}
 
 
-def pure_phase_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
-    """One kernel per phase beats the global kernel net of costs (its interval above 0) and the gap
-    left within the phases is below the gap threshold: the headroom is a phase split, two kernels
-    take it."""
-    split = figure_row(rows, "phase_split_gain")
+def pure_category_split(rows: pd.DataFrame, gap_threshold: float) -> bool:
+    """One candidate per category beats the global one net of costs (its interval above 0) and the
+    gap left within the categories is below the gap threshold: the headroom is a category split, one
+    candidate per category takes it (attention: a kernel for prefill and one for decode)."""
+    split = figure_row(rows, CATEGORY_SPLIT_GAIN)
     within = [
         figure_row(rows, f).get("estimate", np.nan)
-        for f in ("made_of_fusion_within_phase", "made_of_tile_within_phase")
+        for f in (MADE_OF_FUSION_WITHIN_CATEGORY, MADE_OF_BASE_WITHIN_CATEGORY)
     ]
     low = split.get("ci_low", np.nan)
     return bool(np.isfinite(low) and low > 0 and np.isfinite(within).all() and sum(within) < gap_threshold)
 
 
-def _unit(rows: pd.DataFrame, device: str, thr: dict) -> tuple[str, str, str, dict]:
+def _unit(rows: pd.DataFrame, device: str, thr: dict, words: Words) -> tuple[str, str, str, dict]:
     """(verdict, reason code, reason, figure -> state) of one decided unit (a mode or a part)."""
     decided = rows[rows["decided"]]
     test = int(rows["test_invocations"].min()) if "test_invocations" in rows else 10**9
@@ -232,22 +242,22 @@ def _unit(rows: pd.DataFrame, device: str, thr: dict) -> tuple[str, str, str, di
     figs.update({f"{f}_hi": by.loc[[f], "ci_high"].to_numpy(float) for f in rule.DECIDED})
     figs["gap_to_oracle_bound_hi"] = by.loc[["gap_to_oracle"], "hold_high"].to_numpy(float)
     gap_threshold = float(thr["max_gap_to_oracle_pct"])
-    split = pure_phase_split(rows, gap_threshold)
+    split = pure_category_split(rows, gap_threshold)
     out = rule.family(figs, {f: float(thr[rule.THRESHOLD_OF[f]]) for f in rule.DECIDED}, split)
     state = {f: str(out[f"{f}_state"][0]) for f in rule.DECIDED}
     verdict, code = str(out["verdict"][0]), str(out["reason_code"][0])
-    return verdict, code, _unit_reason(by, state, code), state
+    return verdict, code, _unit_reason(by, state, code, words), state
 
 
-def _sentence(code: str, state: dict) -> str:
+def _sentence(code: str, state: dict, words: Words) -> str:
     """The reason code's sentence, naming the open figure (the policy figure's if it is open)."""
     open_figure = "policy_gain" if state.get("policy_gain") not in ("holds", "exceeds") else "gap_to_oracle"
     return words.reason(code, figure=open_figure)
 
 
-def _unit_reason(by: pd.DataFrame, state: dict, code: str) -> str:
+def _unit_reason(by: pd.DataFrame, state: dict, code: str, words: Words) -> str:
     """The unit's reason: the sentence of its code, then the decided figures as measured."""
-    said = _sentence(code, state)
+    said = _sentence(code, state, words)
     figures = "; ".join(
         f"{words.describe(by.loc[f].to_dict() | {'figure': f})}: {state[f]}" for f in rule.DECIDED
     )
@@ -297,12 +307,15 @@ def decide(
     *,
     confidence: float | None = None,
     deployment: dict | None = None,
+    keying: Keying | None = None,
     **given: float,
 ) -> pd.DataFrame:
     """decision.parquet from the study's figures (``figures.study_figures``), sweep and environment.
 
     given: any of the decision's numbers (``Thresholds``); those left out, and a confidence left out,
-    are the default study's (config ``decision:`` and ``policies.confidence``)."""
+    are the default study's (config ``decision:`` and ``policies.confidence``). keying: the family's
+    keys, whose words the reasons say (``headroom.decide.words.of``; None: the built-in family's)."""
+    words = words_of(keying)
     thr = Thresholds.of(given).as_dict()
     confidence = defaults.value("policies", "confidence") if confidence is None else confidence
     deployment = _check(figures, deployment)
@@ -312,13 +325,13 @@ def decide(
     fig["threshold"] = [float(thr[THRESHOLD_OF[f]]) if f in THRESHOLD_OF else np.nan for f in fig["figure"]]
     device = device_of(environment)
     measured = [m for m in dict.fromkeys(figures["mode"]) if (fig["mode"] == m).any()]
-    units = {m: _unit(fig[fig["mode"] == m], device, thr) for m in measured}
+    units = {m: _unit(fig[fig["mode"] == m], device, thr, words) for m in measured}
     fig = _states(fig, units)
     fig["mode_verdict"] = fig["mode_verdict"].fillna("reported")
     fig["mode_reason_code"] = fig["mode_reason_code"].fillna("")
     fig["mode_reason"] = fig["mode_reason"].fillna("not timed by the portfolio")
     fig = _switch_verdicts(fig, thr)
-    verdict, code, reason = _headline(fig, units, device, deployment)
+    verdict, code, reason = _headline(fig, units, device, deployment, words)
     fig["verdict"], fig["reason_code"], fig["reason"] = verdict, code, reason
     fig["device"], fig["confidence"] = device, float(confidence)
     fig["min_test_invocations"] = int(thr["min_test_invocations"])
@@ -327,7 +340,9 @@ def decide(
     return fig[front + [c for c in fig.columns if c not in front]]
 
 
-def _headline(fig: pd.DataFrame, units: dict, device: str, deployment: dict) -> tuple[str, str, str]:
+def _headline(
+    fig: pd.DataFrame, units: dict, device: str, deployment: dict, words: Words
+) -> tuple[str, str, str]:
     if device != "cuda":
         return (
             "no-decision",
@@ -346,8 +361,8 @@ def _headline(fig: pd.DataFrame, units: dict, device: str, deployment: dict) -> 
         return "no-decision", "no-interval", "No decision: no figure could be measured."
     verdict, code, left_out = rule.headline({u: (v, c) for u, (v, c, _, _) in parts.items()})
     open_ = [(c, st) for u, (v, c, _, st) in parts.items() if v == "no-decision" and u not in left_out]
-    said = _sentence(*open_[0]) if verdict == "no-decision" and open_ else words.reason(code)
-    first = f"{words.VERDICT_WORD[verdict]} {scope}: {said}"
+    said = _sentence(*open_[0], words) if verdict == "no-decision" and open_ else words.reason(code)
+    first = f"{VERDICT_WORD[verdict]} {scope}: {said}"
     if left_out:
         first += "; not decided: " + ", ".join(f"{u} ({parts[u][1]})" for u in left_out)
     first += "."

@@ -4,9 +4,9 @@ validation simulator (tools/validation) passes many seeds at once and holds no p
 policy_eval, the decision and the recommendation all read their figures from here.
 
 ``Layout`` is what the procedure fixes before it sees a timing: the train/test split, the keys every
-registry policy assigns to the fit and score rows (clustered's k-means sees shapes only), the phases,
-the invocations' weights and strata, the lifecycle charges per invocation and candidate, the
-bootstrap's invocation resamples. ``figures`` then fits every policy of every (seed, run) through the
+registry policy assigns to the fit and score rows (clustered's k-means sees shapes only), the
+invocations' category codes, weights and strata, the lifecycle charges per invocation and candidate,
+the bootstrap's invocation resamples. ``figures`` then fits every policy of every (seed, run) through the
 registry's ``fit_keyed``, charges the costs (``costs.charge``), selects on the validation slice,
 scores every ordered pair of runs (fitted on run a, scored on run b: no choice sees the numbers that
 score it), pools them, and gives every figure the two-way bootstrap's percentile interval
@@ -30,12 +30,20 @@ from itertools import permutations
 import numpy as np
 from scipy import stats
 
+from headroom.core.names import (
+    CATEGORY_KEYED,
+    CATEGORY_SPLIT_GAIN,
+    GAIN_VS_CATEGORY,
+    MADE_OF_BASE_WITHIN_CATEGORY,
+    MADE_OF_CATEGORY_SPLIT,
+    MADE_OF_FUSION_WITHIN_CATEGORY,
+)
 from headroom.decide import interval, measured, registry
 from headroom.decide.costs import LifecycleCosts, charge
 from headroom.decide.measured import ModeData, Options
 
 ARMS = ("off", "on", "free")
-BASELINES = ("global", "phase-keyed")  # the policy figure's baseline: the better of them on validation
+BASELINES = ("global", CATEGORY_KEYED)  # the policy figure's baseline: the better of them on validation
 RUNTIME_DISPATCH = "needs runtime dispatch inside the graph"
 
 
@@ -53,14 +61,14 @@ class Layout:
     n_train: int
     n_fit: int
     names: tuple[str, ...]
-    tile: np.ndarray
+    base: np.ndarray  # (C,) each candidate's base config (``ModeData.base``)
     native: np.ndarray
     cols: dict  # arm -> columns of us (the decided arms with at least one candidate)
     arm_cols: dict  # every arm with a candidate, the native one (ours and the natives) included
     deployable: tuple[str, ...]  # selected from in this mode
-    runtime: tuple[str, ...]  # graph mode: kv-keyed policies, reported as needing runtime dispatch
+    runtime: tuple[str, ...]  # graph mode: policies keyed beyond capture (they need runtime dispatch)
     keys: dict  # (window, policy) -> Keys; window 'train' (scores test) or 'fit' (scores validation)
-    phase: np.ndarray  # (n,) category code (Keying.category_codes; attention: 1 prefill, 0 decode)
+    category: np.ndarray  # (n,) category code (Keying.category_codes; attention: 1 prefill, 0 decode)
     weight: np.ndarray  # (n,) invocations of the workload each one stands for
     strata: np.ndarray  # (n,) stratum code (step kind): the bootstrap resamples within it
     plan: np.ndarray  # (n, C) plan charge per call
@@ -101,7 +109,7 @@ def layout(
         ("fit", slice(0, n_fit), slice(n_fit, n_train)),
     ):
         named = (
-            registry.KEYED if every else ("global", "phase-keyed", *deployable, *runtime, *registry.RICHER)
+            registry.KEYED if every else ("global", CATEGORY_KEYED, *deployable, *runtime, *registry.RICHER)
         )
         for name in named:
             if (window, name) not in keys:
@@ -118,7 +126,7 @@ def layout(
         n_train,
         n_fit,
         tuple(md.names),
-        md.tile,
+        md.base,
         md.native,
         {a: md.arm_cols(a) for a in ARMS if len(md.arm_cols(a))},
         {a: md.arm_cols(a) for a in md.arms()},
@@ -157,11 +165,11 @@ class Batch:
 
 
 def _test_view(L: Layout, b: Batch):
-    """(phase (S|1, n_test), plan (S|1, n_test, C), weight (S|1, n_test)) of the test positions."""
+    """(category (S|1, n_test), plan (S|1, n_test, C), weight (S|1, n_test)) of the test positions."""
     nt = L.n_train
     if b.rows is None:
-        return L.phase[None, nt:], L.plan[None, nt:], L.weight[None, nt:]
-    return L.phase[nt + b.rows], L.plan[nt + b.rows], L.weight[nt + b.rows]
+        return L.category[None, nt:], L.plan[None, nt:], L.weight[None, nt:]
+    return L.category[nt + b.rows], L.plan[nt + b.rows], L.weight[nt + b.rows]
 
 
 def fit(L: Layout, b: Batch, window: str, policy: str, arm: str):
@@ -178,16 +186,17 @@ def fit(L: Layout, b: Batch, window: str, policy: str, arm: str):
     best, fb = registry.fit_keyed(keys.fit, keys.k, objective, regret, weight=L.weight[fit_rows])
     if window == "train":
         score = keys.score if b.rows is None else keys.score[b.rows]
-        phase, plan, _ = _test_view(L, b)
+        category, plan, _ = _test_view(L, b)
     else:
-        score, phase, plan = keys.score, L.phase[None, L.n_fit : L.n_train], L.plan[None, L.n_fit : L.n_train]
+        val = slice(L.n_fit, L.n_train)
+        score, category, plan = keys.score, L.category[None, val], L.plan[None, val]
     score = np.broadcast_to(score, (best.shape[0], score.shape[-1]))
     picked = np.take_along_axis(
         best, np.broadcast_to(np.maximum(score, 0)[:, None], (*fb.shape, score.shape[-1])), -1
     )
     choice = cols[np.where(score[:, None] >= 0, picked, fb[..., None])]
     return choice, charge(
-        choice, phase[:, None], plan[:, None], L.dispatch[policy], L.switch_us, L.compile_us
+        choice, category[:, None], plan[:, None], L.dispatch[policy], L.switch_us, L.compile_us
     )
 
 
@@ -232,10 +241,11 @@ def _stacked(picks: dict, names: list, index: np.ndarray):
     return np.take_along_axis(ch, sel, -1)[..., 0], np.take_along_axis(co, sel, -1)[..., 0]
 
 
-def _fusion_within_phase(L: Layout, ut: np.ndarray, phase_choice: np.ndarray) -> np.ndarray:
-    """Per test invocation, fused or not (chosen on the same run's test) at the phase-keyed tile."""
+def _fusion_within_category(L: Layout, ut: np.ndarray, category_choice: np.ndarray) -> np.ndarray:
+    """Per test invocation, fused or not (chosen on the same run's test) at the category-keyed
+    candidate's base config."""
     ours = ~L.native
-    mask = ours[None, None, None, :] & (L.tile[None, None, None, :] == L.tile[phase_choice][..., None])
+    mask = ours[None, None, None, :] & (L.base[None, None, None, :] == L.base[category_choice][..., None])
     return np.argmin(np.where(mask, ut, np.inf), axis=-1)
 
 
@@ -250,19 +260,19 @@ def choices(L: Layout, b: Batch) -> tuple[dict, list, np.ndarray, np.ndarray]:
             picks[f"{p}@{arm}"] = fit(L, b, "train", p, arm)
     for p in registry.RICHER:
         picks.setdefault(f"{p}@free", fit(L, b, "train", p, "free"))
-    picks["phase"] = fit(L, b, "train", "phase-keyed", "free")
+    picks["category"] = fit(L, b, "train", CATEGORY_KEYED, "free")
     picks["global"] = picks["global@free"]
     ut = b.us[:, :, nt:]
     zero = np.zeros(ut.shape[:-1])
     free = L.cols["free"]
     picks["oracle"] = (free[np.argmin(ut[..., free], axis=-1)], zero)
     picks["oracle_all"] = (None, zero)  # chosen on the mean over runs: ``_oracle_all``
-    picks["fwp"] = (_fusion_within_phase(L, ut, picks["phase"][0]), zero)
+    picks["fwc"] = (_fusion_within_category(L, ut, picks["category"][0]), zero)
     order = [(p, a) for a in L.cols for p in L.deployable]
     val = validation(L, b, order)
     selected, baseline = val["selected"], val["baseline"]
     picks["selected"] = _stacked(picks, [f"{p}@{a}" for p, a in order], selected)
-    picks["baseline"] = _stacked(picks, ["global", "phase"], baseline)
+    picks["baseline"] = _stacked(picks, ["global", "category"], baseline)
     if L.runtime:
         rt_order = [(p, "free") for p in L.runtime]
         rt = validation(L, b, rt_order)["selected"]
@@ -288,19 +298,20 @@ def _pct(a, b, of):
 
 
 def specs(L: Layout, picks: dict) -> dict:
-    """figure -> (function of gross sums G and net sums N (dicts of arrays), phase mask or None)."""
+    """figure -> (function of gross sums G and net sums N (dicts of arrays), category code to mask
+    the test invocations by, or None)."""
     g = lambda k: lambda G, N: G[k]  # noqa: E731
     n = lambda k: lambda G, N: N[k]  # noqa: E731
     out = {
         "gap_to_oracle": (_pct(g("global"), g("oracle"), g("oracle")), None),
         "gap_to_oracle_bound": (_pct(g("global"), g("oracle_all"), g("oracle_all")), None),
         "policy_gain": (_pct(n("baseline"), n("selected"), n("baseline")), None),
-        "phase_split_gain": (_pct(n("global"), n("phase"), n("global")), None),
+        CATEGORY_SPLIT_GAIN: (_pct(n("global"), n("category"), n("global")), None),
         "policy_gain_vs_global": (_pct(n("global"), n("selected"), n("global")), None),
-        "policy_gain_vs_phase": (_pct(n("phase"), n("selected"), n("phase")), None),
-        "made_of_phase_split": (_pct(g("global"), g("phase"), g("oracle")), None),
-        "made_of_fusion_within_phase": (_pct(g("phase"), g("fwp"), g("oracle")), None),
-        "made_of_tile_within_phase": (_pct(g("fwp"), g("oracle"), g("oracle")), None),
+        GAIN_VS_CATEGORY: (_pct(n("category"), n("selected"), n("category")), None),
+        MADE_OF_CATEGORY_SPLIT: (_pct(g("global"), g("category"), g("oracle")), None),
+        MADE_OF_FUSION_WITHIN_CATEGORY: (_pct(g("category"), g("fwc"), g("oracle")), None),
+        MADE_OF_BASE_WITHIN_CATEGORY: (_pct(g("fwc"), g("oracle"), g("oracle")), None),
     }
     if "runtime" in picks:
         out["policy_gain_runtime_dispatch"] = (_pct(n("baseline"), n("runtime"), n("baseline")), None)
@@ -309,10 +320,10 @@ def specs(L: Layout, picks: dict) -> dict:
             out[f"richer_gain_{p}"] = (_pct(n("baseline"), n(f"{p}@free"), n("baseline")), None)
     if {"off", "on"} <= set(L.cols):
         out["fusion_speedup"] = (lambda G, N: G["global@off"] / G["global@on"], None)
-        for ph, code in (("prefill", 1), ("decode", 0)):
-            if (L.phase[L.n_train :] == code).any():
-                fn = lambda G, N: G["off@phase"] / G["on@phase"]  # noqa: E731
-                out[f"fusion_speedup_{ph}"] = (fn, code)
+        for name, code in (("prefill", 1), ("decode", 0)):  # attention's category codes: its arms fuse
+            if (L.category[L.n_train :] == code).any():
+                fn = lambda G, N: G["off@category"] / G["on@category"]  # noqa: E731
+                out[f"fusion_speedup_{name}"] = (fn, code)
     if {"off", "on"} <= set(L.cols):  # without a fused arm the best unfused is the kernel itself
         out["kernel_vs_best_unfused"] = (lambda G, N: G["global@off"] / G["global@free"], None)
     for k in picks:
@@ -321,13 +332,13 @@ def specs(L: Layout, picks: dict) -> dict:
     return out
 
 
-def _phase_picks(L: Layout, b: Batch) -> dict:
-    """Phase-keyed in the off and on arms (the per-phase fusion speedups' two sides)."""
+def _category_picks(L: Layout, b: Batch) -> dict:
+    """Category-keyed in the off and on arms (the per-category fusion speedups' two sides)."""
     if not {"off", "on"} <= set(L.cols):
         return {}
     return {
-        "off@phase": fit(L, b, "train", "phase-keyed", "off"),
-        "on@phase": fit(L, b, "train", "phase-keyed", "on"),
+        "off@category": fit(L, b, "train", CATEGORY_KEYED, "off"),
+        "on@category": fit(L, b, "train", CATEGORY_KEYED, "on"),
     }
 
 
@@ -401,7 +412,7 @@ def _oracle_all_sums(ut, free, A, B, counts, boot):
     of the oracle chosen on the mean over runs, scored on each pair's run b."""
     point = _oracle_all(ut, free, None)  # (S, n)
     per_pair = np.take_along_axis(ut[:, B], point[:, None, :, None], -1)[..., 0]
-    chosen = []  # each run resample's oracle (S, B, n), chosen once for every phase mask
+    chosen = []  # each run resample's oracle (S, B, n), chosen once for every category mask
 
     def per_boot(w):
         if not chosen:
@@ -427,7 +438,7 @@ def score(L: Layout, b: Batch, picks: dict, figure_specs: dict, truth: np.ndarra
     nt = L.n_train
     A, B = pairs(R)
     ut = b.us[:, :, nt:]
-    phase_t, _, weight_t = _test_view(L, b)
+    category_t, _, weight_t = _test_view(L, b)
     counts = interval.run_counts(R, L.boot.shape[0], measured.group_seed(L.seed, L.mode, "runs"))
     pw = interval.pair_weights(counts, A, B)
     free = L.cols["free"]
@@ -441,12 +452,12 @@ def score(L: Layout, b: Batch, picks: dict, figure_specs: dict, truth: np.ndarra
     sums, true_sums = {}, {}
     for name, (fn, code) in figure_specs.items():
         if code not in sums:
-            mask = None if code is None else (phase_t == code).astype(float)
+            mask = None if code is None else (category_t == code).astype(float)
             sums[code] = _sums(_pair_scorer(ut, A, B), picks, weight_t, mask, L.boot, oracle_all)
             if tt is not None:
                 true_sums[code] = _sums(_truth_scorer(tt), picks, weight_t, mask, None, true_oracle)
         G, Nn, GB, NB = sums[code]
-        with np.errstate(invalid="ignore", divide="ignore"):  # a seed without a phase: NaN
+        with np.errstate(invalid="ignore", divide="ignore"):  # a seed without the category: NaN
             per_pair, per_boot = fn(G, Nn), fn(GB, NB)
             if tt is not None:
                 out[name + "_true"] = fn(*true_sums[code][:2]).mean(axis=1)
@@ -464,7 +475,7 @@ def figures(L: Layout, b: Batch, truth: np.ndarray | None = None, only=None) -> 
     'gap_to_oracle_same_run' (each run's own oracle), 'selected' (S, R), 'baseline' (S, R) and
     'order' (see ``choices``)."""
     picks, order, selected, baseline = choices(L, b)
-    picks.update(_phase_picks(L, b))
+    picks.update(_category_picks(L, b))
     wanted = {k: v for k, v in specs(L, picks).items() if only is None or k in only}
     out = score(L, b, picks, wanted, truth)
     out.update(selected=selected, baseline=baseline, order=order)

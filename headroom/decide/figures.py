@@ -3,7 +3,7 @@ figures (``headroom.decide.engine``; cross-run: chosen on one run, scored on ano
 two-way bootstrap's percentile interval (``headroom.decide.interval``).
 
 Decided (``headroom.decide.rule``): ``gap_to_oracle`` (it holds on ``gap_to_oracle_bound``: the row's
-``hold_high``) and ``policy_gain``. Reported beside them, never decided: the phase split, the policy
+``hold_high``) and ``policy_gain``. Reported beside them, never decided: the category split, the policy
 figure against each baseline, the richer policy families (``richer_gain_<policy>``, each with what
 deploying it needs), which shapes carry the gap (``gap_carried_by``), the fusion speedups, the same-run
 gap, the decomposition of the gap (``made_of_*``, % of the oracle's latency, adding up to the cross-run
@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import defaults
-from headroom.decide import engine, interval, measured, registry, rule
+from headroom.decide import engine, interval, measured, registry, rule, words
 from headroom.decide.measured import ModeData, Options
-from headroom.policies.shapes import ATTENTION
+from headroom.policies.shapes import Keying
 
 UNITS = {"fusion_speedup": "x", "fusion_speedup_prefill": "x", "fusion_speedup_decode": "x"}
 KERNEL_ROWS = "kernel_vs_"
@@ -57,7 +57,7 @@ def study_figures(
     switch_sensitivity=True,
     calibration=None,
     intermediate_ratio=None,
-    keying=ATTENTION,
+    keying: Keying | None = None,
     **options,
 ) -> pd.DataFrame:
     """One row per (mode, figure): estimate, ci_low, ci_high, se, p_value (the bootstrap's one-sided
@@ -65,7 +65,8 @@ def study_figures(
     pairs, decided, detail, family (the mode's own, or ``profile`` for the deployment profile's parts
     ``<mode>@<step>``). train_fraction, seed and thresholds (config ``decision:``) left out are the
     default study's; with the calibration and ``intermediate_ratio``, eager timings carry the host
-    time the GPU does not hide (``layer.host_bound``)."""
+    time the GPU does not hide (``measured.checked_modes``); keying: the family's keys (None: the
+    built-in family's)."""
     if train_fraction is None:
         train_fraction = defaults.value("policies", "train_fraction")
     seed = defaults.value("policies", "seed") if seed is None else seed
@@ -102,7 +103,9 @@ def kernel(md: ModeData, L: engine.Layout) -> tuple[str, int]:
 def mode_figures(
     md: ModeData, costs, opts: Options, train_fraction: float, seed: int, thresholds: dict
 ) -> list[dict]:
-    """The rows of one mode (or profile part): the engine's one-seed figures."""
+    """The rows of one mode (or profile part): the engine's one-seed figures; their details in the
+    words of its family (``headroom.decide.words.of``)."""
+    said = words.of(md.keying)
     n = md.us.shape[1]
     n_train, _ = measured.split(n, train_fraction, opts.validation_fraction)
     if n_train < 1 or n - n_train < 1:
@@ -118,7 +121,7 @@ def mode_figures(
     rows = []
     for fig in engine.specs(L, _probe(L)):
         decided = fig in rule.DECIDED
-        detail = _detail(fig, md.mode, selected, baseline, name, agree, len(md.runs))
+        detail = _detail(fig, md.mode, selected, baseline, name, agree, len(md.runs), said)
         rows.append(_row(md, n - n_train, fig, f, decided, detail))
         threshold = thresholds.get(rule.THRESHOLD_OF.get(fig, ""), np.nan)
         rows[-1]["p_value"] = float(interval.p_above(f[fig + "_boot"], threshold)[0]) if decided else np.nan
@@ -186,10 +189,10 @@ def _probe(L: engine.Layout) -> dict:
     return names
 
 
-def _detail(fig, mode, selected, baseline, name, agree, runs) -> str:
+def _detail(fig, mode, selected, baseline, name, agree, runs, said: words.Words) -> str:
     if fig.startswith("richer_gain_"):
         policy = fig[len("richer_gain_") :]
-        return f"{policy} over the baseline; deploying it needs {registry.needs(policy, mode)}"
+        return f"{policy} over the baseline; deploying it needs {registry.needs(policy, mode, said)}"
     if fig.startswith("policy_gain"):
         chosen = ", ".join(f"{k} x{v}" for k, v in sorted(selected.items()))
         base = ", ".join(f"{k} x{v}" for k, v in sorted(baseline.items()))

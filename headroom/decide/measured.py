@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts, defaults
-from headroom.decide import layer
+from headroom.core.names import BASE_CONFIG, TRACE_CATEGORY
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
-from headroom.policies.shapes import ATTENTION, Keying
-from headroom.trace.requests import STEP_KIND, STEP_KIND_OF_PHASE
+from headroom.policies.shapes import Keying, builtin
+from headroom.trace.requests import STEP_KIND
+from headroom.trace.requests import STEP_KIND_OF_PHASE as STEP_OF_CATEGORY
 
 FUSION_ARMS = ("off", "on", "free")
 # The portfolio's backends of the candidates under study (attention's Triton kernels; a family's
@@ -31,9 +32,9 @@ NATIVE_ARM = "native"
 # The trace contract's columns the analysis reads (all but dtype).
 TRACE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "dtype")
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
-# The profile's step kind of a serving trace's `step` values, and of a phase without them: one table,
-# the trace sampler's (headroom.trace.requests).
-STEP_TYPE, STEP_OF_PHASE = STEP_KIND, STEP_KIND_OF_PHASE
+# The profile's step kind of a serving trace's `step` values, and of its category (TRACE_CATEGORY)
+# without them: one table each, the trace sampler's (headroom.trace.requests).
+STEP_TYPE = STEP_KIND
 # The profile's step kind of a family's step kinds (headroom.families.Step.kind): an unchunked
 # engine's prefill-only step is profiled like a mixed one.
 STEP_KIND_OF_FAMILY_STEP = {"decode-only": "decode-only", "mixed": "mixed", "prefill-only": "mixed"}
@@ -106,9 +107,11 @@ def group_seed(seed: int, *labels) -> np.random.Generator:
 
 @dataclass
 class ModeData:
-    """us/sem2: (R, N, C); features: the N trace rows in order; per-candidate names/fused/native/tile;
-    host_us (R, N, C): each call's host enqueue time where the portfolio measured it (else None);
-    timing: the portfolio's timing methods ('spin-events', 'cuda_events', 'host_clock', ...)."""
+    """us/sem2: (R, N, C); features: the N trace rows in order; per-candidate names/fused/native/base
+    (base: its base config, what it is apart from its fusion arm; each its own where the timings do
+    not record one); host_us (R, N, C): each call's host enqueue time where the portfolio measured it
+    (else None); timing: the portfolio's timing methods ('spin-events', 'cuda_events', 'host_clock',
+    ...)."""
 
     mode: str
     runs: list
@@ -118,11 +121,11 @@ class ModeData:
     names: list[str]
     fused: np.ndarray
     native: np.ndarray
-    tile: np.ndarray
+    base: np.ndarray
     dropped: list[str] = field(default_factory=list)
     host_us: np.ndarray | None = None
     timing: tuple[str, ...] = ()
-    keying: Keying = ATTENTION  # the family's keys (headroom.policies.shapes)
+    keying: Keying = field(default_factory=builtin)  # the family's keys (headroom.policies.shapes)
 
     @property
     def host_included(self) -> bool:
@@ -143,9 +146,10 @@ def _pivot(group: pd.DataFrame, column: str) -> pd.DataFrame:
     return group.pivot(index="invocation", columns="candidate", values=column).sort_index()
 
 
-def mode_data(trace: pd.DataFrame, timings: pd.DataFrame, keying: Keying = ATTENTION) -> list[ModeData]:
+def mode_data(trace: pd.DataFrame, timings: pd.DataFrame, keying: Keying | None = None) -> list[ModeData]:
     """Per mode, the runs' invocation x candidate matrices over the candidates timed everywhere,
-    keyed by the family's ``keying``."""
+    keyed by the family's ``keying`` (None: the built-in family's)."""
+    keying = keying or builtin()
     features = trace.set_index("invocation")
     timings = timings if "mode" in timings.columns else timings.assign(mode="eager")
     out = []
@@ -180,8 +184,8 @@ def mode_data(trace: pd.DataFrame, timings: pd.DataFrame, keying: Keying = ATTEN
                 native=(~first["backend"].astype(str).isin(OURS_BACKENDS)).to_numpy()
                 if "backend" in first.columns
                 else np.zeros(len(complete), bool),
-                tile=first["tile"].fillna(-1).astype(int).to_numpy()
-                if "tile" in first.columns
+                base=first[BASE_CONFIG].fillna(-1).astype(int).to_numpy()
+                if BASE_CONFIG in first.columns
                 else np.arange(len(complete)),
                 dropped=sorted(set(group["candidate"]) - set(complete)),
                 host_us=_matrix(group, runs, invocations, complete, "host_us"),
@@ -241,7 +245,8 @@ def split(n: int, train_fraction: float, validation_fraction: float) -> tuple[in
 def step_of(features: pd.DataFrame) -> np.ndarray:
     """Each invocation's step kind (decode-only or mixed): from a family trace's ``step_kind``
     (``STEP_KIND_OF_FAMILY_STEP``), else from the trace's ``step`` column where a serving trace
-    records it (``STEP_TYPE``), else from its phase (``STEP_OF_PHASE``)."""
+    records it (``STEP_TYPE``), else from its category column (``TRACE_CATEGORY``,
+    ``STEP_OF_CATEGORY``)."""
     if "step_kind" in features.columns:
         kinds = features["step_kind"].astype(str)
         unknown = sorted(set(kinds) - set(STEP_KIND_OF_FAMILY_STEP))
@@ -250,14 +255,14 @@ def step_of(features: pd.DataFrame) -> np.ndarray:
                 f"trace column step_kind holds {unknown}: known are {sorted(STEP_KIND_OF_FAMILY_STEP)}"
             )
         return kinds.map(STEP_KIND_OF_FAMILY_STEP).to_numpy().astype(str)
-    phase = features["phase"].astype(str).map(STEP_OF_PHASE)
+    category = features[TRACE_CATEGORY].astype(str).map(STEP_OF_CATEGORY)
     if "step" not in features.columns:
-        return phase.to_numpy().astype(str)
+        return category.to_numpy().astype(str)
     recorded = features["step"]
     unknown = sorted(set(recorded.dropna().astype(str)) - set(STEP_TYPE))
     if unknown:
         raise ValueError(f"trace column step holds {unknown}: known step values are {sorted(STEP_TYPE)}")
-    return recorded.map(STEP_TYPE, na_action="ignore").fillna(phase).to_numpy().astype(str)
+    return recorded.map(STEP_TYPE, na_action="ignore").fillna(category).to_numpy().astype(str)
 
 
 def strata_of(features: pd.DataFrame) -> np.ndarray:
@@ -300,17 +305,18 @@ def check_columns(df: pd.DataFrame, required, name: str) -> None:
 
 
 def trace_columns(keying: Keying) -> tuple[str, ...]:
-    """The trace columns the analysis reads: attention's contract, or a family's keyed features."""
-    if keying == ATTENTION:
+    """The trace columns the analysis reads: the built-in family's contract, or a family's keyed
+    features."""
+    if keying == builtin():
         return TRACE_COLUMNS
     features = (*keying.categories, *(f for f, _ in keying.numeric))
     return ("invocation", "shape_key", *dict.fromkeys(features))
 
 
-def check_inputs(trace, timings, train_fraction, keying: Keying = ATTENTION) -> None:
+def check_inputs(trace, timings, train_fraction, keying: Keying | None = None) -> None:
     if not isinstance(train_fraction, int | float) or not 0.0 < float(train_fraction) < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
-    check_columns(trace, trace_columns(keying), "trace")
+    check_columns(trace, trace_columns(keying or builtin()), "trace")
     check_columns(timings, TIMING_COLUMNS, "timings")
     if trace["invocation"].duplicated().any():
         raise ValueError("trace: invocation must be unique (one row per invocation)")
@@ -327,14 +333,18 @@ def checked_modes(
     options: Mapping,
     calibration=None,
     intermediate_ratio=None,
-    keying: Keying = ATTENTION,
+    keying: Keying | None = None,
 ):
     """Check the inputs; (opts, the lifecycle's costs, each mode's ModeData), keyed by the family's
-    ``keying``. With the calibration and the decoder-layer model's ``intermediate_ratio`` (attention's
-    decoder layer), eager timings carry the host time the GPU does not hide (``layer.host_bound``)."""
+    ``keying`` (None: the built-in family's). With the calibration and the decoder-layer model's
+    ``intermediate_ratio``, the built-in family's eager timings carry the host time the GPU does not
+    hide (headroom.families.attention.layer.host_bound); another family has no layer model."""
+    keying = keying or builtin()
     opts = Options.from_mapping(options)
     check_inputs(trace, timings, train_fraction, keying)
     modes = mode_data(trace, timings, keying)
-    if calibration is not None and intermediate_ratio is not None and keying == ATTENTION:
-        modes = [layer.host_bound(md, calibration, intermediate_ratio) for md in modes]
+    if calibration is not None and intermediate_ratio is not None and keying == builtin():
+        from headroom.families.attention.layer import host_bound
+
+        modes = [host_bound(md, calibration, intermediate_ratio) for md in modes]
     return opts, lifecycle_costs(lifecycle), modes

@@ -1,13 +1,13 @@
 """policy_eval.parquet and factorial.parquet: every registry policy scored per run x mode x fusion
 arm, from the one estimator the decision uses (``headroom.decide.engine``).
 
-A *policy* maps an invocation's shape to a candidate (tile x fused); each is one object of the
+A *policy* maps an invocation's shape to a candidate (base config x fused); each is one object of the
 registry (``headroom.decide.registry``), fitted on the first ``train_fraction`` of a run's
 invocations (in trace order, never shuffled) and scored on the rest. T, a policy's test latency, is
 the weighted sum of the ``median_us`` of the candidates it picks on the test invocations (weights: the
 trace's ``weight``, 1 unless the sampler stratified). Arms: ``off`` (our unfused candidates), ``on``
-(RoPE in the attention kernel), ``free`` (all of ours) and, when the timings hold native candidates,
-``native`` (ours and the natives together). ``random`` is scored as its expectation (the mean over the
+(the fused ones; attention: RoPE in the attention kernel), ``free`` (all of ours) and, when the
+timings hold native candidates, ``native`` (ours and the natives together). ``random`` is scored as its expectation (the mean over the
 arm's candidates), ``oracle`` as the per-invocation best of the arm (it needs the future).
 
 Same-run figures (one row per run; the oracle chosen on the data it is scored on, so its gap is biased
@@ -20,15 +20,16 @@ up by the winner's curse):
 
 with ``ci_low``/``ci_high`` (``gap_ci_*``, ``net_ci_*``) the percentile interval over that run's test
 invocations (the decision's invocation resamples). Cross-run figures, the same on every run's row of a
-(mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_gain_cv_pct`` and
-``net_gain_vs_phase_cv_pct`` (over phase-keyed in the free arm), each with ``*_ci_low``/``*_ci_high``:
+(mode, policy, fusion): ``gap_cv_pct``, ``gain_cv_pct``, ``net_gain_cv_pct`` and the net gain over
+category-keyed in the free arm (``NET_GAIN_VS_CATEGORY_CV``), each with ``*_ci_low``/``*_ci_high``:
 fitted on run a, scored on run b, pooled over ordered pairs, the two-way bootstrap's interval
 (``headroom.decide.interval``).
 
-Selection (never on test): ``validation_net_gain_vs_phase_pct`` is a deployable policy's net gain over
-phase-keyed (free arm) on the validation slice inside the run's train; ``selected`` marks the policy x
-arm the decision takes for that run (the best net gain over the better of global and phase-keyed
-there: ``engine.validation``). The factorial chooses from the validation column.
+Selection (never on test): ``VALIDATION_NET_GAIN_VS_CATEGORY`` is a deployable policy's net gain over
+category-keyed (free arm) on the validation slice inside the run's train; ``selected`` marks the
+policy x arm the decision takes for that run (the best net gain over the better of global and
+category-keyed there: ``engine.validation``). The factorial chooses from the validation column.
+(Category-keyed and these columns are named in headroom.core.names.)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headroom.core.names import CATEGORY_KEYED, NET_GAIN_VS_CATEGORY_CV, VALIDATION_NET_GAIN_VS_CATEGORY
 from headroom.decide import engine, interval, measured
 from headroom.decide.costs import LifecycleCosts, charge, lifecycle_costs
 from headroom.decide.measured import (
@@ -49,7 +51,7 @@ from headroom.decide.measured import (
     in_arm,
 )
 from headroom.decide.registry import DEPLOYABLE, KEYED, POLICIES, bucket_label
-from headroom.policies.shapes import ATTENTION
+from headroom.policies.shapes import Keying
 
 __all__ = [
     "DEPLOYABLE",
@@ -72,13 +74,14 @@ CROSS = {
     "gap_cv": lambda p, arm: (f"{p}@{arm}", f"oracle@{arm}", "gap"),
     "gain_cv": lambda p, arm: (f"global@{arm}", f"{p}@{arm}", "gross"),
     "net_gain_cv": lambda p, arm: (f"global@{arm}", f"{p}@{arm}", "net"),
-    "net_gain_vs_phase_cv": lambda p, arm: ("phase-keyed@free", f"{p}@{arm}", "net"),
+    NET_GAIN_VS_CATEGORY_CV: lambda p, arm: (f"{CATEGORY_KEYED}@free", f"{p}@{arm}", "net"),
 }
 
 
-def bucket_of(features: pd.DataFrame) -> np.ndarray:
-    """Bucket label per invocation: phase and power-of-two ceilings of q_len, kv_len and batch."""
-    return np.array([bucket_label(s) for s in features.to_dict("records")])
+def bucket_of(features: pd.DataFrame, keying: Keying | None = None) -> np.ndarray:
+    """Bucket label per invocation: its category values and the power-of-two ceilings of its numeric
+    features under the family's ``keying`` (None: the built-in family's)."""
+    return np.array([bucket_label(s, keying) for s in features.to_dict("records")])
 
 
 def evaluate(
@@ -90,14 +93,15 @@ def evaluate(
     seed: int = 0,
     calibration: pd.DataFrame | None = None,
     intermediate_ratio: float | None = None,
-    keying=ATTENTION,
+    keying: Keying | None = None,
     **options,
 ) -> pd.DataFrame:
     """One row per run x mode x policy x fusion arm with the policy_eval columns and the fitted facts
     behind them (the module docstring defines them). trace: DESIGN.md trace columns, one row per
     invocation. timings: portfolio rows (several runs; optional ``mode``, ``std_us``, ``reps``).
     lifecycle: lifecycle.parquet or None (no costs). calibration and intermediate_ratio: eager
-    timings carry the host time the GPU does not hide (``layer.host_bound``). options: see ``Options``."""
+    timings carry the host time the GPU does not hide (``measured.checked_modes``). keying: the
+    family's keys (None: the built-in family's). options: see ``Options``."""
     opts, costs, modes = checked_modes(
         trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
@@ -115,28 +119,28 @@ def _picks(L: engine.Layout, b: engine.Batch) -> dict:
     """{'<policy>@<arm>': (choice, charge) (1, R, n_test)} of every policy in every arm; random as
     (None, charge, its expected latency per run)."""
     ut = b.us[:, :, L.n_train :]
-    phase, plan, _ = engine._test_view(L, b)
+    category, plan, _ = engine._test_view(L, b)
     picks = {}
     for arm, cols in L.arm_cols.items():
         for p in KEYED:
             picks[f"{p}@{arm}"] = engine.fit(L, b, "train", p, arm)
         oracle = cols[np.argmin(ut[..., cols], axis=-1)]
-        picks[f"oracle@{arm}"] = (oracle, _charge(L, oracle, phase, plan, "oracle"))
-        picks[f"random@{arm}"] = (None, _random_charge(L, cols, phase, plan), ut[..., cols].mean(-1))
+        picks[f"oracle@{arm}"] = (oracle, _charge(L, oracle, category, plan, "oracle"))
+        picks[f"random@{arm}"] = (None, _random_charge(L, cols, category, plan), ut[..., cols].mean(-1))
     return picks
 
 
-def _charge(L, choice, phase, plan, policy, compile_us=None):
+def _charge(L, choice, category, plan, policy, compile_us=None):
     dispatch = L.dispatch.get(policy, max(L.dispatch.values()))
     compile_us = L.compile_us if compile_us is None else compile_us
-    return charge(choice, phase[:, None], plan[:, None], dispatch, L.switch_us, compile_us)
+    return charge(choice, category[:, None], plan[:, None], dispatch, L.switch_us, compile_us)
 
 
-def _random_charge(L, cols, phase, plan) -> np.ndarray:
-    """random's expected charge per invocation: its lookup, a switch on each within-phase step with
-    probability 1 - 1/C, the arm's mean plan build, every candidate of the arm compiled."""
+def _random_charge(L, cols, category, plan) -> np.ndarray:
+    """random's expected charge per invocation: its lookup, a switch on each within-category step
+    with probability 1 - 1/C, the arm's mean plan build, every candidate of the arm compiled."""
     C = len(cols)
-    same = np.concatenate([[False], phase[0, 1:] == phase[0, :-1]])
+    same = np.concatenate([[False], category[0, 1:] == category[0, :-1]])
     per = L.dispatch["random"] + L.switch_us * (1 - 1 / C) * same + plan[0][:, cols].mean(-1)
     return (per + L.compile_us[cols].sum())[None, None]
 
@@ -166,7 +170,7 @@ def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction
                 row = {"run": md.runs[r], "mode": md.mode, "policy": policy, "fusion": arm}
                 row.update(same[(policy, arm)])
                 row.update(_facts(L, md, picks, policy, arm, r, costs, opts))
-                row["validation_net_gain_vs_phase_pct"] = _validation_gain(val, order, policy, arm, r)
+                row[VALIDATION_NET_GAIN_VS_CATEGORY] = _validation_gain(val, order, policy, arm, r)
                 row["selected"] = bool(order) and order[int(val["selected"][0, r])] == (policy, arm)
                 row.update(cross[(policy, arm)])
                 rows.append(row)
@@ -176,8 +180,8 @@ def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction
 def _validation_gain(val, order, policy, arm, r) -> float:
     if val["nets"] is None or (policy, arm) not in order:
         return np.nan
-    phase = val["base_nets"][0, r, engine.BASELINES.index("phase-keyed")]
-    return float(100.0 * (phase - val["nets"][0, r, order.index((policy, arm))]) / phase)
+    keyed = val["base_nets"][0, r, engine.BASELINES.index(CATEGORY_KEYED)]
+    return float(100.0 * (keyed - val["nets"][0, r, order.index((policy, arm))]) / keyed)
 
 
 def _latency(L, b, pick, r):
@@ -220,8 +224,8 @@ def _facts(L, md, picks, policy, arm, r, costs, opts) -> dict:
     """The fitted facts behind a row: what it used, what it costs, how the CI was made."""
     cols = L.arm_cols[arm]
     ch, co = picks[f"{policy}@{arm}"][:2]
-    phase = L.phase[L.n_train :]
-    same = phase[1:] == phase[:-1]
+    category = L.category[L.n_train :]
+    same = category[1:] == category[:-1]
     if ch is None:  # random: every candidate of the arm, an expected switch count
         used = [md.names[c] for c in cols]
         switches = float(same.sum() * (1 - 1 / len(cols)))
@@ -299,14 +303,14 @@ def _cross(L, b, picks, md) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-FACTORIAL_SELECTION = "validation_net_gain_vs_phase_pct"
+FACTORIAL_SELECTION = VALIDATION_NET_GAIN_VS_CATEGORY
 
 
 def factorial(policy_eval: pd.DataFrame) -> pd.DataFrame:
     """The 2x2 {global, best deployable policy} x {unfused, fused}, per run (and mode).
 
     The best deployable policy is chosen as the decision chooses, never on the test split it is scored
-    on: the one of ``DEPLOYABLE`` with the largest mean ``validation_net_gain_vs_phase_pct`` over the
+    on: the one of ``DEPLOYABLE`` with the largest mean ``FACTORIAL_SELECTION`` over the
     off and on arms (its net gain on the validation slice inside train; ties, or a train too short to
     hold a validation slice, keep the first of ``DEPLOYABLE``). All gains are percentages of the
     global-unfused test latency A; with B = global fused, C = policy unfused, D = policy fused:

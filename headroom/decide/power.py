@@ -152,14 +152,14 @@ def learnable_class(md: ModeData) -> np.ndarray:
     return pool & (x >= np.median(x[pool]))
 
 
-def beyond_phase(md: ModeData, effect: float) -> np.ndarray:
-    """Headroom the phase split cannot capture: the invocations of ``learnable_class`` want tile B and
-    the rest tile A (by ``effect``); every other candidate is flat."""
+def beyond_category(md: ModeData, effect: float) -> np.ndarray:
+    """Headroom the category split cannot capture: the invocations of ``learnable_class`` want base
+    config B and the rest base config A (by ``effect``); every other candidate is flat."""
     truth = flat(md)
-    tiles = sorted(set(md.tile[~md.native]))
-    tile_a, tile_b = tiles[0], tiles[min(2, len(tiles) - 1)]
-    want = np.where(learnable_class(md), tile_b, tile_a)
-    fast = (md.tile[None, :] == want[:, None]) & ~md.native[None, :]
+    bases = sorted(set(md.base[~md.native]))
+    base_a, base_b = bases[0], bases[min(2, len(bases) - 1)]
+    want = np.where(learnable_class(md), base_b, base_a)
+    fast = (md.base[None, :] == want[:, None]) & ~md.native[None, :]
     return truth * np.where(fast, 1.0 - effect, 1.0)
 
 
@@ -228,8 +228,8 @@ def curve_point(
     md: ModeData, L: engine.Layout, model: NoiseModel, noise_: np.ndarray, thresholds: dict, effect: float
 ) -> dict:
     """One point of the power curve: P(the policy figure exceeds) with ``effect`` planted where a
-    deployable policy can learn it (``beyond_phase``); x is the policy figure's truth target (%)."""
-    r = simulate(L, beyond_phase(md, effect), noise_, thresholds, model.within_sd, only=DECIDED_FIGURES)
+    deployable policy can learn it (``beyond_category``); x is the policy figure's truth target (%)."""
+    r = simulate(L, beyond_category(md, effect), noise_, thresholds, model.within_sd, only=DECIDED_FIGURES)
     return {
         "effect": effect,
         "true_policy_gain_pct": float(np.nanmean(r["policy_gain_true"])),

@@ -15,6 +15,7 @@ keys unseen in train to the global candidate. ``oracle`` needs the future: it is
 from __future__ import annotations
 
 import headroom.policies as _policies
+from headroom.decide import words as _words
 from headroom.policies import *  # noqa: F403  (the policies' names, listed once: headroom.policies.__all__)
 from headroom.policies.fit import Train, fit_keyed, fit_objective, key_codes, regret_of
 
@@ -36,27 +37,30 @@ __all__ += _policies.__all__
 
 POLICIES = (*_policies.REGISTRY, "oracle")
 KEYED = tuple(p for p in _policies.REGISTRY if p != "random")  # fitted per key through ``fit_keyed``
-# Policies a serving system could ship that adapt to shape beyond the phase split; the better of
-# `global` and `phase-keyed` is the baseline they must beat, `random` a floor, `oracle` needs the future.
+# Policies a serving system could ship that adapt to shape beyond the category split; the better of
+# `global` and category-keyed is the baseline they must beat, `random` a floor, `oracle` needs the future.
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed")
-# Under full CUDA Graph replay kv_len changes inside a replay: only policies keyed on what is fixed at
-# capture (phase, padded batch size) can be baked into the graphs. The others would need a runtime
+# Under full CUDA Graph replay the features a graph does not fix at capture (attention: the context
+# length) change inside a replay: only policies keyed on what is fixed at capture (the category and
+# the padded capture-fixed features) can be baked into the graphs. The others would need a runtime
 # dispatch inside the graph; graph mode reports them and decides on these.
 GRAPH_DEPLOYABLE = ("batch-keyed",)
 
 
 # Richer policy families, each scored beside the decided figure so that a gap no deployable policy
-# captures is stated with what would capture it: exact-key keys on the whole shape (batch, q_len,
-# kv_len), bucketed on powers of two of each.
+# captures is stated with what would capture it: exact-key keys on the whole shape, bucketed on
+# powers of two of its numeric features.
 RICHER = ("exact-key", "bucketed")
 
 
-def needs(policy: str, mode: str) -> str:
-    """What deploying ``policy`` in ``mode`` takes, in a server's words."""
+def needs(policy: str, mode: str, words: _words.Words | None = None) -> str:
+    """What deploying ``policy`` in ``mode`` takes, in a server's words (``words``: the study's
+    family's, headroom.decide.words; None: the built-in family's)."""
+    words = words or _words.of()
     if mode == "graph" and policy not in GRAPH_DEPLOYABLE:
-        return "a runtime dispatch inside the captured graph (kv_len is not fixed at capture)"
+        return words.runtime_dispatch
     if mode == "graph":
-        return "one graph per padded batch size, captured with its kernel"
+        return words.captured
     return "a table lookup before each call"
 
 

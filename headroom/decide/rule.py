@@ -5,8 +5,8 @@ the validation simulator alike; the words a user reads are ``headroom.decide.wor
 Two figures are decided per family (a mode, or a part of the deployment profile):
 
 * ``policy_gain``, the net gain of the deployable policy chosen on the validation slice over the
-  better of global and phase-keyed (costs charged where a server pays them): what a user would build
-  and ship;
+  better of global and category-keyed (costs charged where a server pays them): what a user would
+  build and ship;
 * ``gap_to_oracle``, the global kernel's gap to the per-invocation oracle: all the headroom there is.
 
 A figure *exceeds* when its interval's lower end lies above its threshold and *holds* when the upper
@@ -17,8 +17,8 @@ them (biased up, shrinking with runs: the one place a choice is scored on data i
 conservative both ways, so the winner's curse alone never makes a flat surface look uncapturable.
 
 Verdict (``VERDICT``): ``continue`` when the policy figure exceeds; ``stop`` when it holds and the gap
-holds (reason ``holds``) or exceeds: ``phase-split`` when one kernel per phase captures that headroom
-(the policy figure's baseline: ship the pair), else ``uncapturable`` (headroom exists but no
+holds (reason ``holds``) or exceeds: ``CATEGORY_SPLIT`` when one candidate per category captures that
+headroom (the policy figure's baseline: ship one per category), else ``uncapturable`` (headroom exists but no
 deployable policy captures it; the report says which shapes carry it and what richer policies would
 gain);
 ``no-decision`` otherwise, with the open figure's cause as the reason: ``straddles`` (its interval
@@ -32,6 +32,8 @@ include the host's launch path, recorded before the GPU-only eager method: repor
 from __future__ import annotations
 
 import numpy as np
+
+from headroom.core.names import CATEGORY_SPLIT
 
 RULE_VERSION = "decision-v4"
 DECIDED = ("gap_to_oracle", "policy_gain")
@@ -65,9 +67,9 @@ def states(lo, hi, hold_hi, threshold: float, null: float = 0.0) -> np.ndarray:
     return out.astype(str)
 
 
-def verdict(gap: np.ndarray, policy: np.ndarray, phase_split=False) -> tuple[np.ndarray, np.ndarray]:
-    """(verdict, reason code) per seed from the two decided figures' states; ``phase_split`` (per
-    seed, or one bool): one kernel per phase captures the gap."""
+def verdict(gap: np.ndarray, policy: np.ndarray, category_split=False) -> tuple[np.ndarray, np.ndarray]:
+    """(verdict, reason code) per seed from the two decided figures' states; ``category_split`` (per
+    seed, or one bool): one candidate per category captures the gap."""
     gap, policy = np.asarray(gap, str), np.asarray(policy, str)
     v = np.full(gap.shape, "no-decision", dtype=object)
     why = np.where(policy == "holds", gap, policy).astype(object)
@@ -75,11 +77,11 @@ def verdict(gap: np.ndarray, policy: np.ndarray, phase_split=False) -> tuple[np.
     stop = (policy == "holds") & np.isin(gap, ("holds", "exceeds"))
     v[stop] = "stop"
     why[stop & (gap == "exceeds")] = "uncapturable"
-    why[stop & (gap == "exceeds") & np.asarray(phase_split, bool)] = "phase-split"
+    why[stop & (gap == "exceeds") & np.asarray(category_split, bool)] = CATEGORY_SPLIT
     return v.astype(str), why.astype(str)
 
 
-def family(figs: dict, thresholds: dict, phase_split=False) -> dict[str, np.ndarray]:
+def family(figs: dict, thresholds: dict, category_split=False) -> dict[str, np.ndarray]:
     """The rule on one family for S seeds: figs holds '<figure>_lo', '_hi' for the decided figures
     and their HOLD_BY figures; thresholds {figure: threshold}. Returns '<figure>_state' per decided
     figure, 'verdict' and 'reason_code' (S,)."""
@@ -88,7 +90,7 @@ def family(figs: dict, thresholds: dict, phase_split=False) -> dict[str, np.ndar
         hold = HOLD_BY.get(f, f)
         out[f"{f}_state"] = states(figs[f + "_lo"], figs[f + "_hi"], figs[hold + "_hi"], thresholds[f])
     out["verdict"], out["reason_code"] = verdict(
-        out["gap_to_oracle_state"], out["policy_gain_state"], phase_split
+        out["gap_to_oracle_state"], out["policy_gain_state"], category_split
     )
     return out
 
@@ -111,7 +113,7 @@ def headline(parts: dict[str, tuple[str, str]]) -> tuple[str, str, list[str]]:
     each part's (verdict, reason code). Parts left out by a precondition are named, not decided; with
     none decided, the headline is no-decision with the first left-out part's code. ``continue`` when a
     decided part continues; ``stop`` when every decided part stops (``uncapturable``, else
-    ``phase-split``, if one is);
+    ``CATEGORY_SPLIT``, if one is);
     otherwise no-decision with the first open part's code."""
     left_out = [p for p, (_, why) in parts.items() if why in PRECONDITIONS]
     decided = {p: vw for p, vw in parts.items() if p not in left_out}
@@ -122,7 +124,7 @@ def headline(parts: dict[str, tuple[str, str]]) -> tuple[str, str, list[str]]:
         return "continue", "exceeds", left_out
     if all(v == "stop" for v in verdicts):
         codes = [w for _, w in decided.values()]
-        code = next((c for c in ("uncapturable", "phase-split") if c in codes), "holds")
+        code = next((c for c in ("uncapturable", CATEGORY_SPLIT) if c in codes), "holds")
         return "stop", code, left_out
     first = next(w for v, w in decided.values() if v == "no-decision")
     return "no-decision", first, left_out

@@ -4,7 +4,6 @@ these names; they change only by adding."""
 
 from headroom.families.adapters import from_callables, from_triton_autotune
 from headroom.families.contract import Candidate, Family, FamilyError, Feature, Step
-from headroom.families.loading import load
 
 __all__ = [
     "Candidate",
@@ -16,3 +15,13 @@ __all__ = [
     "from_triton_autotune",
     "load",
 ]
+
+
+def __getattr__(name: str):
+    # `load` reads the spec's form from the core's contracts (pyarrow): imported when first asked for,
+    # so a server that loads a dispatch table (attention's keys live in this package) stays light
+    if name == "load":
+        from headroom.families.loading import load
+
+        return load
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,7 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import inputs, portfolio, timing
+from headroom.measure import portfolio, timing
 
 # What calibrate measures, its unit and its regime: tables, so laid out by hand (hence fmt: skip).
 NAMES = ("hbm_bytes_per_s", "l2_bytes_per_s", "launch_eager_us", "launch_gpu_us", "launch_triton_host_us",
@@ -77,7 +77,7 @@ def _skipped(device: str) -> pd.DataFrame:
             "status": "skipped",
             "reason": reason,
             "device": device,
-            "device_name": inputs.device_name(device),
+            "device_name": portfolio.device_name(device),
         }
         for n in NAMES
     ]
@@ -116,7 +116,7 @@ class _Recorder:
     def __init__(self, device: str, log: logging.Logger):
         self.device, self.log, self.rows = device, log, []
         self.clock = portfolio.SmClock(device)
-        self.device_name = inputs.device_name(device)
+        self.device_name = portfolio.device_name(device)
 
     def add(self, name: str, value: float, working_set: int | None, method: str, reps: int) -> None:
         self.rows.append(

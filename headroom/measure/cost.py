@@ -7,8 +7,8 @@ A linear cost model of the stage wall times (``benchmarks/*.tsv``) of the record
   their mean over the references;
 - correctness: a + b * candidates + c * candidates * shapes + d * candidates * long shapes (one check
   per candidate and distinct shape, one JIT compile per candidate's kernels; a long shape is one
-  whose float64 reference runs chunked, past correctness.PLAIN_REFERENCE_MAX_ELEMENTS: azure-conv's
-  83 of 94 decode shapes, where each check took ~3 s);
+  whose float64 reference runs chunked (headroom.families.attention.job_plan.long_shapes):
+  azure-conv's 83 of 94 decode shapes, where each check took ~3 s);
 - lifecycle: a + b * candidates + c * candidates * shapes (a cold-compile child per candidate
   that calls every shape, a plan build per generation-2 candidate and shape);
 - a portfolio run: start + cells * (overhead + timed), cells = modes * invocations * candidates.
@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import artifacts
-from headroom.measure import inputs, timing
+from headroom.families.attention import job_plan
+from headroom.measure import timing
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_ROOT = PROJECT_ROOT / "data" / "reference"
@@ -127,7 +128,7 @@ def read_reference(path: Path) -> Reference:
         run_s=run_s,
         invocations=len(trace),
         shapes=int(trace["shape_key"].nunique()),
-        long_shapes=long_shapes(trace),
+        long_shapes=job_plan.long_shapes(trace),
         candidates=int(first["candidate"].nunique()),
         modes=int(first["mode"].nunique()),
         source=str(source),
@@ -146,17 +147,6 @@ def _attention(path: Path) -> bool:
     from headroom.core.contracts import ATTENTION, family_of
 
     return family_of(artifacts.read(path / "trace.parquet")) == ATTENTION
-
-
-def long_shapes(trace: pd.DataFrame) -> int:
-    """Distinct shapes whose float64 reference runs chunked (headroom.measure.correctness.reference):
-    ragged decodes and those past PLAIN_REFERENCE_MAX_ELEMENTS."""
-    from headroom.measure.correctness import PLAIN_REFERENCE_MAX_ELEMENTS
-
-    t = trace.drop_duplicates("shape_key")
-    plain = t["batch"] * t["heads_q"] * t["kv_len"] * (t["q_len"] + 2 * t["head_dim"])
-    ragged = t["kv_lens"].notna() if "kv_lens" in t else False
-    return int(((plain > PLAIN_REFERENCE_MAX_ELEMENTS) | ragged).sum())
 
 
 def references(root: Path = REFERENCE_ROOT) -> list[Reference]:
@@ -315,9 +305,7 @@ def _stage_jobs(
 
 def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     """The jobs, timed cells and predicted seconds of one resolved study (config.plan_studies)."""
-    from headroom.measure import candidates as hcandidates
     from headroom.measure import portfolio
-    from headroom.trace import invocations
 
     if study.get("replay"):
         jobs = [(s, 1, model.fixed_s[s]) for s in FIXED_STAGES[5:] if s in model.fixed_s]
@@ -326,15 +314,10 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
     if study.get("family"):
         trace, admitted, megabytes, note = _family_study(study)
     else:
-        trace, provenance = invocations.build(study["trace"], study["partition"], base_dir=PROJECT_ROOT)
-        built = hcandidates.build(
-            study["tiles"], study["rope"], study.get("native_candidates") or (), study["generation"]
-        )
+        trace, built, megabytes, note = job_plan.study(study, PROJECT_ROOT)
         # a backend unsupported on one trace's shapes (mooncake-conv's long contexts) may run on
         # another's: the closest reference's own drops, not every reference's
-        admitted = [c for c in built["candidate"] if c not in model.dropped[ref.name]]
-        megabytes = float(np.mean([inputs.set_bytes(r) for r in trace.itertuples(index=False)])) / 1e6
-        note = invocations.clip_note(provenance)
+        admitted = [c for c in built if c not in model.dropped[ref.name]]
     cfg = portfolio.settings({k: v for k, v in study["portfolio"].items() if k != "runs"})
     modes = portfolio.modes_for(cfg["mode"], study["device"])
     per_mode = simulated_cell(ref.samples(), cfg)
@@ -368,7 +351,7 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
         "call_us": {m: model.call_time_us(m, megabytes) for m in modes},
         "trace_note": note,
     }
-    long = 0 if study.get("family") else long_shapes(trace)  # a family's reference is its own
+    long = 0 if study.get("family") else job_plan.long_shapes(trace)  # a family's reference is its own
     jobs = _stage_jobs(model, n_cand, (facts["shapes"], long), runs, run_s, bool(study.get("family")))
     return JobPlan(name, jobs, runs * len(modes) * n_inv * n_cand, facts)
 

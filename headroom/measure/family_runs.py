@@ -400,7 +400,7 @@ def cold_compile(
 
 def switch_plan(trace: pd.DataFrame, ids: list[str], cfg: dict) -> list[tuple[Any, str, str]]:
     """(invocation row, candidate A, candidate B): every pair of distinct candidates drawn as
-    lifecycle.switch_plan draws attention's (lifecycle.switch_draw)."""
+    attention's switch pairs are drawn (lifecycle.switch_draw)."""
     from headroom.measure.lifecycle import switch_draw
 
     ids = sorted(set(ids))
@@ -409,7 +409,7 @@ def switch_plan(trace: pd.DataFrame, ids: list[str], cfg: dict) -> list[tuple[An
 
 def switch_rows(family: Any, trace: pd.DataFrame, ids: list[str], cfg: dict, device: str) -> list[dict]:
     """Per planned (invocation, A, B) and mode: the median of A and B alternating minus the mean of
-    their medians repeated (lifecycle.switch_rows' figure, with the layer's work between calls)."""
+    their medians repeated (attention's switch figure, with the layer's work between calls)."""
     from headroom.measure.lifecycle import _alternating, _row, work_between
 
     hdev, fdev = devices(device)

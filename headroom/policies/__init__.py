@@ -10,17 +10,15 @@ and ``headroom.dispatch`` loads the exported table into the same objects.
 """
 
 from headroom.policies.lookup import (
-    ATTENTION,
     CAPTURE_SIZES,
-    CLUSTER_FEATURES,
     REGISTRY,
     BatchKeyed,
     Bucketed,
+    CategoryKeyed,
     Clustered,
     ExactKey,
     KeyedPolicy,
     Keying,
-    PhaseKeyed,
     Random,
     RegretAware,
     bucket_label,
@@ -31,17 +29,15 @@ from headroom.policies.lookup import (
 )
 
 __all__ = [
-    "ATTENTION",
     "CAPTURE_SIZES",
-    "CLUSTER_FEATURES",
     "REGISTRY",
     "BatchKeyed",
     "Bucketed",
+    "CategoryKeyed",
     "Clustered",
     "ExactKey",
     "KeyedPolicy",
     "Keying",
-    "PhaseKeyed",
     "Random",
     "RegretAware",
     "bucket_label",

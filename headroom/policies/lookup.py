@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from headroom.policies.shapes import ATTENTION, CAPTURE_SIZES, CLUSTER_FEATURES, Keying, padded, rows_of  # noqa: F401
+from headroom.core.names import CATEGORY_KEYED
+from headroom.policies.shapes import CAPTURE_SIZES, Keying, builtin, padded, rows_of  # noqa: F401
 
 
-def bucket_label(shape: Mapping, keying: Keying = ATTENTION) -> str:
+def bucket_label(shape: Mapping, keying: Keying | None = None) -> str:
     """A shape's bucket: its category values and the power-of-two ceilings of its numeric features
-    (attention: phase, q_len, kv_len, batch)."""
-    return keying.bucket(shape)
+    (``keying``: the family's keys; None: the built-in family's)."""
+    return (keying or builtin()).bucket(shape)
 
 
 def padded_batch(batch: int) -> int:
@@ -60,7 +61,7 @@ class KeyedPolicy:
     table: dict = field(default_factory=dict)
     fallback: int = 0
     candidates: tuple[str, ...] = ()
-    keying: Keying = field(default=ATTENTION, repr=False)  # the family's keys (headroom.policies.shapes)
+    keying: Keying = field(default_factory=builtin, repr=False)  # the family's keys (policies.shapes)
     regret = False  # regret-aware: deviate from global only when the gain's lower bound pays for it
 
     @property
@@ -93,7 +94,7 @@ class KeyedPolicy:
 
     def to_dict(self) -> dict:
         """The fitted policy as plain data (``from_dict`` reads it back to the same choices); a
-        family's keying other than attention's is written with it."""
+        family's keying other than the built-in family's is written with it."""
         return {
             "policy": self.name,
             "features": list(self.features),
@@ -110,9 +111,9 @@ class KeyedPolicy:
         return self
 
 
-class PhaseKeyed(KeyedPolicy):
-    """One candidate per category key (attention: per phase, prefill or decode: the obvious
-    two-kernel rule); a family without category features has one key, as global."""
+class CategoryKeyed(KeyedPolicy):
+    """One candidate per category key (attention: one kernel for prefill and one for decode, the
+    obvious two-kernel rule); a family without category features has one key, as global."""
 
     @property
     def features(self):
@@ -141,7 +142,7 @@ class ExactKey(KeyedPolicy):
 
 class Bucketed(KeyedPolicy):
     """One candidate per bucket: category values and power-of-two ceilings of the numeric features
-    (attention: phase, q_len, kv_len, batch)."""
+    (attention: its prefill or decode, then its new tokens, context length and batch)."""
 
     @property
     def features(self):
@@ -163,8 +164,8 @@ class RegretAware(ExactKey):
 
 
 class BatchKeyed(KeyedPolicy):
-    """One candidate per category key and padded capture-fixed features (attention: per phase and
-    padded batch size): keyed only on what is fixed when a CUDA Graph is captured, so a graph-mode
+    """One candidate per category key and padded capture-fixed features (attention: per prefill or
+    decode and padded batch size): keyed only on what is fixed when a CUDA Graph is captured, so a graph-mode
     server can bake the choice into each captured graph."""
 
     @property
@@ -251,7 +252,7 @@ class Random:
     deployable: bool = True
     candidates: tuple[str, ...] = ()
     seed: int = 0
-    keying: Keying = field(default=ATTENTION, repr=False)
+    keying: Keying = field(default_factory=builtin, repr=False)
     features = ()
 
     def fit(self, train) -> Random:
@@ -276,7 +277,7 @@ class Random:
 
 REGISTRY = {
     "global": KeyedPolicy,
-    "phase-keyed": PhaseKeyed,
+    CATEGORY_KEYED: CategoryKeyed,
     "exact-key": ExactKey,
     "bucketed": Bucketed,
     "clustered": Clustered,
@@ -286,17 +287,18 @@ REGISTRY = {
 }
 
 
-def make(name: str, keying: Keying = ATTENTION):
-    """An unfitted policy by name (see ``REGISTRY``), keyed by a family's ``keying``."""
+def make(name: str, keying: Keying | None = None):
+    """An unfitted policy by name (see ``REGISTRY``), keyed by a family's ``keying`` (None: the
+    built-in family's)."""
     if name not in REGISTRY:
         raise ValueError(f"unknown policy {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name](name=name, keying=keying)
+    return REGISTRY[name](name=name, keying=keying or builtin())
 
 
 def _keying_dict(keying: Keying) -> dict:
-    """A policy's ``keying`` entry: written only for a family other than attention, so attention's
-    tables are as they were."""
-    return {} if keying == ATTENTION else {"keying": keying.to_dict()}
+    """A policy's ``keying`` entry: written only for a family other than the built-in one, so the
+    built-in family's tables are as they were."""
+    return {} if keying == builtin() else {"keying": keying.to_dict()}
 
 
 def from_dict(data: Mapping):
@@ -310,7 +312,7 @@ def from_dict(data: Mapping):
     if missing:
         raise ValueError(f"policy {data['policy']!r}: missing {missing}")
     try:
-        keying = Keying.from_dict(data["keying"]) if "keying" in data else ATTENTION
+        keying = Keying.from_dict(data["keying"]) if "keying" in data else builtin()
     except (TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"policy {data['policy']!r}: keying: {exc}") from None
     policy = make(str(data["policy"]), keying)._load(data)

@@ -3,11 +3,11 @@ rows of a features table, and a family's ``Keying``: which of its declared featu
 policies key on, and how.
 
 A family declares its features (``headroom.families.Feature``): category features key the
-category-keyed policy (``phase-keyed``; attention's one category is its phase), capture-fixed int
-features padded to their capture sizes key the capture-keyed policy (``batch-keyed``: attention's
-padded batch), and the numeric features are bucketed by powers of two (``bucketed``) and placed by
-k-means on their log2 (``clustered``). ``ATTENTION`` is the built-in attention family's keying: it
-gives the keys every recorded attention study was fitted with.
+category-keyed policy (``headroom.core.names.CATEGORY_KEYED``), capture-fixed int features padded to
+their capture sizes key the capture-keyed policy (``batch-keyed``), and the numeric features are
+bucketed by powers of two (``bucketed``) and placed by k-means on their log2 (``clustered``).
+``builtin()`` is the built-in attention family's keying (headroom.families.attention.keying): the
+keys every recorded attention study was fitted with, and those of a policy table that records none.
 """
 
 from __future__ import annotations
@@ -144,9 +144,9 @@ class Keying:
     @classmethod
     def of_record(cls, record: Mapping | None) -> Keying:
         """The keying of a study's family from what its artifacts record of it (provenance
-        ``family``: name and declared ``features``); attention's for attention or no record."""
+        ``family``: name and declared ``features``); the built-in family's for it or no record."""
         if not record or record.get("name", "attention") == "attention":
-            return ATTENTION
+            return builtin()
         if not isinstance(record.get("features"), Mapping):
             raise ValueError(f"family {record.get('name')!r}: its artifacts do not record its features")
         features = record["features"]
@@ -154,21 +154,9 @@ class Keying:
         return cls.of_features({name: features[name] for name in order})
 
 
-# Attention's keys (the built-in family): phase; q_len, kv_len and batch bucketed as q, kv, b; the
-# padded batch captured; k-means on log2 of the shape and the prefill flag.
-ATTENTION = Keying(
-    categories=("phase",),
-    numeric=(("q_len", "q"), ("kv_len", "kv"), ("batch", "b")),
-    capture=(("batch", "b", CAPTURE_SIZES),),
-    cluster=("batch", "q_len", "kv_len", "heads_q", "heads_kv", "head_dim"),
-    flags=(("phase", "prefill"),),
-    order=("decode", "prefill"),
-)
-# Features the k-means of `clustered` sees for attention, log2-scaled (phase enters as 0/1).
-CLUSTER_FEATURES = ATTENTION.cluster
+def builtin() -> Keying:
+    """The built-in attention family's keying (headroom.families.attention.keying.ATTENTION),
+    imported on first use: the policies never import a family's package when they are imported."""
+    from headroom.families.attention.keying import ATTENTION
 
-
-def cluster_vector(shape: Mapping, keying: Keying = ATTENTION) -> list[float]:
-    """The k-means vector of ``shape`` under ``keying`` (attention's: log2 of each CLUSTER_FEATURES
-    value, then 1.0 for a prefill)."""
-    return keying.vector(shape)
+    return ATTENTION

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from headroom.core.contracts import ATTENTION, family_of
+from headroom.decide import words as decision_words
 from headroom.policies.shapes import Keying
 
 #: The status of a section that does not apply to the study's family (the templates name it so).
@@ -62,13 +63,14 @@ class FamilyView:
         names = list(names)
         return ", ".join(names) if names else "none"
 
+    @property
+    def words(self) -> decision_words.Words:
+        """What the decision's figures and reasons say in the family's feature names."""
+        return decision_words.of_family(self.keying or Keying(), order=list(self.features))
+
     def categories(self) -> str | None:
         """'dtype value' (one category feature), 'combination of a, b', or None (none declared)."""
-        k = self.keying
-        if k is None or not k.categories:
-            return None
-        cats = k.categories
-        return f"{cats[0]} value" if len(cats) == 1 else f"combination of {', '.join(cats)}"
+        return None if self.keying is None else decision_words.category_phrase(self.keying)
 
     def captured(self) -> str:
         """The capture-fixed keys in words: 'dtype, tokens padded to its capture sizes (1, 2, 4, ...,
@@ -86,11 +88,6 @@ class FamilyView:
             else:
                 parts.append(f)
         return ", ".join(parts) if parts else "none (it declares no capture-fixed feature)"
-
-    def runtime(self) -> str:
-        """The declared features a CUDA graph does not fix at capture."""
-        fixed = {n for n, f in self.features.items() if f.get("capture_fixed")}
-        return self._names(n for n in self.features if n not in fixed)
 
     # -- the words ----------------------------------------------------------------------------
     def headline(self) -> str:
@@ -134,22 +131,9 @@ class FamilyView:
             "random": "a random candidate per call",
         }.get(name, f"keyed on family {self.name}'s declared features")
 
-    def label(self, figure: str, attention_label: str) -> str:
-        """A decision figure's words where attention's name its features (phase, batch, kv_len)."""
-        cats = self.categories()
-        per = f"one candidate per {cats}" if cats else "one candidate per category (none declared)"
-        return {
-            "policy_gain": f"the best deployable policy's net gain over the better of one global candidate "
-            f"and {per}",
-            "phase_split_gain": f"{per}: its net gain over one global candidate",
-            "policy_gain_vs_phase": f"the selected policy's net gain over {per}",
-            "policy_gain_runtime_dispatch": f"policies keyed on features a CUDA graph does not fix at capture "
-            f"({self.runtime()}; they need a runtime dispatch inside the graph): their net gain",
-            "richer_gain_exact-key": f"a table per exact shape ({self._names(self.features)}): its net gain",
-            "richer_gain_bucketed": f"a table per power-of-two bucket of "
-            f"{self._names(f for f, _ in self.keying.numeric) if self.keying else 'its numeric features'}: "
-            "its net gain",
-        }.get(figure, attention_label)
+    def label(self, figure: str) -> str:
+        """A decision figure's words in the family's feature names (``words``)."""
+        return self.words.label(figure)
 
     def not_applicable(self, what: str, topic: str = "") -> str:
         """The one line of an attention-only section: 'Does not apply to family rmsnorm: <what>.', or

@@ -62,7 +62,7 @@ def uncapturable(d: pd.DataFrame, fam: FamilyView | None = None) -> list[str]:
         if len(where):
             said += f"; {where.iloc[0].detail}"
         for r in richer.itertuples():
-            words = label(r.figure) if fam is None else fam.label(r.figure, label(r.figure))
+            words = label(r.figure) if fam is None else fam.label(r.figure)
             said += (
                 f"; {words} {estimate_ci(r.estimate, r.ci_low, r.ci_high, '%')} ({r.detail.split('; ')[-1]})"
             )

@@ -72,7 +72,7 @@ def section(d: pd.DataFrame | None, why: str, fam: FamilyView | None = None) -> 
     s.text += [f"{m.mode}: {m.mode_verdict} ({m.mode_reason})." for m in units.itertuples()]
     s.text.append(METHOD + (ATTENTION_TERMS if fam is None else family_terms(fam)))
     shown = d[(d["decided"] | d["figure"].isin(SHOWN)) & ~d["figure"].str.startswith(KERNEL)]
-    said = label if fam is None else (lambda f: fam.label(f, label(f)))
+    said = label if fam is None else fam.label
     rows = [
         {
             "mode": r.mode,

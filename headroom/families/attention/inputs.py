@@ -1,6 +1,6 @@
-"""What every measuring stage builds its inputs from: a trace's shape rows checked, turned into
-(q, k, v) sets of random data and cos/sin tables, and the device named (portfolio, lifecycle,
-graph sweep, calibration, the cold-compile server and the cost model read them here)."""
+"""What attention's measuring stages build their inputs from: a trace's shape rows checked, turned
+into (q, k, v) sets of random data and cos/sin tables (the portfolio, lifecycle, graph sweep,
+correctness gate, cold-compile server and plan cost model read them here)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def input_sets(row: Any, n_sets: int, device: str, seed: int) -> list[tuple]:
     q (B, Hq, Sq, D), k/v (B, Hkv, Skv, D) in the row's dtype; on CUDA when device == 'cuda', on
     the CPU (interpreter) otherwise. A decode row with kv_lens gets the padded layout: a cache of
     capacity Skv = max(kv_lens) for every sequence, random data in the padding too (the varlen
-    candidates never read it; the others attend over it, see headroom.measure.runner); the
+    candidates never read it; the others attend over it, see headroom.families.attention.runner); the
     lengths come from :func:`kv_lens_tensor`, once per row (serving metadata, not data)."""
     import torch
 
@@ -114,14 +114,6 @@ def input_sets(row: Any, n_sets: int, device: str, seed: int) -> list[tuple]:
     ]
 
 
-def device_name(device: str) -> str:
-    if device != "cuda":
-        return "cpu (triton interpreter)"
-    import torch
-
-    return torch.cuda.get_device_name(torch.cuda.current_device())
-
-
 class RopeTables:
     """cos/sin tables per head_dim, built once per run on first use."""
 
@@ -131,7 +123,7 @@ class RopeTables:
         self._tables: dict[int, tuple] = {}
 
     def get(self, inv: Any) -> tuple:
-        from headroom.measure.runner import tables as candidate_tables
+        from headroom.families.attention.runner import tables as candidate_tables
 
         if inv.head_dim not in self._tables:
             self._tables[inv.head_dim] = candidate_tables(

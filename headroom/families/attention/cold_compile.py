@@ -12,8 +12,8 @@ the kernels and the candidate runners, everything a child imported before its fi
 so that import is paid once per stage instead of once per candidate. None of these imports touches
 CUDA (the server never initializes it; each child does, before ``toolchain_s`` starts), and Triton
 reads TRITON_CACHE_DIR when it first compiles, after the child has set it. ``python -m
-headroom.measure.cold_compile`` (spec as JSON on stdin, result as JSON on stdout) is the freshly
-started variant the lifecycle stage falls back to.
+headroom.families.attention.cold_compile`` (spec as JSON on stdin, result as JSON on stdout) is the
+freshly started variant the lifecycle stage falls back to.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import pandas as pd
 import torch
 
 import kernels
-from headroom.measure import inputs, portfolio
-from headroom.measure.runner import tables as candidate_tables
+from headroom.families.attention import inputs, portfolio
+from headroom.families.attention.runner import tables as candidate_tables
 
 
 def _dir_bytes(path: Path) -> int:
@@ -96,7 +96,7 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 class Server:
     """A process that has imported this module once and forks one child per compile request
-    (``python -m headroom.measure.cold_compile --serve``): the child sets TRITON_CACHE_DIR, runs
+    (``python -m headroom.families.attention.cold_compile --serve``): the child sets TRITON_CACHE_DIR, runs
     :func:`compile_child` and writes its result as JSON to a file the request names. Requests from
     several threads are serialized on the pipe; the children run side by side. Use as a context
     manager; ``interpret`` starts it with TRITON_INTERPRET=1 (the kernels are built interpreted or compiled when first imported)."""

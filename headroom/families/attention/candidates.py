@@ -2,7 +2,7 @@
 
 A candidate id names what it is: 't0-128x64-w8s3-fused' is tile 0 with RoPE fused into the
 attention kernel; 'native-sdpa-cudnn' is PyTorch's cuDNN SDPA backend after our standalone RoPE
-kernel, 'native-flex' PyTorch's FlexAttention after the same kernel. headroom/measure/runner.py
+kernel, 'native-flex' PyTorch's FlexAttention after the same kernel. headroom/families/attention/runner.py
 turns a candidate row into the callable every stage checks and times.
 """
 
@@ -29,7 +29,8 @@ NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
 NATIVE_TILE = -1  # native candidates have no tile of ours
 #: the variable-length decode family (kernels.decode_varlen, kernels.VARLEN_GENERATION): one
 #: candidate per tile, q rotated in the kernel over a rotated cache (placement q_fused), on decode
-#: rows with kv_lens; on every other row generation 2's q_fused plan of the tile (headroom.measure.runner)
+#: rows with kv_lens; on every other row generation 2's q_fused plan of the tile
+#: (headroom.families.attention.runner)
 VARLEN_GENERATION = 3
 VARLEN_PLACEMENT = "q_fused"
 

@@ -26,7 +26,8 @@ import pandas as pd
 
 from headroom.core import contracts, defaults
 from headroom.core import settings as stage_settings
-from headroom.measure import inputs, portfolio, runner, timing
+from headroom.families.attention import inputs, portfolio, runner
+from headroom.measure import timing
 
 STAT_COLUMNS = list(contracts.STAT_COLUMNS)
 COLUMNS = list(contracts.GRAPH_SWEEP.names)
@@ -113,7 +114,7 @@ def run(
     log: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Sweep rows (module docstring). ``candidates`` are the admitted ones."""
-    log = log or logging.getLogger("headroom.measure.graph_sweep")
+    log = log or logging.getLogger("headroom.families.attention.graph_sweep")
     cfg = settings(section)
     shapes = sweep_shapes(cfg, partition)
     pair = candidates[candidates["tile"] == cfg["tile"]]
@@ -181,7 +182,7 @@ def _sweep_shape(shape: Any, cfg: dict[str, Any], by_fused: dict[bool, Any], rop
     """Every regime x mode x fused for one shape, on CUDA."""
     import torch
 
-    from headroom.measure.runner import tables as candidate_tables
+    from headroom.families.attention.runner import tables as candidate_tables
 
     l2 = timing.l2_bytes()
     cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype), rope_base, "cuda")

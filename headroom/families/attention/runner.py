@@ -2,7 +2,7 @@
 lifecycle costs and the graph sweep execute exactly the same code for the same candidate row.
 
 Decode rows with kv_lens (ragged serving batches; input sets in the padded layout of
-headroom.measure.inputs.input_sets, the lengths passed here as `kv_lens`):
+headroom.families.attention.inputs.input_sets, the lengths passed here as `kv_lens`):
     generation 3 (the varlen decode) reads the lengths there; on every other row (prefills, chunks,
         decodes without kv_lens) a generation-3 candidate runs generation 2's q_fused plan of its
         tile, as a server with a varlen decode kernel runs its other steps, so the family is a
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from headroom.measure.candidates import SDPA_BACKENDS, VARLEN_GENERATION, placement
+from headroom.families.attention.candidates import SDPA_BACKENDS, VARLEN_GENERATION, placement
 
 
 def is_native(cand: Any) -> bool:
