@@ -108,7 +108,7 @@ def recommend(effect: float = 0.3, device: str = "cuda", record: dict | None = N
     tr = trace()
     tm = timings(tr, effect)
     figs = figures.study_figures(tr, tm, None, train_fraction=0.5, seed=0, keying=KEYING, **FAST)
-    d = decision.decide(figs, None, S.environment(device), min_test_invocations=5)
+    d = decision.decide(figs, None, S.environment(device), min_test_invocations=5, keying=KEYING)
     env = S.environment(device).assign(driver="580.1", torch="2.13.0", triton="3.6.0")
     table, content = recommendation.build(
         d, tr, tm, None, candidates(), S.calibration(), env,

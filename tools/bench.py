@@ -6,10 +6,10 @@
 
 The shape is the study's partition (config `partition:`; --smoke: the `smoke` overlay's, one tile,
 tiny lengths). A candidate is a tile (config `tiles:`) crossed with each RoPE placement of its
-generation (measure/candidates.py: generation 1 unfused/fused, generation 2 adds q_fused), run as
-the study runs it (measure/runner.py). First each candidate is checked on the device against the
+generation (families/attention/candidates.py: generation 1 unfused/fused, generation 2 adds q_fused), run as
+the study runs it (families/attention/runner.py). First each candidate is checked on the device against the
 float64 reference within the study's tolerance (config `correctness.tolerances`; the correctness
-gate's check, measure/correctness.check_one) on a prefill, a decode long enough to split, and a
+gate's check, families/attention/correctness.check_one) on a prefill, a decode long enough to split, and a
 chunk of queries over a cache; one that fails or cannot run is reported and not timed. Then
 prefill (causal, Sq = Skv, k rotated) and decode (Sq = 1, rotated cache) cases are timed by the
 project's harness (measure/timing.Harness, the portfolio's reps; eager with L2 flushed before each
@@ -41,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels  # noqa: E402  (after the path: this checkout's kernels)
 from headroom.core import defaults, format  # noqa: E402
 from headroom.core.config import deep_merge  # noqa: E402
-from headroom.measure import candidates, correctness, environment, runner, timing  # noqa: E402
+from headroom.families.attention import candidates, runner  # noqa: E402
+from headroom.families.attention import correctness as attention  # noqa: E402
+from headroom.measure import correctness, environment, timing  # noqa: E402
 
 PREFILL = [(1, 512), (1, 2048), (1, 8192), (4, 2048), (8, 1024)]  # (batch, seq)
 DECODE = [(b, kv) for b in (1, 16, 64) for kv in (2048, 8192, 32768)]  # (batch, kv_len)
@@ -97,7 +99,7 @@ def tile_rows(cfg: dict, which: str, smoke: bool) -> list[dict]:
 
 
 def candidate_rows(tiles: list[dict], generations: list[int]) -> list:
-    """One row (measure/candidates' columns) per tile x placement of each generation."""
+    """One row (families/attention/candidates' columns) per tile x placement of each generation."""
     frames = [candidates.build(tiles, PLACEMENTS[g], generation=g) for g in generations]
     return [row for frame in frames for row in frame.itertuples(index=False)]
 
@@ -150,9 +152,9 @@ def check(b: Bench, cands: list) -> list:
         for label, phase, batch, q_len, kv_len in checks:
             shape = b.shape(phase, batch, q_len, kv_len)
             cos, sin = b.tables(kv_len)
-            fn = runner.runner(cand, cos, sin, correctness.rotate_k_for(phase))
+            fn = runner.runner(cand, cos, sin, attention.rotate_k_for(phase))
             seed = correctness.input_seed(b.cfg["correctness"]["seed"], name, label)
-            res = correctness.check_one(
+            res = attention.check_one(
                 fn, shape, seed=seed, device=b.device, tol=b.tol, rope_base=b.part["rope_base"]
             )
             b.rows.append(dict(kind="check", check=label, impl=name, q_len=q_len, kv_len=kv_len, **res))

@@ -5,7 +5,7 @@
 
 `write` imports `kernels` from DIR (a folder holding kernels/; the repository by default) and,
 for every candidate of both generations (config/config.yaml's tiles x each generation's RoPE
-placements, headroom/measure/candidates.py) on fixed shapes and seeds -- prefill, a chunk over a
+placements, headroom/families/attention/candidates.py) on fixed shapes and seeds -- prefill, a chunk over a
 cache (q_len < kv_len) and split-KV decode, generation 2's decode with both merges (reduction
 launch: DEFAULT_VARIANT; in the decode kernel) -- and every tile of generation 3 (the varlen
 decode, kernels.plan_decode_varlen) on a ragged batch (KV_LENS), and the decodes once more on a
@@ -68,7 +68,7 @@ def cases() -> list[dict]:
     import yaml
 
     sys.path.insert(0, str(REPO))
-    from headroom.measure.candidates import GENERATION_1_PLACEMENTS, ROPE_PLACEMENTS
+    from headroom.families.attention.candidates import GENERATION_1_PLACEMENTS, ROPE_PLACEMENTS
 
     tiles = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["tiles"]
     out = []

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headroom.core import defaults  # noqa: E402
-from headroom.measure import candidates, inputs, runner, timing  # noqa: E402
+from headroom.families.attention import candidates, inputs, runner  # noqa: E402
+from headroom.measure import timing  # noqa: E402
 
 SHAPES = {
     "prefill 64": ("prefill", 1, 64, 64),

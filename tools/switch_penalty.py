@@ -4,7 +4,7 @@
         [--work-l2 0 1 2] [--invocations 8] [--pairs 3] [--reps 200]
 
 The lifecycle stage times a switch as the per-call time of A,B,A,B,... minus the mean of A,A,...
-and B,B,... (headroom/measure/lifecycle.switch_rows). Until 2026-12-01 the calls ran back to back,
+and B,B,... (headroom/families/attention/lifecycle.switch_rows). Until 2026-12-01 the calls ran back to back,
 so B found A's data in the L2 and the three sequences differed only in which kernel ran; in a server
 a whole layer runs between two attention calls. This program runs the stage's own switch timing on
 a recorded study's trace and the candidates its correctness gate admitted, once per ``--work-l2`` (the write of that many
@@ -28,7 +28,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from headroom.core import artifacts, defaults, format  # noqa: E402
-from headroom.measure import inputs, lifecycle, timing  # noqa: E402
+from headroom.families.attention import lifecycle  # noqa: E402
+from headroom.measure import portfolio, timing  # noqa: E402
 from headroom.measure.correctness import admitted  # noqa: E402
 
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     df.to_csv(args.out / "switch_penalty.csv", index=False)
     rows = summary(df)
     env = {
-        "device_name": inputs.device_name("cuda"),
+        "device_name": portfolio.device_name("cuda"),
         "l2_bytes": timing.l2_bytes(),
         "reference": str(args.reference),
     }

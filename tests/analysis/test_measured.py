@@ -23,7 +23,7 @@ def test_mode_data_stacks_each_runs_matrix_in_trace_order():
     j = md.names.index("t1-fused")
     np.testing.assert_allclose(md.us[:, :, j], [[101.0, 51.0, 401.0], [102.0, 52.0, 402.0]])
     assert md.features["shape_key"].tolist() == ["A", "C", "B"]
-    assert md.fused[j] and md.tile[j] == 1 and not md.native.any()
+    assert md.fused[j] and md.base[j] == 1 and not md.native.any()
     assert md.arms() == measured.FUSION_ARMS
 
 

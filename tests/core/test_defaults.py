@@ -15,7 +15,8 @@ import yaml
 from headroom.core import config as hconfig
 from headroom.core import defaults
 from headroom.decide import policy_eval
-from headroom.measure import calibrate, correctness, graph_sweep, lifecycle, portfolio
+from headroom.families.attention import graph_sweep
+from headroom.measure import calibrate, correctness, lifecycle, portfolio
 from headroom.trace import invocations
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +62,10 @@ def test_schema_defaults_equal_the_default_study():
 #: The config section whose keys a module's literals could duplicate (a table: hence the fmt: skip).
 SECTION_OF = {
     "measure/portfolio.py": "portfolio", "measure/timing.py": "portfolio", "measure/noise.py": "portfolio",
-    "measure/lifecycle.py": "lifecycle", "measure/graph_sweep.py": "graph_sweep",
-    "measure/calibrate.py": "calibrate", "measure/correctness.py": "correctness",
+    "measure/lifecycle.py": "lifecycle", "measure/calibrate.py": "calibrate",
+    "measure/correctness.py": "correctness",
+    "families/attention/portfolio.py": "portfolio", "families/attention/lifecycle.py": "lifecycle",
+    "families/attention/graph_sweep.py": "graph_sweep", "families/attention/correctness.py": "correctness",
     "trace/invocations.py": "trace", "trace/requests.py": "trace", "decide/policy_eval.py": "policies",
     "decide/decision.py": "decision", "decide/measured.py": "policies", "decide/figures.py": "decision",
     "decide/rule.py": "decision", "decide/power.py": "decision",

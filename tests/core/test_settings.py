@@ -3,7 +3,8 @@
 import pytest
 
 from headroom.core import settings as stage_settings
-from headroom.measure import calibrate, graph_sweep, lifecycle, portfolio
+from headroom.families.attention import graph_sweep
+from headroom.measure import calibrate, lifecycle, portfolio
 
 
 def test_merge_keeps_defaults_and_names_unknown_keys():

@@ -289,7 +289,7 @@ def test_the_schema_is_one_statement_that_the_writers_output_meets(content):
     the schema's lists are the code's: HARD, CANDIDATE_FIELDS, the candidates stage's RoPE placements."""
     import jsonschema
 
-    from headroom.measure import candidates
+    from headroom.families.attention import candidates
 
     jsonschema.Draft202012Validator.check_schema(dispatch.SCHEMA)
     dispatch.validate(content)

@@ -109,7 +109,7 @@ def _regime(portfolio: pd.DataFrame) -> tuple[dict, dict]:
 
 
 def _time_us(harness, cand, row, cos, sin, n_sets: int) -> float:
-    from headroom.measure import inputs
+    from headroom.families.attention import inputs
     from kernels import deploy
 
     sets = inputs.input_sets(row, n_sets, "cuda", seed=int(row.invocation))
@@ -123,7 +123,8 @@ def test_the_tables_choices_gain_what_the_runs_say_on_held_out_shapes(tmp_path):
     from scipy import stats
 
     from headroom.core import defaults
-    from headroom.measure import runner, timing
+    from headroom.families.attention import runner
+    from headroom.measure import timing
 
     reference = _recorded()  # (trace, portfolio, lifecycle, candidates), read once
     table, kernel, held_out, (estimate, lo, hi), recorded = _fitted_table(tmp_path, reference)

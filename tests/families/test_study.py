@@ -215,7 +215,7 @@ def test_attention_trace_and_candidates_are_unchanged_but_for_the_family_column(
     prov = artifacts.read_provenance(tmp_path / "trace.parquet")["extra"]
     assert prov["family"] == {"name": "attention"} and prov["settings"] == provenance["settings"]
 
-    from headroom.measure.candidates import build
+    from headroom.families.attention.candidates import build
 
     study_cfg = defaults.study()
     params = {

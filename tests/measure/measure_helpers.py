@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from headroom.core import defaults
-from headroom.measure.candidates import build as build_candidates
+from headroom.families.attention.candidates import build as build_candidates
 from headroom.measure.timing import cuda_available
 
 ROOT = Path(__file__).resolve().parents[2]

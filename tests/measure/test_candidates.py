@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from headroom.measure.candidates import COLUMNS, build, placement
-from headroom.measure.runner import runner
+from headroom.families.attention.candidates import COLUMNS, build, placement
+from headroom.families.attention.runner import runner
 
 TILES = [
     {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 1},

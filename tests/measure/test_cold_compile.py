@@ -1,5 +1,5 @@
-"""Cold compilation (measure/cold_compile.py, the lifecycle's compile rows): one fresh process per
-candidate, forked or started, its fallback and its timeout."""
+"""Cold compilation (families/attention/cold_compile.py, the lifecycle's compile rows): one fresh
+process per candidate, forked or started, its fallback and its timeout."""
 
 import logging
 import os
@@ -7,7 +7,7 @@ import os
 import pandas as pd
 import pytest
 
-from headroom.measure import lifecycle
+from headroom.families.attention import lifecycle
 from tests.measure import measure_helpers as mh
 
 
@@ -30,7 +30,7 @@ def _check_child_result(res: dict, trace: pd.DataFrame) -> None:
 def test_cold_compile_child_plumbing_on_the_interpreter():
     """The forked path end to end (spec out, result back), one fresh process per candidate; the
     interpreter compiles nothing, so its cache stays empty and no shape counts as a specialization."""
-    from headroom.measure import cold_compile
+    from headroom.families.attention import cold_compile
 
     trace, shapes, cand = _compile_inputs()
     with cold_compile.Server(interpret=True, project_root=mh.ROOT) as server:
@@ -43,7 +43,7 @@ def test_cold_compile_child_plumbing_on_the_interpreter():
 
 @mh.interpreter_only
 def test_cold_compile_fallback_starts_a_fresh_interpreter(caplog):
-    from headroom.measure import cold_compile
+    from headroom.families.attention import cold_compile
 
     trace, shapes, cand = _compile_inputs()
     _check_child_result(
@@ -62,7 +62,7 @@ def test_cold_compile_fallback_starts_a_fresh_interpreter(caplog):
 
 @mh.interpreter_only
 def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
-    from headroom.measure import cold_compile
+    from headroom.families.attention import cold_compile
 
     _, shapes, cand = _compile_inputs()
     spec = lifecycle._spec(cand, shapes, 1e4)
@@ -78,7 +78,7 @@ def test_cold_compile_child_that_outlives_its_timeout_is_killed(tmp_path):
 def test_cold_compile_on_cuda_forked_and_spawned_agree():
     """A forked child compiles cold as a freshly started one does: the same specializations, new
     cache files, the toolchain timed."""
-    from headroom.measure import cold_compile
+    from headroom.families.attention import cold_compile
 
     trace = mh.cuda_trace()
     shapes = [

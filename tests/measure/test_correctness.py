@@ -7,8 +7,9 @@ import logging
 import pandas as pd
 import pytest
 
+from headroom.families.attention import correctness as attention
+from headroom.families.attention.candidates import build
 from headroom.measure import correctness
-from headroom.measure.candidates import build
 from tests.pipeline import copy_project, snakemake
 
 TILES = [
@@ -46,7 +47,7 @@ def shape_rows() -> pd.DataFrame:
         _trace_row(1, "decode", 2, 1, 41, "float16"),
         _trace_row(2, "decode", 2, 1, 41, "float16"),
     ]
-    return correctness.shapes(pd.DataFrame(rows))
+    return attention.shapes(pd.DataFrame(rows))
 
 
 def device() -> str:
@@ -55,8 +56,8 @@ def device() -> str:
     return "interpret" if kernels.interpreted() else "cuda"
 
 
-def run(make_fn=correctness.default_make_fn, **kw) -> pd.DataFrame:
-    return correctness.check(
+def run(make_fn=attention.default_make_fn, **kw) -> pd.DataFrame:
+    return attention.check(
         candidates(),
         shape_rows(),
         device=device(),
@@ -75,7 +76,7 @@ def good() -> pd.DataFrame:
 
 def test_every_candidate_on_every_distinct_shape_passes(good):
     assert len(good) == 4 * 2  # 4 candidates x 2 distinct shape keys (3 invocations)
-    assert set(correctness.COLUMNS) <= set(good.columns)
+    assert set(attention.COLUMNS) <= set(good.columns)
     assert good["passed"].all(), good[["candidate", "shape_key", "reason"]]
     assert (good["nan_count"] == 0).all() and (good["unwritten_count"] == 0).all()
     assert (good["rel_err"] < 1e-3).all() and (good["rel_err"] > 0).all()
@@ -88,7 +89,7 @@ def test_every_candidate_on_every_distinct_shape_passes(good):
 
 def _wrap(transform):
     def make_fn(cand, cos, sin, rotate_k):
-        fn = correctness.default_make_fn(cand, cos, sin, rotate_k)
+        fn = attention.default_make_fn(cand, cos, sin, rotate_k)
         if cand.candidate != candidates()["candidate"].iloc[1]:
             return fn
         return transform(fn)
@@ -164,7 +165,7 @@ def test_a_native_backend_with_no_kernel_is_unsupported_and_the_study_goes_on(ca
     # On the CPU, torch has no memory-efficient SDPA kernel: the real backend raises "No viable
     # backend" (torch >= 2.5; the H200's message, "No available kernel", is checked below).
     cands = build(TILES[:1], ["unfused"], native=["efficient"])
-    res = correctness.check(cands, shape_rows(), device=device(), tolerances_by_dtype=TOL, seed=3, log=LOG)
+    res = attention.check(cands, shape_rows(), device=device(), tolerances_by_dtype=TOL, seed=3, log=LOG)
     native = res[res["candidate"] == "native-sdpa-efficient"]
     assert len(native) == 2 and (native["status"] == "unsupported").all(), native[["status", "reason"]]
     assert native["reason"].str.contains("no kernel for this shape").all()
@@ -176,16 +177,16 @@ def test_a_native_backend_with_no_kernel_is_unsupported_and_the_study_goes_on(ca
 
 def test_no_available_kernel_is_unsupported_only_for_a_native_backend():
     exc = RuntimeError("No available kernel. Aborting execution.")
-    assert "no kernel for this shape" in correctness.unsupported_reason(exc, native=True)
-    assert correctness.unsupported_reason(exc, native=False) is None  # our own kernel: a failure
-    assert correctness.unsupported_reason(ValueError("bad"), native=True) is None
+    assert "no kernel for this shape" in attention.unsupported_reason(exc, native=True)
+    assert attention.unsupported_reason(exc, native=False) is None  # our own kernel: a failure
+    assert attention.unsupported_reason(ValueError("bad"), native=True) is None
 
 
 def test_a_native_backend_its_compiler_cannot_build_is_unsupported_not_failed():
     BackendCompilerFailed = type("BackendCompilerFailed", (RuntimeError,), {})
     exc = BackendCompilerFailed("backend='inductor' raised: no Triton for this device")
-    assert "cannot be compiled" in correctness.unsupported_reason(exc, native=True)
-    assert correctness.unsupported_reason(exc, native=False) is None  # never for our kernels
+    assert "cannot be compiled" in attention.unsupported_reason(exc, native=True)
+    assert attention.unsupported_reason(exc, native=False) is None  # never for our kernels
 
 
 def test_a_wrong_answer_still_fails_next_to_an_unsupported_candidate():
@@ -245,9 +246,9 @@ def test_config_and_trace_errors_name_the_key():
         "float16": (5e-3, 2e-2)
     }
     with pytest.raises(ValueError, match="shape_key"):
-        correctness.shapes(pd.DataFrame({"phase": ["decode"]}))
+        attention.shapes(pd.DataFrame({"phase": ["decode"]}))
     with pytest.raises(ValueError, match="no entry for dtype 'float16'"):
-        correctness.check(
+        attention.check(
             candidates(),
             shape_rows(),
             device=device(),
@@ -292,5 +293,5 @@ def test_reference_inputs_are_random_not_zero():
         out.zero_()
         return out
 
-    res = correctness.check_one(zeros, shape, seed=1, device=device(), tol=TOL["float32"], rope_base=10000.0)
+    res = attention.check_one(zeros, shape, seed=1, device=device(), tol=TOL["float32"], rope_base=10000.0)
     assert res["status"] == "failed" and res["rel_err"] == pytest.approx(1.0)

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headroom.measure import graph_sweep
+from headroom.families.attention import graph_sweep
 from tests.measure.measure_helpers import PARTITION, cuda_candidates, cuda_only, tiny_candidates
 
 

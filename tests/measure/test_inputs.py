@@ -1,10 +1,10 @@
-"""What every measuring stage builds its inputs from (measure/inputs.py): the trace rows checked,
-the (q, k, v) sets they turn into."""
+"""What attention's measuring stages build their inputs from (families/attention/inputs.py): the
+trace rows checked, the (q, k, v) sets they turn into."""
 
 import numpy as np
 import pytest
 
-from headroom.measure import inputs
+from headroom.families.attention import inputs
 from tests.measure.measure_helpers import tiny_trace
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from headroom.core import contracts
 from headroom.decide import policy_eval
+from headroom.families.attention import lifecycle as attention
+from headroom.families.attention.keying import ATTENTION
 from headroom.measure import lifecycle
 from tests.measure.measure_helpers import FIT, interpreter_only, tiny_candidates, tiny_trace
 
@@ -25,7 +27,7 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
         "switch_pairs": 1,
         "warmup_reps": 0,
     }
-    df = lifecycle.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret", policies=FIT)
+    df = attention.run(tiny_trace(), cands, {**cfg, "plan_reps": 2}, device="interpret", policies=FIT)
     assert set(df["kind"]) == {"compile", "cache", "dispatch", "switch", "plan"}
     plans = df[df["kind"] == "plan"]  # tiny_candidates are generation 1: no plans
     assert sorted(plans["candidate"]) == sorted(cands["candidate"]) and (plans["status"] == "skipped").all()
@@ -54,13 +56,13 @@ def test_lifecycle_on_the_interpreter_parses_for_the_policies():
 
 
 def test_plan_build_cost_per_generation_2_candidate_and_shape():
-    from headroom.measure.candidates import build
+    from headroom.families.attention.candidates import build
 
     tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1}]
     cands = build(tiles, ["unfused", "q_fused"], ["math"])
     trace = tiny_trace()
     rows = pd.DataFrame(
-        lifecycle.plan_rows(trace, cands, {"plan_reps": 3}, "interpret", 10000.0, logging.getLogger())
+        attention.plan_rows(trace, cands, {"plan_reps": 3}, "interpret", 10000.0, logging.getLogger())
     )
     ours = rows[rows["candidate"].str.startswith("t0")]
     assert (ours["status"] == "ok").all() and (ours["value"] > 0).all() and (ours["unit"] == "us").all()
@@ -75,8 +77,8 @@ def test_plan_builds_hold_one_shapes_inputs_at_a_time(monkeypatch):
     import gc
     import weakref
 
-    from headroom.measure import inputs
-    from headroom.measure.candidates import build
+    from headroom.families.attention import inputs
+    from headroom.families.attention.candidates import build
 
     made, alive = [], []
     real = inputs.input_sets
@@ -91,7 +93,7 @@ def test_plan_builds_hold_one_shapes_inputs_at_a_time(monkeypatch):
     monkeypatch.setattr(inputs, "input_sets", watched)
     tiles = [{"block_m": 16, "block_n": 16, "num_warps": 1, "num_stages": 1}]
     trace = tiny_trace()
-    lifecycle.plan_rows(
+    attention.plan_rows(
         trace, build(tiles, ["unfused"]), {"plan_reps": 1}, "interpret", 10000.0, logging.getLogger()
     )
     assert len(made) == trace["shape_key"].nunique() and alive == [0] * len(made)
@@ -102,7 +104,7 @@ def test_dispatch_times_the_fitted_registry_policies():
 
     trace = pd.concat([tiny_trace()] * 4, ignore_index=True).assign(invocation=lambda t: range(len(t)))
     names = ["a", "b", "c"]
-    fitted = lifecycle.fitted_policies(trace, names, **FIT)
+    fitted = lifecycle.fitted_policies(trace, names, **FIT, keying=ATTENTION)
     assert set(fitted) == set(registry.REGISTRY) == set(lifecycle.DISPATCH_POLICIES)
     shapes = lifecycle.lookup_shapes(trace, FIT["train_fraction"])
     assert [s["invocation"] for s in shapes] == list(range(6, 12))  # the test part, in trace order
@@ -127,12 +129,12 @@ def test_dispatch_times_the_fitted_registry_policies():
         fitted["global"].lookup, shapes * 200
     )
     with pytest.raises(ValueError, match="train_fraction"):
-        lifecycle.fitted_policies(trace, names, train_fraction=1.0, clusters=2, seed=0)
+        lifecycle.fitted_policies(trace, names, train_fraction=1.0, clusters=2, seed=0, keying=ATTENTION)
 
 
 def test_switch_plan_pairs_different_tiles():
     cfg = lifecycle.settings({"switch_invocations": 2, "switch_pairs": 5})
-    plan = lifecycle.switch_plan(tiny_trace(), tiny_candidates(), cfg)
+    plan = attention.switch_plan(tiny_trace(), tiny_candidates(), cfg)
     # 3 candidates over 2 tiles: the pairs with different tiles are (t0u, t1u) and (t0f, t1u).
     assert len(plan) == 2 * 2
     assert all(a.tile != b.tile for _, a, b in plan)

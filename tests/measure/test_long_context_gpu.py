@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 from headroom.core import defaults
+from headroom.families.attention import correctness as attention
+from headroom.families.attention.candidates import build
 from headroom.measure import correctness
-from headroom.measure.candidates import build
 
 pytestmark = pytest.mark.gpu
 
@@ -32,12 +33,12 @@ def _shape(phase, batch, q_len, kv_len, kv_lens=None) -> pd.DataFrame:
         invocation=0, phase=phase, batch=batch, q_len=q_len, kv_len=kv_len, heads_q=32, heads_kv=8,
         head_dim=128, dtype="bfloat16", shape_key=f"{phase}|b{batch}|q{q_len}|kv{kv_len}", kv_lens=kv_lens,
     )  # fmt: skip
-    return correctness.shapes(pd.DataFrame([row]))
+    return attention.shapes(pd.DataFrame([row]))
 
 
 def _check(cands: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
     tol = correctness.tolerances(defaults.section("correctness"))
-    out = correctness.check(cands, shapes, device="cuda", tolerances_by_dtype=tol, log=LOG)
+    out = attention.check(cands, shapes, device="cuda", tolerances_by_dtype=tol, log=LOG)
     print(out[["candidate", "status", "rel_err", "max_abs_err", "reason"]].to_string())
     ours = out["candidate"].str.startswith("t")
     assert (out.loc[ours, "status"] == "passed").all(), out.loc[ours & ~out["passed"], "reason"].tolist()

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from headroom.core import artifacts, contracts
+from headroom.families.attention import portfolio as attention
 from headroom.measure import noise, portfolio
 from tests.measure.measure_helpers import (
     REPS,
@@ -32,7 +33,7 @@ DRIVER = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"
     import pandas as pd
     from headroom.core import artifacts, defaults
-    from headroom.measure import portfolio
+    from headroom.families.attention import portfolio
     trace, cands, run, out = pd.read_parquet(sys.argv[1]), pd.read_parquet(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rows, samples = portfolio.run(trace, cands, {"sampler": "fixed", "reps": REPS, "warmup_reps": 0, "mode": "both"}, run=run,
                                   device="interpret", progress=False)
@@ -167,7 +168,7 @@ def test_adaptive_sampler_in_a_portfolio_run():
             "warmup_reps": 0,
             "adaptive": {**adaptive, "target_rse_pct": {"eager": target}},
         }
-        rows, samples = portfolio.run(trace, cands, section, run=1, device="interpret", progress=False)
+        rows, samples = attention.run(trace, cands, section, run=1, device="interpret", progress=False)
         assert set(rows["stop_reason"]) == reasons and set(rows["reps"]) == counts
         per_cell = samples.groupby("candidate").size()
         assert (per_cell.loc[rows["candidate"]].to_numpy() == rows["reps"].to_numpy()).all()
@@ -207,14 +208,14 @@ def test_bad_settings_and_no_candidates_are_named():
     with pytest.raises(ValueError, match="unknown key"):
         portfolio.settings({"repz": 3})
     with pytest.raises(ValueError, match="no admitted candidates"):
-        portfolio.run(tiny_trace(), tiny_candidates().iloc[0:0], {}, run=1, device="interpret")
+        attention.run(tiny_trace(), tiny_candidates().iloc[0:0], {}, run=1, device="interpret")
 
 
 @pytest.mark.gpu
 @cuda_only
 def test_portfolio_both_modes_on_cuda():
     trace, candidates = cuda_trace(), cuda_candidates()
-    rows, samples = portfolio.run(
+    rows, samples = attention.run(
         trace,
         candidates,
         {"sampler": "fixed", "reps": 40, "warmup_reps": 5, "graph_calls": 10, "mode": "both"},
@@ -256,7 +257,7 @@ def test_portfolio_adaptive_sampler_on_cuda():
             "graph_calls": 10,
             "adaptive": {**adaptive, **extra},
         }
-        rows, samples = portfolio.run(
+        rows, samples = attention.run(
             cuda_trace(), cuda_candidates(), section, run=1, device="cuda", progress=False
         )
         assert set(rows["stop_reason"]) == {reason}

@@ -318,7 +318,8 @@ def test_a_spin_that_never_covers_the_batch_fails_loudly(monkeypatch):
 def test_a_natives_backend_is_held_once_around_the_whole_measurement():
     import torch
 
-    from headroom.measure import runner, timing
+    from headroom.families.attention import runner
+    from headroom.measure import timing
 
     seen = []
     attend = runner._causal_sdpa("math")
@@ -349,7 +350,7 @@ def test_eager_calls_on_a_busy_gpu_read_the_graph_replays_time_not_the_hosts():
     import eager_timing_check as check
 
     from headroom.core import defaults
-    from headroom.measure import candidates, inputs, runner
+    from headroom.families.attention import candidates, inputs, runner
 
     cfg = defaults.section("partition")
     cands = candidates.build(defaults.study()["tiles"], ["q_fused"])

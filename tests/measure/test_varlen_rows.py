@@ -9,8 +9,8 @@ import logging
 import pandas as pd
 import pytest
 
-from headroom.measure import correctness, inputs, runner
-from headroom.measure.candidates import VARLEN_GENERATION, build
+from headroom.families.attention import correctness, inputs, runner
+from headroom.families.attention.candidates import VARLEN_GENERATION, build
 
 TILES = [{"block_m": 32, "block_n": 16, "num_warps": 4, "num_stages": 2}]
 TOL = {"float32": (1e-3, 1e-2), "float16": (5e-3, 2e-2)}
@@ -101,7 +101,7 @@ def test_the_portfolio_times_every_candidate_on_every_row():
     """Every older candidate on every row (the ragged one on its padded batch); the varlen one too
     (the ragged decode with its lengths, the uniform one through generation 2's plan), so the
     analysis keeps it: its matrix holds only candidates timed on every invocation."""
-    from headroom.measure import portfolio
+    from headroom.families.attention import portfolio
 
     cands = build(TILES, ["q_fused"], ["math"], varlen=True)
     trace = _trace(_row(0, "decode", 2, 1, 24), _row(1, "decode", 2, 1, 24, [24, 3]))

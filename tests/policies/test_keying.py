@@ -13,8 +13,9 @@ import pytest
 
 from headroom import policies
 from headroom.families import Feature
+from headroom.families.attention.keying import ATTENTION
 from headroom.policies.fit import Train
-from headroom.policies.shapes import ATTENTION, Keying
+from headroom.policies.shapes import Keying
 
 CAPTURE = [1, 2, 4, 8, 16, 32]
 FEATURES = {

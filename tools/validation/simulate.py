@@ -9,7 +9,7 @@ writes <out>/<study>.csv (one row per deployment-profile part x scenario, and th
 profile (decode-only steps in graph mode, mixed steps in eager mode):
 
 * ``flat``: every candidate equal — the headline should `stop` (not ``uncapturable``) and not continue;
-* ``planted-3x``: headroom a deployable policy can learn (``power.beyond_phase``) planted in the
+* ``planted-3x``: headroom a deployable policy can learn (``power.beyond_category``) planted in the
   graph part at 3x the policy threshold (its truth target), the others flat — the headline should
   continue;
 * ``gap-at-threshold``: headroom no key can learn (``scattered``: each invocation has its own faster
@@ -129,12 +129,12 @@ def parts(study_dir, runs: int | None, per_kind: dict, resamples: int, eager_noi
 
 
 def scattered(md: measured.ModeData, effect: float) -> np.ndarray:
-    """Headroom no key can learn: each invocation has its own faster tile (seeded by its position),
-    by ``effect``; every other candidate flat."""
+    """Headroom no key can learn: each invocation has its own faster base config (attention: tile;
+    seeded by its position), by ``effect``; every other candidate flat."""
     truth = power.flat(md)
-    tiles = np.array(sorted(set(md.tile[~md.native])))
-    want = tiles[[zlib.crc32(f"scattered|{i}".encode()) % len(tiles) for i in range(md.us.shape[1])]]
-    fast = (md.tile[None, :] == want[:, None]) & ~md.native[None, :]
+    bases = np.array(sorted(set(md.base[~md.native])))
+    want = bases[[zlib.crc32(f"scattered|{i}".encode()) % len(bases) for i in range(md.us.shape[1])]]
+    fast = (md.base[None, :] == want[:, None]) & ~md.native[None, :]
     return truth * np.where(fast, 1.0 - effect, 1.0)
 
 
@@ -172,11 +172,11 @@ def run(
     ]
     p = ps[planted]
     thr_policy, thr_gap = thresholds["max_policy_gain_pct"], thresholds["max_gap_to_oracle_pct"]
-    e3 = sized(p, lambda x: power.beyond_phase(p.md, x), "policy_gain", 3 * thr_policy, thresholds)
+    e3 = sized(p, lambda x: power.beyond_category(p.md, x), "policy_gain", 3 * thr_policy, thresholds)
     eg = sized(p, lambda x: scattered(p.md, x), "gap_to_oracle_bound", thr_gap, thresholds)
     scenarios = {
         "flat": (0.0, flats),
-        "planted-3x": (e3, [*flats[:planted], power.simulate(p.L, power.beyond_phase(p.md, e3), noise[planted], thresholds, p.model.within_sd), *flats[planted + 1 :]]),
+        "planted-3x": (e3, [*flats[:planted], power.simulate(p.L, power.beyond_category(p.md, e3), noise[planted], thresholds, p.model.within_sd), *flats[planted + 1 :]]),
         "gap-at-threshold": (eg, [*flats[:planted], power.simulate(p.L, scattered(p.md, eg), noise[planted], thresholds, p.model.within_sd), *flats[planted + 1 :]]),
     }  # fmt: skip
     base = {

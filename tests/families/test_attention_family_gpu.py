@@ -1,0 +1,70 @@
+"""Attention as the first family on the GPU (issue 32, item 3), in bfloat16 on the default study's
+partition and candidates: through the Family protocol every candidate computes bit for bit what the
+runner every attention stage times computes, with the same kernel launches in the same order, and
+passes the family-generic correctness gate against the float64 reference."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+# (phase, batch, q_len, kv_len): a prefill, a chunk over a cache, a split-KV decode
+SHAPES = [("prefill", 1, 512, 512), ("prefill", 1, 256, 1024), ("decode", 8, 1, 2048)]
+
+
+def _launches(fn) -> list[str]:
+    """The CUDA kernels one call launches, in order (after a warm-up call: compiles excluded)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = sorted(
+        (e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start
+    )
+    return [e.name for e in events]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["prefill", "chunk", "decode"])
+def test_prepare_is_the_runner_bit_for_bit_with_the_same_launches(shape):
+    from headroom.families.attention.family import ATTENTION
+    from headroom.families.attention.runner import runner
+
+    s = ATTENTION._shape(*shape)
+    x = ATTENTION.inputs(s, seed=11, device="cuda")
+    differ = []
+    for cand in ATTENTION.candidates():
+        via = ATTENTION.prepare(cand, s, x)
+        direct = runner(ATTENTION._row(cand), x["cos"], x["sin"], x["rotate_k"], None)
+        a, b = via(x), direct(x["q"], x["k"], x["v"])
+        if not torch.equal(a, b):
+            differ.append(f"{cand.id}: outputs differ")
+        la, lb = _launches(partial(via, x)), _launches(partial(direct, x["q"], x["k"], x["v"]))
+        if la != lb or not la:
+            differ.append(f"{cand.id}: launches {la} vs {lb}")
+    assert not differ, "\n".join(differ)
+
+
+def test_every_attention_candidate_passes_the_family_correctness_gate():
+    from headroom.families import Step, check, expand
+    from headroom.families.attention.family import ATTENTION
+
+    steps = [
+        Step(0, 0.0, "decode-only", (2048, 1500, 900), (), 3),
+        Step(1, 0.02, "prefill-only", (), ((512, 512), (256, 1024)), 768),
+    ]
+    results = check.check(ATTENTION, expand.expand(ATTENTION, steps), device="cuda")
+    bad = results[~results["status"].isin(["passed", "unsupported"])]
+    assert bad.empty, bad.to_string()
+    assert set(results["dtype"]) == {"bfloat16"}
+    ours = results[~results["candidate"].str.startswith("native-")]
+    assert set(ours["status"]) == {"passed"} and len(ours) == 3 * 15
