@@ -82,6 +82,20 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _unsupported(family: Any, cand: Candidate, exc: BaseException) -> str | None:
+    """Why ``exc`` means ``cand`` cannot run the shape (recorded `unsupported`, not an error), or None:
+    the family's optional ``unsupported(candidate, exc)`` (attention: a native backend with no kernel
+    for the shape), else Triton's UNSUPPORTED_ERRORS."""
+    hook = getattr(family, "unsupported", None)
+    if callable(hook):
+        why = hook(cand, exc)
+        if why is not None:
+            return str(why)
+    if type(exc).__name__ in UNSUPPORTED_ERRORS:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
 def check_one(
     family: Any, cand: Candidate, shape: dict, inputs: Any, ref: list, device: str
 ) -> dict[str, Any]:
@@ -111,9 +125,10 @@ def check_one(
         worst = first if first["status"] != "passed" else second
         row.update(worst, dtype=dtype, tolerance=tol[0], abs_tolerance=tol[1])
     except Exception as exc:  # a candidate that raises is an error of that candidate, not of the check
-        unsupported = type(exc).__name__ in UNSUPPORTED_ERRORS
+        why = _unsupported(family, cand, exc)
         row.update(
-            status="unsupported" if unsupported else "error", reason=f"{type(exc).__name__}: {str(exc)[:300]}"
+            status="error" if why is None else "unsupported",
+            reason=why or f"{type(exc).__name__}: {str(exc)[:300]}",
         )
     row["seconds"] = time.perf_counter() - t0
     return row

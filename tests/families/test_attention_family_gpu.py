@@ -45,7 +45,14 @@ def test_prepare_is_the_runner_bit_for_bit_with_the_same_launches(shape):
     for cand in ATTENTION.candidates():
         via = ATTENTION.prepare(cand, s, x)
         direct = runner(ATTENTION._row(cand), x["cos"], x["sin"], x["rotate_k"], None)
-        a, b = via(x), direct(x["q"], x["k"], x["v"])
+        try:
+            b = direct(x["q"], x["k"], x["v"])
+        except RuntimeError as exc:  # a native with no kernel for the shape: the protocol refuses alike
+            with pytest.raises(type(exc)):
+                via(x)
+            assert ATTENTION.unsupported(cand, exc), f"{cand.id}: {exc} not named unsupported"
+            continue
+        a = via(x)
         if not torch.equal(a, b):
             differ.append(f"{cand.id}: outputs differ")
         la, lb = _launches(partial(via, x)), _launches(partial(direct, x["q"], x["k"], x["v"]))

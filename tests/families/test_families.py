@@ -184,6 +184,30 @@ def test_unsupported_shapes_are_recorded_not_failed():
     }
 
 
+def test_a_raise_the_family_names_unsupported_is_recorded_so_and_others_stay_errors():
+    def no_kernel(x):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    f = softmax_family.FAMILY
+    base = from_callables(
+        {"none": no_kernel, "broken": lambda x: 1 / 0}, name="nk", version="1", features=f.features,
+        shapes=f.shapes, inputs=f.inputs, reference=f.reference, tolerance=f.tolerance, cost=f.cost,
+    )  # fmt: skip
+
+    class NamesIt:  # the optional member: a reason for what it knows, None for the rest
+        def __getattr__(self, name):
+            return getattr(base, name)
+
+        def unsupported(self, candidate, exc):
+            return "backend has no kernel for this shape" if "No available kernel" in str(exc) else None
+
+    for family, none_status in ((base, "error"), (NamesIt(), "unsupported")):
+        results = check.check(family, expand.expand(family, STEPS[:1]), device="interpret")
+        by = results.set_index("candidate")
+        assert by.loc["none", "status"] == none_status and by.loc["broken", "status"] == "error"
+        assert "ZeroDivisionError" in by.loc["broken", "reason"]
+
+
 def test_a_function_that_is_not_repeatable_fails_on_its_second_call():
     state = {"calls": 0}
 

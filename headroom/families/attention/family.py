@@ -147,6 +147,15 @@ class AttentionFamily:
 
         return "kv_lens" not in shape or takes_lengths(self._row(candidate))
 
+    def unsupported(self, candidate: Candidate, exc: BaseException) -> str | None:
+        """Optional member: why a call that raised means the candidate has no kernel for the shape (a
+        native backend's "No available kernel", a tile over the device's resources), as attention's
+        own correctness gate says (headroom.families.attention.correctness.unsupported_reason)."""
+        from headroom.families.attention.correctness import unsupported_reason
+        from headroom.families.attention.runner import is_native
+
+        return unsupported_reason(exc, native=is_native(self._row(candidate)))
+
     # -- inputs, the call, the answer ---------------------------------------------------------------
 
     def inputs(self, shape: dict, *, seed: int, device: str) -> dict:
