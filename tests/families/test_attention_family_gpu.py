@@ -72,6 +72,6 @@ def test_every_attention_candidate_passes_the_family_correctness_gate():
     results = check.check(ATTENTION, expand.expand(ATTENTION, steps), device="cuda")
     bad = results[~results["status"].isin(["passed", "unsupported"])]
     assert bad.empty, bad.to_string()
-    assert set(results["dtype"]) == {"bfloat16"}
+    assert set(results.loc[results["status"] == "passed", "dtype"]) == {"bfloat16"}
     ours = results[~results["candidate"].str.startswith("native-")]
     assert set(ours["status"]) == {"passed"} and len(ours) == 3 * 15
