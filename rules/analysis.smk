@@ -27,7 +27,7 @@ rule policies:
         runtime=30,
     params:
         policies=cfg("policies"),
-        # the decoder-layer model that says where eager host time is exposed (headroom/decide/layer.py)
+        # the decoder-layer model that says where eager host time is exposed (headroom/families/attention/layer.py)
         recommendation=cfg("recommendation"),
     script:
         "../scripts/policies.py"

@@ -182,7 +182,7 @@ def _launches(rec: _Recorder, cfg: dict[str, Any], eager, graph) -> None:
         "launch_gpu_us", float(np.median(m.samples_us)), 0, "empty Triton kernel, eager on a busy GPU", reps
     )
     rec.add("launch_triton_host_us", m.host_us, 0, "empty Triton kernel: host enqueue per call", reps)
-    # what one of a decoder layer's other kernels costs the host (headroom/decide/layer.py): a
+    # what one of a decoder layer's other kernels costs the host (headroom/families/attention/layer.py): a
     # torch matmul's enqueue, on operands too small for its GPU time to matter
     small = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     m = eager.time("eager", torch.matmul, [(small, small)])

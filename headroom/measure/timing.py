@@ -9,7 +9,7 @@
   GPU went idle inside the batch, and the batch is timed again with a spin twice as long. The
   host's enqueue time per call, measured while the GPU spins, is kept beside the GPU time
   (``Measurement.host_us``): what an eager call costs the CPU, charged by the decision only where
-  the host bounds a decoder layer (headroom/decide/layer.py). 'back-to-back' (the method before
+  the host bounds a decoder layer (headroom/families/attention/layer.py). 'back-to-back' (the method before
   decision v4: no spin, so a short call's figure is its host launch path) stays for calibrate's
   harness floor and tools/eager_timing_check.py.
 - ``graph`` on CUDA: ``graph_calls`` back-to-back calls captured into one ``torch.cuda.CUDAGraph``
