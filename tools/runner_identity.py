@@ -41,7 +41,9 @@ def _module(name: str):
     )
 
 
-def _launches(fn) -> list[str]:
+def launches(fn) -> list[str]:
+    """The CUDA kernels one call of ``fn`` launches, in order (after a warm-up call: compiles
+    excluded). tests/families/test_attention_family_gpu.py reads launches with it too."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -95,7 +97,7 @@ def write(out: Path, root: Path) -> None:
                 continue
             cases[key] = {
                 "out": blake3(o.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest(),
-                "launches": _launches(partial(fn, q, k, v)),
+                "launches": launches(partial(fn, q, k, v)),
             }
     meta = {"root": str(root), "runner": runner.__name__, "torch": torch.__version__}
     out.write_text(json.dumps({"meta": meta, "cases": cases}, indent=1, sort_keys=True))

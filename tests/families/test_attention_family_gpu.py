@@ -9,6 +9,8 @@ from functools import partial
 
 import pytest
 
+from tools.runner_identity import launches
+
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
@@ -17,21 +19,6 @@ pytestmark = [
 
 # (phase, batch, q_len, kv_len): a prefill, a chunk over a cache, a split-KV decode
 SHAPES = [("prefill", 1, 512, 512), ("prefill", 1, 256, 1024), ("decode", 8, 1, 2048)]
-
-
-def _launches(fn) -> list[str]:
-    """The CUDA kernels one call launches, in order (after a warm-up call: compiles excluded)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = sorted(
-        (e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start
-    )
-    return [e.name for e in events]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["prefill", "chunk", "decode"])
@@ -55,7 +42,7 @@ def test_prepare_is_the_runner_bit_for_bit_with_the_same_launches(shape):
         a = via(x)
         if not torch.equal(a, b):
             differ.append(f"{cand.id}: outputs differ")
-        la, lb = _launches(partial(via, x)), _launches(partial(direct, x["q"], x["k"], x["v"]))
+        la, lb = launches(partial(via, x)), launches(partial(direct, x["q"], x["k"], x["v"]))
         if la != lb or not la:
             differ.append(f"{cand.id}: launches {la} vs {lb}")
     assert not differ, "\n".join(differ)
