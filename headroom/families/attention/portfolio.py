@@ -118,6 +118,15 @@ def run(
         bench.timed_calls,
         wall_s,
     )
+    spent = {**bench.harness.untimed_s, "input sets": bench.inputs_s}
+    log.info(
+        "portfolio run %d, outside the timed loops: %s; timed loops %.1f s (%d eager batches redone "
+        "behind a longer spin)",
+        run,
+        ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()),
+        float(out["cell_wall_s"].sum()),
+        bench.harness.spins_redone,
+    )
     summary = noise.run_summary(out, samples, cfg["floor_factor"])
     log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
     log.info("sampler, run %d:\n%s", run, noise.sampler_summary(out).to_string(index=False))
@@ -153,6 +162,7 @@ class _Bench:
     l2: int
     clock: SmClock
     timed_calls: int = 0
+    inputs_s: float = 0.0  # seconds building the invocations' input sets
 
     @classmethod
     def start(cls, cfg, candidates, *, run: int, device: str, log: logging.Logger) -> _Bench:
@@ -208,7 +218,13 @@ class _Bench:
         )
         seeds = [cfg["seed"], self.run, int(inv.invocation)]
         data_seed = int(np.random.SeedSequence(seeds).generate_state(1)[0])
+        t0 = time.perf_counter()
         sets = inputs.input_sets(inv, n_sets, self.device, seed=data_seed)
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()  # the sets are filled on the GPU: count that here
+        self.inputs_s += time.perf_counter() - t0
         cands = self.cands
         order = candidate_order(len(cands), seed=cfg["seed"], run=self.run, index=index)
         rotate_k, kv_lens = inputs.rotate_k(inv), inputs.kv_lens_tensor(inv, self.device)
