@@ -567,7 +567,7 @@ class Harness:
         for g_index in range(n_graphs):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):
-                graph.capture_begin(pool=pool.id)
+                graph.capture_begin(pool=pool)
                 try:
                     for j in range(self.graph_calls):
                         fn(*input_sets[(g_index * self.graph_calls + j) % n])
@@ -577,15 +577,24 @@ class Harness:
         return graphs
 
     def _graph_pool(self) -> tuple:
-        """(side stream, memory pool) every capture of this harness uses, made on first use. The
-        pool (a ``torch.cuda.MemPool``, held here so that it outlives each cell's graphs) keeps the
-        blocks a cell's graphs freed for the next cell's captures. Graphs sharing it are never
-        replayed concurrently, and no timing reads a graph's outputs."""
+        """(side stream, memory pool handle) every capture of this harness uses, made on first
+        use. The pool is that of an anchor graph (one tiny kernel) the harness holds, so that it
+        outlives each cell's graphs and keeps the blocks they freed for the next cell's captures
+        (a pool no live graph uses is torn down: PyTorch asserts on a capture into it, in its host
+        allocator as well). Graphs sharing it are never replayed concurrently, and no timing reads
+        a graph's outputs."""
         if self._capture_pool is None:
             import torch
 
-            self._capture_pool = (torch.cuda.Stream(), torch.cuda.MemPool())
-        return self._capture_pool
+            stream, anchor = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+            flag = torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+            with torch.cuda.stream(stream):
+                anchor.capture_begin()
+                flag.fill_(1.0)
+                anchor.capture_end()
+            self._capture_pool = (stream, anchor.pool(), anchor, flag)
+        return self._capture_pool[:2]
 
     def graph_launch_us(self, fn: Callable, args: tuple) -> float:
         """Median replay time of a graph holding one call of ``fn`` (an empty kernel): what one
