@@ -1,13 +1,3 @@
-import os
-
-# Inductor compiles in this process, not in a pool of worker processes it would start for
-# FlexAttention: the correctness stage compiled the same graphs earlier in the study, so a run
-# loads them from Inductor's and Triton's caches, and starting the pool was most of the ~10 s a
-# run spent in torch.compile (profile of run 1, data/checks/h200/2026-12-03-session11). Before
-# torch is imported; a value the user set is kept. No timed call changes: compiles happen in
-# warm-up, outside every timed loop.
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-
 from headroom.core.stage import run_stage
 from headroom.measure import device
 

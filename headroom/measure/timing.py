@@ -63,6 +63,7 @@ SPIN_BATCH = 64
 SPIN_MARGIN = 2.0  # the spin covers twice the host time the batch is expected to take
 SPIN_FLOOR_US = 200.0  # and never less: the first estimate of a cell comes from few calls
 SPIN_RETRIES = 6  # doublings of a spin found too short before the measurement fails
+UNTIMED = ("eager warm-up", "graph capture", "graph warm-up replays")  # Harness.untimed_s's kinds
 
 
 def cuda_available() -> bool:
@@ -335,10 +336,10 @@ class Harness:
         self.modes: tuple[str, ...] = MODES if device == "cuda" else ("eager",)
         self._events: list = []
         self._flush_write = None
-        self._capture_pool = None
-        # Seconds spent outside the timed loops, by kind ('warmup': untimed calls and replays;
-        # 'capture': CUDA Graph captures with their warm-up calls): where a run's time goes.
-        self.untimed_s = {"warmup": 0.0, "capture": 0.0}
+        # Seconds spent outside the timed loops, by kind: where a run's time goes ('eager warm-up':
+        # the untimed calls and their GPU work; 'graph capture': the capture's warm-up calls and the
+        # captures; 'graph warm-up replays': each graph's untimed first replays, which upload it).
+        self.untimed_s = dict.fromkeys(UNTIMED, 0.0)
         self.spins_redone = 0  # eager batches timed again behind a longer spin
         if device == "cuda":
             import torch
@@ -370,15 +371,19 @@ class Harness:
         if mode == "graph":
             return self._graph(fn, input_sets)
         n = len(input_sets)
-        t0 = self.clock()
+        t0 = t_late = self.clock()
         for i in range(self.warmup):
+            if i == self.warmup // 2:
+                t_late = self.clock()
             fn(*input_sets[i % n])
-        warm_ns = (self.clock() - t0) / max(self.warmup, 1)
+        # the first spin's estimate: the later half of the warm-up, past one-time first-call work
+        # (a cuDNN plan, a compile guard) that would size every first spin of the cell far too long
+        warm_ns = (self.clock() - t_late) / max(self.warmup - self.warmup // 2, 1)
         if self.device == "cuda":
             import torch
 
             torch.cuda.synchronize()  # the warm-up's GPU work, counted with it
-        self.untimed_s["warmup"] += (self.clock() - t0) / 1e9
+        self.untimed_s["eager warm-up"] += (self.clock() - t0) / 1e9
         if self.device != "cuda":
             take, method, host = self._eager_host(fn, input_sets), "host_clock", None
         elif self.eager_method == "back-to-back":
@@ -438,7 +443,7 @@ class Harness:
     ) -> Callable[[int], np.ndarray]:
         """k calls in batches of at most SPIN_BATCH, each batch enqueued behind a spin kernel that
         holds the GPU until the host has enqueued it (the module docstring); ``host`` gathers each
-        batch's enqueue µs per call. ``guess_us``: the warm-up's host time per call, the first
+        batch's enqueue µs per call. ``guess_us``: the host time per call of the warm-up's later half, the first
         estimate of the spin a batch needs."""
         import torch
 
@@ -512,8 +517,8 @@ class Harness:
         for i in range(max(len(graphs), math.ceil(self.warmup / self.graph_calls))):
             graphs[i % len(graphs)].replay()
         torch.cuda.synchronize()
-        self.untimed_s["capture"] += (t1 - t0) / 1e9
-        self.untimed_s["warmup"] += (self.clock() - t1) / 1e9
+        self.untimed_s["graph capture"] += (t1 - t0) / 1e9
+        self.untimed_s["graph warm-up replays"] += (self.clock() - t1) / 1e9
         done = [0]
 
         def take(k: int) -> np.ndarray:
@@ -546,17 +551,11 @@ class Harness:
         )
 
     def _capture(self, fn: Callable, input_sets: Sequence[tuple]) -> list:
-        """The graphs of one graph-mode measurement, captured on the harness's side stream into
-        its memory pool (:meth:`_graph_pool`). ``torch.cuda.graph`` would synchronize, empty the
-        allocator's cache and give each graph a fresh private pool on every capture: a cudaFree of
-        the last cell's memory and cudaMallocs for this one, milliseconds a cell (22.9 s of a
-        portfolio run's 3,206 captures on the H200, data/checks/h200/2026-12-03-session11). The
-        captured kernels are the same; only the addresses their scratch lands at differ."""
         import torch
 
         n = len(input_sets)
         n_graphs = math.ceil(n / self.graph_calls) if n > self.graph_calls else 1
-        stream, pool = self._graph_pool()
+        stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for i in range(_CAPTURE_WARMUP_CALLS):
@@ -566,35 +565,11 @@ class Harness:
         graphs = []
         for g_index in range(n_graphs):
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.stream(stream):
-                graph.capture_begin(pool=pool)
-                try:
-                    for j in range(self.graph_calls):
-                        fn(*input_sets[(g_index * self.graph_calls + j) % n])
-                finally:
-                    graph.capture_end()
+            with torch.cuda.graph(graph):
+                for j in range(self.graph_calls):
+                    fn(*input_sets[(g_index * self.graph_calls + j) % n])
             graphs.append(graph)
         return graphs
-
-    def _graph_pool(self) -> tuple:
-        """(side stream, memory pool handle) every capture of this harness uses, made on first
-        use. The pool is that of an anchor graph (one tiny kernel) the harness holds, so that it
-        outlives each cell's graphs and keeps the blocks they freed for the next cell's captures
-        (a pool no live graph uses is torn down: PyTorch asserts on a capture into it, in its host
-        allocator as well). Graphs sharing it are never replayed concurrently, and no timing reads
-        a graph's outputs."""
-        if self._capture_pool is None:
-            import torch
-
-            stream, anchor = torch.cuda.Stream(), torch.cuda.CUDAGraph()
-            flag = torch.zeros(1, device="cuda")
-            torch.cuda.synchronize()
-            with torch.cuda.stream(stream):
-                anchor.capture_begin()
-                flag.fill_(1.0)
-                anchor.capture_end()
-            self._capture_pool = (stream, anchor.pool(), anchor, flag)
-        return self._capture_pool[:2]
 
     def graph_launch_us(self, fn: Callable, args: tuple) -> float:
         """Median replay time of a graph holding one call of ``fn`` (an empty kernel): what one
