@@ -16,8 +16,9 @@ A linear cost model of the stage wall times (``benchmarks/*.tsv``) of the record
   ``overhead`` (inputs, graph capture, warm-up, host time between events: the run's wall time minus
   its samples' timed time; per cell, plus per eager call once references differ in eager calls per
   cell, :func:`_overhead`) come from the references; ``timed`` is the study's sampler replayed on
-  the recorded samples of the reference with the study's trace source (the same loop the harness
-  runs: :func:`headroom.measure.timing.sample_loop`) for the samples a cell takes, times calls per
+  the recorded samples of the reference with the study's trace source and eager timing method
+  (:func:`closest`; the same loop the harness runs: :func:`headroom.measure.timing.sample_loop`)
+  for the samples a cell takes, times calls per
   sample, times a call's time: per mode a + b * input megabytes, fitted on every recorded row
   (a: launch and fixed work; b: the bytes a call reads, q/k/v), at the study's mean bytes.
 
@@ -87,6 +88,7 @@ class Reference:
     samples_per_cell: dict[str, float]  # per mode, as recorded (run 1)
     calls_per_sample: dict[str, int]
     device: str  # where it was measured (its environment's device)
+    eager_method: str = ""  # how its eager cells were timed (timing_method: spin-events, cuda_events)
 
     @property
     def cells(self) -> int:
@@ -139,7 +141,13 @@ def read_reference(path: Path) -> Reference:
         samples_per_cell=first.groupby("mode")["reps"].mean().to_dict(),
         calls_per_sample=first.groupby("mode")["calls_per_sample"].max().astype(int).to_dict(),
         device=device,
+        eager_method=_eager_method(first),
     )
+
+
+def _eager_method(rows: pd.DataFrame) -> str:
+    eager = rows.loc[rows["mode"] == "eager", "timing_method"] if "timing_method" in rows else []
+    return str(eager.iloc[0]) if len(eager) else ""
 
 
 def _attention(path: Path) -> bool:
@@ -231,8 +239,18 @@ def _dropped(ref: Reference) -> set[str]:
 
 
 def closest(refs: list[Reference], source: str, generation: int) -> Reference:
-    """The reference whose trace source (then kernel generation) matches the study's best."""
-    return min(refs, key=lambda r: (r.source != source, r.generation != generation, r.name))
+    """The reference whose trace source, then eager timing method (today's
+    :data:`headroom.measure.timing.EAGER_METHOD`: how many eager samples a cell takes depends on it),
+    then kernel generation matches the study's best."""
+    return min(
+        refs,
+        key=lambda r: (
+            r.source != source,
+            r.eager_method != timing.EAGER_METHOD,
+            r.generation != generation,
+            r.name,
+        ),
+    )
 
 
 def simulated_cell(samples: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, tuple[float, float]]:

@@ -65,13 +65,16 @@ def test_the_adaptive_sampler_is_predicted_to_take_fewer_samples(model):
 
 def test_a_backend_one_trace_cannot_run_is_still_planned_where_the_closest_reference_ran_it():
     # mooncake-conv (left out of the fit: OUT_OF_RANGE) never timed the flash backend on its long
-    # contexts; a model that knows it still plans flash on the default trace, as default-gen2 ran it
+    # contexts; a model that knows it still plans flash on the default trace, as default-gen2-6x160
+    # ran it (the closest: the default's trace source and today's eager timing, spin-events, which
+    # default-gen2 predates; its fixed sampler's 280 eager samples a cell would plan 25 for 10)
     refs = cost.references()
     assert "mooncake-conv" not in {r.name for r in refs}
     mooncake = cost.read_reference(cost.REFERENCE_ROOT / "h200" / "mooncake-conv")
     assert {"native-sdpa-flash", "native-sdpa-efficient"} <= cost._dropped(mooncake)
     plan = cost.plan_study("default", _study("default"), cost.fit([*refs, mooncake]))
-    assert plan.facts["reference"] == "default-gen2" and plan.facts["candidates"] == 18
+    assert plan.facts["reference"] == "default-gen2-6x160" and plan.facts["candidates"] == 18
+    assert plan.facts["samples_per_cell"]["eager"] == 10.0
 
 
 def test_the_pilot_fits_one_device_call(model):
