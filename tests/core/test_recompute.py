@@ -39,7 +39,7 @@ def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
     column = next(c for c in table.columns if c.endswith("_us") and table[c].dtype.kind == "f")
     table.loc[0, column] = table.loc[0, column] * 0.5  # a forged number, provenance and hash kept fresh
     artifacts.write(table, path, kind="policy_eval", provenance=artifacts.read_provenance(path))
-    scope = _forge_dispatch_table(results / "default")  # issue 31, case 1: its BLAKE3 recorded again too
+    scope, (study, real) = _forge_dispatch_table(results / "default")  # issue 31, case 1: BLAKE3 recorded too
     catalog.build(layout.discover(results), results / layout.CATALOG_NAME, project_root=pipeline_clone)
     assert headroom(pipeline_clone, "verify").returncode == 0  # every byte verifies
     proc = headroom(pipeline_clone, "verify", "--recompute")
@@ -47,19 +47,22 @@ def test_verify_recompute_names_a_forged_derived_artifact(pipeline_clone):
     assert f"policy_eval.parquet: differs from its recomputation: row 0, column {column!r}" in proc.stdout
     assert (
         f"dispatch.json: differs from its recomputation at scopes.{scope}.expected_gain_pct[0]: "
-        "the study's 5.0, recomputed 0.0" in proc.stdout
+        f"the study's {study!r}, recomputed {real!r}" in proc.stdout
     ), proc.stdout
 
 
 def _forge_dispatch_table(folder):
     """dispatch.json with a forged expected gain, its sidecar and the BLAKE3 recommendation.parquet
-    records (column and provenance) rewritten to match: what only a recomputation can catch."""
+    records (column and provenance) rewritten to match: what only a recomputation can catch. Returns
+    the scope and its first gain as forged and as recorded (the interpreter study's gains are
+    host-clock timings: they differ from machine to machine, so the forgery is relative to them)."""
     import pyarrow as pa
 
     path, rec = folder / "dispatch.json", folder / "recommendation.parquet"
     forged = json.loads(path.read_text())
     scope = next(iter(forged["scopes"]))
-    forged["scopes"][scope]["expected_gain_pct"] = [5.0, 1.0, 9.0]
+    real = forged["scopes"][scope]["expected_gain_pct"]
+    forged["scopes"][scope]["expected_gain_pct"] = fake = [(g or 0.0) + 5.0 for g in real]  # null: no gain
     digest = artifacts.write_file(path, json.dumps(forged).encode())
     table = artifacts.read_table(rec)
     column = table.column_names.index("dispatch_blake3")
@@ -67,7 +70,7 @@ def _forge_dispatch_table(folder):
     prov = artifacts.read_provenance(rec)
     prov["extra"]["dispatch"]["blake3"] = digest
     artifacts.write(table, rec, kind="recommendation", provenance=prov)
-    return scope
+    return scope, (fake[0], real[0])
 
 
 def test_json_difference_names_the_first_differing_key():
