@@ -18,9 +18,9 @@ A linear cost model of the stage wall times (``benchmarks/*.tsv``) of the record
   cell, :func:`_overhead`) come from the references; ``timed`` is the study's sampler replayed on
   the recorded samples of the reference with the study's trace source and eager timing method
   (:func:`closest`; the same loop the harness runs: :func:`headroom.measure.timing.sample_loop`)
-  for the samples a cell takes, times calls per
-  sample, times a call's time: per mode a + b * input megabytes, fitted on every recorded row
-  (a: launch and fixed work; b: the bytes a call reads, q/k/v), at the study's mean bytes.
+  for the samples a cell takes, times calls per sample, times a call's time: per mode
+  a + b * input megabytes, fitted on every recorded row (a: launch and fixed work; b: the bytes a
+  call reads, q/k/v), at the study's mean bytes.
 
 Coefficients are non-negative least squares (scipy.optimize.nnls) over the references. Every
 reference so far has 48 invocations, so the per-shape and per-cell terms are extrapolated for a

@@ -443,8 +443,8 @@ class Harness:
     ) -> Callable[[int], np.ndarray]:
         """k calls in batches of at most SPIN_BATCH, each batch enqueued behind a spin kernel that
         holds the GPU until the host has enqueued it (the module docstring); ``host`` gathers each
-        batch's enqueue µs per call. ``guess_us``: the host time per call of the warm-up's later half, the first
-        estimate of the spin a batch needs."""
+        batch's enqueue µs per call. ``guess_us``: the host time per call of the warm-up's later
+        half, the first estimate of the spin a batch needs."""
         import torch
 
         n, done, per_call = len(input_sets), [0], [max(guess_us, 1.0)]
