@@ -1,5 +1,7 @@
 """Triton candidate kernels of the study: causal GQA attention (prefill and split-KV decode)
-with rotate-half RoPE fused into the kernel or applied by a standalone kernel.
+with rotate-half RoPE fused into the kernel or applied by a standalone kernel. Beside them,
+kernels/moe.py: a fused Mixture-of-Experts grouped GEMM with the serving stacks' config keys
+(``from kernels.moe import fused_moe``; not a candidate of any study yet).
 
     from kernels import Tile, attention, rope, reference_attention, rope_tables
     cos, sin = rope_tables(max_pos, head_dim, dtype=torch.float32, device=q.device)
