@@ -91,9 +91,11 @@ def _unsupported(family: Any, cand: Candidate, exc: BaseException) -> str | None
         why = hook(cand, exc)
         if why is not None:
             return str(why)
-    if type(exc).__name__ in UNSUPPORTED_ERRORS:
-        return f"{type(exc).__name__}: {str(exc)[:300]}"
-    return None
+    return _raised(exc) if type(exc).__name__ in UNSUPPORTED_ERRORS else None
+
+
+def _raised(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def check_one(
@@ -128,7 +130,7 @@ def check_one(
         why = _unsupported(family, cand, exc)
         row.update(
             status="error" if why is None else "unsupported",
-            reason=why or f"{type(exc).__name__}: {str(exc)[:300]}",
+            reason=why or _raised(exc),
         )
     row["seconds"] = time.perf_counter() - t0
     return row
