@@ -8,6 +8,9 @@ apart from its fusion arm; attention: its tile). Imports nothing, so the lookup 
 
 #: The policy with one candidate per category key: the obvious rule and the policy figure's baseline.
 CATEGORY_KEYED = "phase-keyed"
+#: The policy of a user's fixed per-M config table (a family's ``config_table``), scored beside the
+#: fitted policies and never selected.
+CONFIG_TABLE = "config-table"
 #: The reason code of a `stop` whose headroom one candidate per category captures (ship them).
 CATEGORY_SPLIT = "phase-split"
 

@@ -16,6 +16,7 @@ from headroom.policies.lookup import (
     Bucketed,
     CategoryKeyed,
     Clustered,
+    ConfigTablePolicy,
     ExactKey,
     KeyedPolicy,
     Keying,
@@ -26,6 +27,7 @@ from headroom.policies.lookup import (
     make,
     padded_batch,
     rows_of,
+    table_policies,
 )
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Bucketed",
     "CategoryKeyed",
     "Clustered",
+    "ConfigTablePolicy",
     "ExactKey",
     "KeyedPolicy",
     "Keying",
@@ -45,4 +48,5 @@ __all__ = [
     "make",
     "padded_batch",
     "rows_of",
+    "table_policies",
 ]

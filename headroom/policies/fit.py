@@ -76,6 +76,25 @@ def fit_table(policy, train: Train):
     return policy
 
 
+def fit_config_table(policy, train: Train):
+    """``policy`` (a ConfigTablePolicy) on ``train``'s candidates: each table entry's candidate, fixed
+    (no latency is read but the fallback's); an entry whose candidate ``train`` lacks takes the global
+    column (``global_column``), and ``policy.missing`` names those candidates."""
+    policy.candidates = tuple(train.candidates)
+    policy.fallback = int(global_column(fit_objective(train), train.weight))
+    index = {c: i for i, c in enumerate(policy.candidates)}
+    policy.table = {m: index.get(c, policy.fallback) for m, c in policy.keying.table}
+    policy.missing = tuple(dict.fromkeys(c for _, c in policy.keying.table if c not in index))
+    return policy
+
+
+def global_column(us: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """The global column (...) of ``us`` (..., n, C): the least weighted summed cost (weight (n,);
+    None: 1 each), what every keyed policy falls back to."""
+    w = np.ones(us.shape[-2]) if weight is None else np.asarray(weight, float)
+    return np.argmin((us * w[:, None]).sum(axis=-2), axis=-1)
+
+
 def fit_keyed(
     codes: np.ndarray, k: int, us: np.ndarray, regret=None, weight: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +111,7 @@ def fit_keyed(
     w = np.ones(n) if weight is None else np.asarray(weight, float)
     onehot = np.zeros((k, n))
     onehot[codes, np.arange(n)] = 1.0
-    fb = np.argmin((us * w[:, None]).sum(axis=-2), axis=-1)
+    fb = global_column(us, w)
     sums = np.einsum("kn,...nc->...kc", onehot * w, us)
     best = np.argmin(sums, axis=-1)
     at_fb = np.take_along_axis(sums, np.broadcast_to(fb[..., None, None], (*fb.shape, k, 1)), -1)[..., 0]

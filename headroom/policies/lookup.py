@@ -22,11 +22,12 @@ import numbers
 import random
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from headroom.core.names import CATEGORY_KEYED
-from headroom.policies.shapes import CAPTURE_SIZES, Keying, builtin, padded, rows_of  # noqa: F401
+from headroom.core.names import CATEGORY_KEYED, CONFIG_TABLE
+from headroom.policies.shapes import CAPTURE_SIZES, Keying, builtin, nearest, padded, rows_of  # noqa: F401
 
 
 def bucket_label(shape: Mapping, keying: Keying | None = None) -> str:
@@ -244,6 +245,42 @@ class Clustered(KeyedPolicy):
         return super()._load(data)
 
 
+class ConfigTablePolicy(KeyedPolicy):
+    """A user's per-M config table (``Keying.table``, a family's ``config_table``), looked up by the
+    nearest key as servers look it up (``shapes.nearest``). Its choices are fixed: its fit reads the
+    train candidates, not their latencies; a config absent from them (dropped by the correctness
+    gate, not timed) goes to the global candidate, and ``missing`` names those."""
+
+    missing: tuple[str, ...] = ()
+
+    @cached_property
+    def _ms(self) -> list[int]:
+        return [m for m, _ in self.keying.table]
+
+    @property
+    def features(self):
+        return (self.keying.table_feature,)
+
+    def key(self, shape):
+        return nearest(self._ms, int(shape[self.keying.table_feature]))
+
+    def keys(self, features):
+        ms = self._ms
+        return [nearest(ms, int(v)) for v in features[self.keying.table_feature]]
+
+    def fit(self, train) -> ConfigTablePolicy:
+        from headroom.policies import fit
+
+        return fit.fit_config_table(self, train)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "missing": list(self.missing)}
+
+    def _load(self, data: Mapping) -> ConfigTablePolicy:
+        self.missing = tuple(str(c) for c in data.get("missing", ()))
+        return super()._load(data)
+
+
 @dataclass
 class Random:
     """A seeded uniformly random candidate per call: the baseline any adaptive policy must beat."""
@@ -287,9 +324,19 @@ REGISTRY = {
 }
 
 
+def table_policies(keying: Keying) -> tuple[str, ...]:
+    """The policies of a family's config table (``CONFIG_TABLE`` where ``keying`` has one): scored
+    beside ``REGISTRY``'s, not among them, so a study without a table scores what it always did."""
+    return (CONFIG_TABLE,) if keying.table else ()
+
+
 def make(name: str, keying: Keying | None = None):
-    """An unfitted policy by name (see ``REGISTRY``), keyed by a family's ``keying`` (None: the
-    built-in family's)."""
+    """An unfitted policy by name (see ``REGISTRY``; ``CONFIG_TABLE`` for a ``keying`` with a table),
+    keyed by a family's ``keying`` (None: the built-in family's)."""
+    if name == CONFIG_TABLE:
+        if keying is None or not keying.table:
+            raise ValueError(f"policy {CONFIG_TABLE!r} needs a keying with a config table (Keying.table)")
+        return ConfigTablePolicy(name=name, keying=keying)
     if name not in REGISTRY:
         raise ValueError(f"unknown policy {name!r}; known: {sorted(REGISTRY)}")
     return REGISTRY[name](name=name, keying=keying or builtin())
@@ -308,6 +355,8 @@ def from_dict(data: Mapping):
     need = ("candidates",) if data["policy"] == "random" else ("candidates", "fallback", "table")
     if data["policy"] == "clustered":
         need += ("mean", "std", "centroids")
+    if data["policy"] == CONFIG_TABLE:
+        need += ("keying",)
     missing = [k for k in need if k not in data]
     if missing:
         raise ValueError(f"policy {data['policy']!r}: missing {missing}")

@@ -8,12 +8,16 @@ their capture sizes key the capture-keyed policy (``batch-keyed``), and the nume
 bucketed by powers of two (``bucketed``) and placed by k-means on their log2 (``clustered``).
 ``builtin()`` is the built-in attention family's keying (headroom.families.attention.keying): the
 keys every recorded attention study was fitted with, and those of a policy table that records none.
+A family with a per-M config table (``headroom.families.tables.ConfigTable``) carries its entries in
+``Keying.table``: the config-table policy looks them up by the nearest key (``nearest``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,13 +43,26 @@ def padded(value: int, sizes: tuple[int, ...] | None) -> int:
     return next((c for c in sizes if c >= value), int(value))
 
 
+def nearest(keys: Sequence[int], value: int) -> int:
+    """The key of ``keys`` (ascending ints) nearest to ``value``, a tie going to the smaller, as vLLM
+    looks a config up (``min(keys, key=lambda k: abs(k - M))`` over ascending keys)."""
+    i = bisect_left(keys, value)
+    if i == 0:
+        return keys[0]
+    if i == len(keys):
+        return keys[-1]
+    below, above = keys[i - 1], keys[i]
+    return below if value - below <= above - value else above
+
+
 @dataclass(frozen=True)
 class Keying:
     """A family's keys. categories: its category features, in declared order; numeric: (feature,
     label) of its int and float features, in the order the bucket label spells them; capture:
     (feature, label, pad sizes) of its capture-fixed int features; cluster: the features the k-means
     sees as log2 (at least 1); flags: (feature, value) pairs it sees as 1.0/0.0; order: the category
-    key's codes in a fixed order (None: sorted)."""
+    key's codes in a fixed order (None: sorted); table: a config table's (key, candidate id)
+    entries, ascending, keyed on the int feature ``table_feature`` (none: the family has no table)."""
 
     categories: tuple[str, ...] = ()
     numeric: tuple[tuple[str, str], ...] = ()
@@ -53,6 +70,8 @@ class Keying:
     cluster: tuple[str, ...] = ()
     flags: tuple[tuple[str, str], ...] = ()
     order: tuple[str, ...] | None = None
+    table: tuple[tuple[int, str], ...] = ()
+    table_feature: str | None = None
 
     def category(self, shape: Mapping) -> str | None:
         """The category key ("|"-joined category values; None for a family without categories)."""
@@ -107,7 +126,15 @@ class Keying:
             "cluster": list(self.cluster),
             "flags": [list(f) for f in self.flags],
             "order": None if self.order is None else list(self.order),
+            **self._table_dict(),
         }
+
+    def _table_dict(self) -> dict:
+        """The config table's entries and feature: written only when set, so a keying without one
+        is written as it always was."""
+        if not self.table:
+            return {}
+        return {"table": [[m, c] for m, c in self.table], "table_feature": self.table_feature}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Keying:
@@ -121,6 +148,8 @@ class Keying:
             cluster=tuple(str(c) for c in data.get("cluster", ())),
             flags=tuple((str(f), str(v)) for f, v in data.get("flags", ())),
             order=None if data.get("order") is None else tuple(str(o) for o in data["order"]),
+            table=tuple((int(m), str(c)) for m, c in data.get("table", ())),
+            table_feature=None if data.get("table_feature") is None else str(data["table_feature"]),
         )
 
     @classmethod
@@ -144,14 +173,20 @@ class Keying:
     @classmethod
     def of_record(cls, record: Mapping | None) -> Keying:
         """The keying of a study's family from what its artifacts record of it (provenance
-        ``family``: name and declared ``features``); the built-in family's for it or no record."""
+        ``family``: name, declared ``features`` and its ``config_table`` where it has one); the
+        built-in family's for it or no record."""
         if not record or record.get("name", "attention") == "attention":
             return builtin()
         if not isinstance(record.get("features"), Mapping):
             raise ValueError(f"family {record.get('name')!r}: its artifacts do not record its features")
         features = record["features"]
         order = record.get("feature_order") or list(features)  # provenance JSON sorts its keys
-        return cls.of_features({name: features[name] for name in order})
+        keying = cls.of_features({name: features[name] for name in order})
+        table = record.get("config_table")
+        if not table:
+            return keying
+        entries = tuple((int(m), str(c)) for m, c in table["entries"])
+        return dataclasses.replace(keying, table=entries, table_feature=str(table["feature"]))
 
 
 def builtin() -> Keying:
