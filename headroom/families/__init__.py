@@ -4,16 +4,28 @@ these names; they change only by adding."""
 
 from headroom.families.adapters import from_callables, from_triton_autotune
 from headroom.families.contract import Candidate, Family, FamilyError, Feature, Step
+from headroom.families.tables import (
+    CONFIG_KEYS,
+    ConfigTable,
+    config_id,
+    from_config_table,
+    write_config_table,
+)
 
 __all__ = [
+    "CONFIG_KEYS",
     "Candidate",
+    "ConfigTable",
     "Family",
     "FamilyError",
     "Feature",
     "Step",
+    "config_id",
     "from_callables",
+    "from_config_table",
     "from_triton_autotune",
     "load",
+    "write_config_table",
 ]
 
 

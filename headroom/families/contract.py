@@ -154,6 +154,32 @@ def check_family(family: Any) -> None:
     missing = [m for m in METHODS if not callable(getattr(family, m, None))]
     if missing:
         raise FamilyError(f"{who}: no method {', '.join(missing)} (docs/families.md lists the contract)")
+    _check_config_table(family, who)
+
+
+def _check_config_table(family: Any, who: str) -> None:
+    """The optional member ``config_table``: None, or a ConfigTable keyed on a declared int feature
+    whose every config is among the family's candidates (the family adds them; this catches one that
+    forgot)."""
+    from headroom.families.tables import ConfigTable
+
+    table = getattr(family, "config_table", None)
+    if table is None:
+        return
+    if not isinstance(table, ConfigTable):
+        raise FamilyError(
+            f"{who}: config_table must be a headroom.families.ConfigTable or None, got {table!r:.120}"
+        )
+    feat = family.features.get(table.feature)
+    if not isinstance(feat, Feature) or feat.kind != "int":
+        raise FamilyError(f"{who}: config_table is keyed on {table.feature!r}, not a declared int feature")
+    ids = {c.id for c in check_candidates(family, call(family, "candidates"))}
+    absent = sorted({c for _, c in table.entries} - ids)
+    if absent:
+        raise FamilyError(
+            f"{who}: config_table names configs that are not candidates: {', '.join(absent)} "
+            "(the family must add them to candidates())"
+        )
 
 
 def check_shape(family: Any, shape: Any, where: str) -> dict:
