@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from headroom.core.names import CATEGORY_KEYED
+from headroom.core.names import CATEGORY_KEYED, CONFIG_TABLE
 
 _TIME_TO_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "µs": 1.0, "ns": 1e-3}
 _SIZE_TO_BYTES = {"bytes": 1.0, "b": 1.0, "kib": 1024.0, "mib": 1024.0**2}
@@ -64,6 +64,9 @@ class LifecycleCosts:
             return 0.0, "not measured (0 charged)"
         if policy == "global":
             return 0.0, "not measured; global needs no lookup (0 charged)"
+        if policy == CONFIG_TABLE:
+            us = self.dispatch_for("exact-key")[0]
+            return us, "not measured; charged exact-key's lookup (a table lookup too)"
         if policy == CATEGORY_KEYED:
             # the baseline of the policy figure: charging it the dearest lookup would flatter the
             # policies it is compared with, so it gets the cheapest (a category test is cheaper still)

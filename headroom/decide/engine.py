@@ -4,7 +4,7 @@ validation simulator (tools/validation) passes many seeds at once and holds no p
 policy_eval, the decision and the recommendation all read their figures from here.
 
 ``Layout`` is what the procedure fixes before it sees a timing: the train/test split, the keys every
-registry policy assigns to the fit and score rows (clustered's k-means sees shapes only), the
+registry policy (and a family's config table) assigns to the fit and score rows (clustered's k-means sees shapes only), the
 invocations' category codes, weights and strata, the lifecycle charges per invocation and candidate,
 the bootstrap's invocation resamples. ``figures`` then fits every policy of every (seed, run) through the
 registry's ``fit_keyed``, charges the costs (``costs.charge``), selects on the validation slice,
@@ -33,6 +33,7 @@ from scipy import stats
 from headroom.core.names import (
     CATEGORY_KEYED,
     CATEGORY_SPLIT_GAIN,
+    CONFIG_TABLE,
     GAIN_VS_CATEGORY,
     MADE_OF_BASE_WITHIN_CATEGORY,
     MADE_OF_CATEGORY_SPLIT,
@@ -52,6 +53,7 @@ class Keys:
     fit: np.ndarray  # (n_fit_rows,) key code of each fit row
     score: np.ndarray  # (n_score_rows,) key code, -1 for keys unseen in fit
     k: int
+    fixed: tuple[str, ...] | None = None  # config-table's: the candidate each code's entry names
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Layout:
     n_train: int
     n_fit: int
     names: tuple[str, ...]
+    policies: tuple[str, ...]  # every policy policy_eval scores (registry.policies_of the family's keying)
     base: np.ndarray  # (C,) each candidate's base config (``ModeData.base``)
     native: np.ndarray
     cols: dict  # arm -> columns of us (the decided arms with at least one candidate)
@@ -83,6 +86,8 @@ class Layout:
 
 
 def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Options, seed: int) -> Keys:
+    if name == CONFIG_TABLE:
+        return _table_keys(md, fit_rows, score_rows)
     pol = registry.make(name, md.keying)
     if isinstance(pol, registry.Clustered):
         pol.clusters, pol.seed = opts.clusters, seed
@@ -92,6 +97,18 @@ def _keys(md: ModeData, name: str, fit_rows: slice, score_rows: slice, opts: Opt
     index = {u: i for i, u in enumerate(uniques)}
     score = np.array([index.get(k, -1) for k in pol.keys(feats.iloc[score_rows])], dtype=np.int64)
     return Keys(codes, score, len(uniques))
+
+
+def _table_keys(md: ModeData, fit_rows: slice, score_rows: slice) -> Keys:
+    """config-table's keys: each row's nearest table entry, coded by the entry's place in the table
+    (every entry a key, seen in fit or not), with the candidate each entry names."""
+    pol = registry.make(CONFIG_TABLE, md.keying)
+    index = {m: i for i, (m, _) in enumerate(md.keying.table)}
+
+    def codes(rows: slice) -> np.ndarray:
+        return np.array([index.get(k, -1) for k in pol.keys(md.features.iloc[rows])], np.int64)
+
+    return Keys(codes(fit_rows), codes(score_rows), len(index), tuple(c for _, c in md.keying.table))
 
 
 def layout(
@@ -109,7 +126,9 @@ def layout(
         ("fit", slice(0, n_fit), slice(n_fit, n_train)),
     ):
         named = (
-            registry.KEYED if every else ("global", CATEGORY_KEYED, *deployable, *runtime, *registry.RICHER)
+            registry.keyed_of(md.keying)
+            if every
+            else ("global", CATEGORY_KEYED, *deployable, *runtime, *registry.RICHER)
         )
         for name in named:
             if (window, name) not in keys:
@@ -118,7 +137,8 @@ def layout(
     rng = measured.group_seed(seed, md.mode, "fig")
     boot = interval.invocation_counts(strata[n_train:], opts.bootstrap_resamples, rng)
     graph = md.mode == "graph"
-    dispatch = {p: 0.0 if graph else costs.dispatch_for(p)[0] for p in registry.REGISTRY}
+    policies = registry.policies_of(md.keying)
+    dispatch = {p: 0.0 if graph else costs.dispatch_for(p)[0] for p in policies if p != "oracle"}
     switch = costs.switch_for(md.mode)
     return Layout(
         md.mode,
@@ -126,6 +146,7 @@ def layout(
         n_train,
         n_fit,
         tuple(md.names),
+        policies,
         md.base,
         md.native,
         {a: md.arm_cols(a) for a in ARMS if len(md.arm_cols(a))},
@@ -183,7 +204,10 @@ def fit(L: Layout, b: Batch, window: str, policy: str, arm: str):
     regret = None
     if policy == "regret-aware":
         regret = (L.z, L.deviation_us, b.sem2[:, :, fit_rows][..., cols])
-    best, fb = registry.fit_keyed(keys.fit, keys.k, objective, regret, weight=L.weight[fit_rows])
+    if keys.fixed is None:
+        best, fb = registry.fit_keyed(keys.fit, keys.k, objective, regret, weight=L.weight[fit_rows])
+    else:
+        best, fb = _fixed(keys.fixed, L.names, cols, objective, L.weight[fit_rows])
     if window == "train":
         score = keys.score if b.rows is None else keys.score[b.rows]
         category, plan, _ = _test_view(L, b)
@@ -198,6 +222,16 @@ def fit(L: Layout, b: Batch, window: str, policy: str, arm: str):
     return choice, charge(
         choice, category[:, None], plan[:, None], L.dispatch[policy], L.switch_us, L.compile_us
     )
+
+
+def _fixed(named: tuple[str, ...], names, cols: np.ndarray, us: np.ndarray, weight: np.ndarray):
+    """(best (..., k), fb (...)) of a fixed table in ``fit_keyed``'s form: each key's named candidate
+    as its column in the arm's ``cols``; a key whose candidate the arm lacks takes the global column
+    (``global_column`` of ``us`` (..., n, len(cols)), as fit_keyed's)."""
+    fb = registry.global_column(us, weight)
+    at = {names[c]: i for i, c in enumerate(cols)}
+    col = np.array([at.get(c, -1) for c in named], np.int64)
+    return np.where(col >= 0, col, fb[..., None]), fb
 
 
 def _gather(us: np.ndarray, choice: np.ndarray) -> np.ndarray:

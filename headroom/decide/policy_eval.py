@@ -8,7 +8,9 @@ the weighted sum of the ``median_us`` of the candidates it picks on the test inv
 trace's ``weight``, 1 unless the sampler stratified). Arms: ``off`` (our unfused candidates), ``on``
 (the fused ones; attention: RoPE in the attention kernel), ``free`` (all of ours) and, when the
 timings hold native candidates, ``native`` (ours and the natives together). ``random`` is scored as its expectation (the mean over the
-arm's candidates), ``oracle`` as the per-invocation best of the arm (it needs the future).
+arm's candidates), ``oracle`` as the per-invocation best of the arm (it needs the future). A family
+with a config table also gets ``config-table`` rows (``registry.policies_of``): the table's fixed
+choices, nearest-M lookup, scored as the others are and never selected.
 
 Same-run figures (one row per run; the oracle chosen on the data it is scored on, so its gap is biased
 up by the winner's curse):
@@ -50,7 +52,7 @@ from headroom.decide.measured import (
     checked_modes,
     in_arm,
 )
-from headroom.decide.registry import DEPLOYABLE, KEYED, POLICIES, bucket_label
+from headroom.decide.registry import DEPLOYABLE, POLICIES, bucket_label, keyed_of
 from headroom.policies.shapes import Keying
 
 __all__ = [
@@ -115,14 +117,14 @@ def evaluate(
     return out
 
 
-def _picks(L: engine.Layout, b: engine.Batch) -> dict:
+def _picks(L: engine.Layout, b: engine.Batch, md: ModeData) -> dict:
     """{'<policy>@<arm>': (choice, charge) (1, R, n_test)} of every policy in every arm; random as
     (None, charge, its expected latency per run)."""
     ut = b.us[:, :, L.n_train :]
     category, plan, _ = engine._test_view(L, b)
     picks = {}
     for arm, cols in L.arm_cols.items():
-        for p in KEYED:
+        for p in keyed_of(md.keying):
             picks[f"{p}@{arm}"] = engine.fit(L, b, "train", p, arm)
         oracle = cols[np.argmin(ut[..., cols], axis=-1)]
         picks[f"oracle@{arm}"] = (oracle, _charge(L, oracle, category, plan, "oracle"))
@@ -155,7 +157,7 @@ def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction
     L = engine.layout(md, opts, costs, train_fraction, seed, every=True)
     b = engine.Batch(md.us[None], md.sem2[None])
     R = len(md.runs)
-    picks = _picks(L, b)
+    picks = _picks(L, b, md)
     for name, (ch, co, *rest) in list(picks.items()):
         if ch is None:
             picks[name] = (None, np.broadcast_to(co, (1, R, co.shape[-1])), *rest)
@@ -166,7 +168,7 @@ def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction
     for r in range(R):
         same = _same_run(L, b, picks, md, r)
         for arm in L.arm_cols:
-            for policy in POLICIES:
+            for policy in L.policies:
                 row = {"run": md.runs[r], "mode": md.mode, "policy": policy, "fusion": arm}
                 row.update(same[(policy, arm)])
                 row.update(_facts(L, md, picks, policy, arm, r, costs, opts))
@@ -198,12 +200,12 @@ def _same_run(L, b, picks, md, r) -> dict:
     boot = L.boot * w  # (B, n): each resample's weights
     out = {}
     for arm in L.arm_cols:
-        lat = {p: _latency(L, b, picks[f"{p}@{arm}"], r) for p in POLICIES}
+        lat = {p: _latency(L, b, picks[f"{p}@{arm}"], r) for p in L.policies}
         T = {p: float((v * w).sum()) for p, (v, _) in lat.items()}
         TB = {p: boot @ v for p, (v, _) in lat.items()}
         NET = {p: float(((v + c) * w).sum() / w.sum()) for p, (v, c) in lat.items()}
         NB = {p: (boot @ (v + c)) / boot.sum(axis=1) for p, (v, c) in lat.items()}
-        for p in POLICIES:
+        for p in L.policies:
             gain = 100.0 * (TB["global"] - TB[p]) / TB["global"]
             gap = 100.0 * (TB[p] - TB["oracle"]) / TB["oracle"]
             net = 100.0 * (NB["global"] - NB[p]) / NB["global"]
@@ -271,7 +273,7 @@ def _cross(L, b, picks, md) -> dict:
     """{(policy, arm): cross-run columns}, from the engine's pair scoring and interval."""
     figure_specs = {}
     for arm in L.arm_cols:
-        for policy in POLICIES:
+        for policy in L.policies:
             for stem, make in CROSS.items():
                 a, c, kind = make(policy, arm)
                 if kind == "gap":
@@ -286,7 +288,7 @@ def _cross(L, b, picks, md) -> dict:
                 figure_specs[f"{stem}|{policy}|{arm}"] = (fn, None)
     if len(md.runs) < 2:  # no pair of runs: no cross-run figure
         nan = {f"{stem}{x}": np.nan for stem in CROSS for x in ("_pct", "_ci_low", "_ci_high")}
-        return {(p, a): dict(nan) for a in L.arm_cols for p in POLICIES}
+        return {(p, a): dict(nan) for a in L.arm_cols for p in L.policies}
     f = engine.score(L, b, picks, figure_specs)
     out = {}
     for name in figure_specs:

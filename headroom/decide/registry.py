@@ -9,7 +9,8 @@ scores) and ``policy.lookup(shape)`` the candidate id for one shape (what a serv
 the lifecycle stage times). Keyed policies take the best candidate per key on train (least summed
 latency plus per-call charge; a tie keeps the global candidate, so ties never cause a switch) and send
 keys unseen in train to the global candidate. ``oracle`` needs the future: it is not in the registry;
-``evaluate`` picks it per invocation.
+``evaluate`` picks it per invocation. A family's config table is scored as one more policy
+(``config-table``: ``policies_of``, ``keyed_of``), its choices fixed; it is never selected.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import headroom.policies as _policies
 from headroom.decide import words as _words
 from headroom.policies import *  # noqa: F403  (the policies' names, listed once: headroom.policies.__all__)
-from headroom.policies.fit import Train, fit_keyed, fit_objective, key_codes, regret_of
+from headroom.policies.fit import Train, fit_keyed, fit_objective, global_column, key_codes, regret_of
+from headroom.policies.shapes import Keying
 
 __all__ = [
     "DEPLOYABLE",
@@ -29,14 +31,29 @@ __all__ = [
     "deployable_in",
     "fit_keyed",
     "fit_objective",
+    "global_column",
     "key_codes",
+    "keyed_of",
     "needs",
+    "policies_of",
     "regret_of",
 ]
 __all__ += _policies.__all__
 
 POLICIES = (*_policies.REGISTRY, "oracle")
 KEYED = tuple(p for p in _policies.REGISTRY if p != "random")  # fitted per key through ``fit_keyed``
+
+
+def policies_of(keying: Keying) -> tuple[str, ...]:
+    """The policies a study of ``keying``'s family scores: ``POLICIES``, then its config table's."""
+    return (*POLICIES, *_policies.table_policies(keying))
+
+
+def keyed_of(keying: Keying) -> tuple[str, ...]:
+    """The keyed policies a study of ``keying``'s family fits: ``KEYED``, then its config table's."""
+    return (*KEYED, *_policies.table_policies(keying))
+
+
 # Policies a serving system could ship that adapt to shape beyond the category split; the better of
 # `global` and category-keyed is the baseline they must beat, `random` a floor, `oracle` needs the future.
 DEPLOYABLE = ("exact-key", "bucketed", "clustered", "regret-aware", "batch-keyed")

@@ -90,9 +90,9 @@ def fitted_policies(
     trace: pd.DataFrame, candidates: list[str], *, train_fraction: float, clusters: int, seed: int,
     keying: Keying,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every registry policy, fitted as the ``policies`` stage fits the one it scores: on the trace's
-    train part (its first floor(n * train_fraction) invocations), with the same k-means settings, on
-    the family's keys (``keying``).
+    """Every registry policy (and the family's config table where ``keying`` has one), fitted as the
+    ``policies`` stage fits the one it scores: on the trace's train part (its first floor(n *
+    train_fraction) invocations), with the same k-means settings, on the family's keys (``keying``).
 
     No latencies exist when this stage runs (it runs beside the portfolio), so the train matrix holds
     seeded synthetic latencies: what a lookup costs depends on its mechanism, the keys seen in train
@@ -107,7 +107,7 @@ def fitted_policies(
     us = rng.lognormal(0.0, 0.1, size=(n_train, len(candidates)))
     train = Train(ordered.iloc[:n_train], us, tuple(candidates), clusters=clusters, seed=seed)
     fitted = {}
-    for name in DISPATCH_POLICIES:
+    for name in (*DISPATCH_POLICIES, *policies.table_policies(keying)):
         policy = policies.make(name, keying)
         if name == "random":
             policy.seed = seed
@@ -147,8 +147,7 @@ def dispatch_rows(
     keys = (shapes * math.ceil(n / len(shapes)))[:n]
     nothing = lambda s: s  # noqa: E731
     rows = []
-    for policy in DISPATCH_POLICIES:
-        fn = fns[policy]
+    for policy, fn in fns.items():
         raw, base = [], []
         for _ in range(cfg["dispatch_repeats"]):  # interleaved, so drift hits both alike
             base.append(_loop_ns(nothing, keys) / n)

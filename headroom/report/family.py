@@ -129,6 +129,7 @@ class FamilyView:
             "bucketed": f"one candidate per power-of-two bucket of {numeric}{per}",
             "clustered": f"k-means clusters on log2 of {self._names(k.cluster)}",
             "random": "a random candidate per call",
+            "config-table": "the given per-M config table, nearest-M lookup (as servers run it), not fitted on the trace",
         }.get(name, f"keyed on family {self.name}'s declared features")
 
     def label(self, figure: str) -> str:

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from headroom.core.names import CONFIG_TABLE
 from headroom.decide.policy_eval import FUSION_ARMS, NATIVE_ARM, POLICIES
 from headroom.report.family import FamilyView
 from headroom.report.model import (
@@ -59,6 +60,7 @@ def gains_figure(pe: pd.DataFrame) -> Figure:
     modes = sorted(pe["mode"].unique())
     arms = [a for a in (*FUSION_ARMS, NATIVE_ARM) if a in set(pe["fusion"])]
     shown = [p for p in POLICIES if p != "random"]  # random's loss would squash the scale
+    shown += [CONFIG_TABLE] if CONFIG_TABLE in set(pe["policy"]) else []  # a family's config table
     fig, axes = plt.subplots(
         layout="constrained",
         nrows=len(modes),
