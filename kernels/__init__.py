@@ -1,7 +1,7 @@
 """Triton candidate kernels of the study: causal GQA attention (prefill and split-KV decode)
 with rotate-half RoPE fused into the kernel or applied by a standalone kernel. Beside them,
 kernels/moe.py: a fused Mixture-of-Experts grouped GEMM with the serving stacks' config keys
-(``fused_moe``, ``reference_moe``; not a candidate of any study yet).
+(``fused_moe``, ``reference_moe``, ``compile_moe``; the MoE family's candidates, headroom/families/moe).
 
     from kernels import Tile, attention, rope, reference_attention, rope_tables
     cos, sin = rope_tables(max_pos, head_dim, dtype=torch.float32, device=q.device)
@@ -91,7 +91,7 @@ if _MISSING is None:
     from .decode import decode_block_m
     from .decode_varlen import VarlenPlan, decode_varlen, plan_decode_varlen
     from .mode import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, decode_split_plan, interpreted
-    from .moe import fused_moe, reference_moe
+    from .moe import compile_moe, fused_moe, reference_moe
     from .plans import Plan, plan
     from .reference import reference_attention, reference_attention_chunked, reference_rope
     from .rope import empty_kernel_launch, rope, rope_tables
@@ -125,6 +125,7 @@ __all__ = [
     "Tile",
     "attention",
     "attention_unrotated",
+    "compile_moe",
     "decode_block_m",
     "decode_split_plan",
     "decode_varlen",

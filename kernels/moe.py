@@ -23,7 +23,7 @@ Config (a dict, one entry of a vLLM/SGLang fused-MoE JSON table, keyed there by 
 
 The alignment runs inside every fused_moe call, never cached: routing changes every forward, so
 a server pays for it on every call, and a dispatch study that timed the kernel alone would
-flatter small-M configs whose cost is mostly that host-side work. align() is torch ops without
+flatter small-M configs whose cost is mostly that host-side work. align() is five launches without
 a host-device sync (its buffers are sized by an upper bound). fused_moe's check that expert ids
 are in range reads their min and max back, one sync per call, which a server does not pay and a
 CUDA Graph capture cannot hold: a caller that checked its routing once passes check_ids=False.
@@ -49,37 +49,82 @@ def align(
 
     topk_ids: [M, top_k] integers in [0, num_experts) (not checked here: fused_moe checks them).
     Returns, on topk_ids' device:
-      sorted_ids       int32 [capacity]: expert 0's slots in slot order, padded with the sentinel
-                       M * top_k to a multiple of block_m, then expert 1's, ...; the sentinel
-                       also fills everything past padded_tokens
+      sorted_ids       int32 [capacity]: expert 0's slots, padded with the sentinel M * top_k to a
+                       multiple of block_m, then expert 1's, ...; the sentinel also fills
+                       everything past padded_tokens. Within an expert the slots' order is the
+                       order their atomic increments landed: slot order on the interpreter, any
+                       order on a GPU (a row's output does not depend on its place in its tile)
       expert_of_block  int32 [capacity // block_m]: the expert of each block_m entries, -1 for
                        blocks past padded_tokens
       padded_tokens    int32 [1]: the padded length, a tensor so that nothing syncs with the host
     capacity bounds padded_tokens for any routing: each of at most min(E, M * top_k) non-empty
     experts adds under block_m padding; it is rounded up to a multiple of block_m.
+
+    Five launches (two fills and three small Triton kernels: count, offsets, scatter), as a
+    server's alignment is one or two kernels; a chain of torch ops here was ~30 launches, most
+    of a small-M call's time.
     """
-    flat = topk_ids.reshape(-1).to(torch.int64)
+    flat = topk_ids.reshape(-1)
     num_slots, device = flat.numel(), flat.device
-    # scatter_add_ rather than bincount: CUDA bincount reads the max id back to size its output
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=device)
-    counts.scatter_add_(0, flat, torch.ones_like(flat))
-    padded_counts = (counts + block_m - 1) // block_m * block_m
-    padded_end = padded_counts.cumsum(0)
-    # stable sort keeps each expert's slots in slot order (deterministic layout)
-    expert_sorted, slot_sorted = torch.sort(flat, stable=True)
-    rank = torch.arange(num_slots, device=device) - (counts.cumsum(0) - counts)[expert_sorted]
-    dest = (padded_end - padded_counts)[expert_sorted] + rank
     capacity = triton.cdiv(num_slots + min(num_experts, num_slots) * (block_m - 1), block_m) * block_m
+    num_blocks = capacity // block_m
+    counts = torch.zeros(num_experts + 1, dtype=torch.int32, device=device)  # [E]: padded_tokens
+    rank = torch.empty(num_slots, dtype=torch.int32, device=device)
+    start = torch.empty(num_experts, dtype=torch.int32, device=device)
     sorted_ids = torch.full((capacity,), num_slots, dtype=torch.int32, device=device)
-    sorted_ids.scatter_(0, dest, slot_sorted.to(torch.int32))
-    # block b starts at entry b * block_m; its expert is the first whose padded end lies beyond
-    block_start = torch.arange(0, capacity, block_m, device=device)
-    expert_of_block = torch.searchsorted(padded_end, block_start, right=True)
-    expert_of_block = torch.where(expert_of_block < num_experts, expert_of_block, -1)
-    return sorted_ids, expert_of_block.to(torch.int32), padded_end[-1:].to(torch.int32)
+    expert_of_block = torch.empty(num_blocks, dtype=torch.int32, device=device)
+    grid = (triton.cdiv(num_slots, _SLOT_BLOCK),)
+    _count_kernel[grid](flat, counts, rank, num_slots, BLOCK=_SLOT_BLOCK)
+    _offsets_kernel[(1,)](counts, start, expert_of_block, num_experts, num_blocks, block_m,
+                          E_POW2=max(16, triton.next_power_of_2(num_experts)), BLOCK=_BLOCK_BLOCK)  # fmt: skip
+    _scatter_kernel[grid](flat, rank, start, sorted_ids, num_slots, BLOCK=_SLOT_BLOCK)
+    return sorted_ids, expert_of_block, counts[num_experts:]
 
 
-@triton.jit
+_SLOT_BLOCK = 1024  # slots per program of the count and scatter kernels
+_BLOCK_BLOCK = 64  # entry blocks per step of the offsets kernel's expert search
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _count_kernel(ids_ptr, counts_ptr, rank_ptr, num_slots, BLOCK: tl.constexpr):
+    """counts[e] += 1 per slot routed to e; rank[slot] = the count before its increment."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < num_slots
+    expert = tl.load(ids_ptr + offs, mask=ok, other=0)
+    rank = tl.atomic_add(counts_ptr + expert, 1, mask=ok)
+    tl.store(rank_ptr + offs, rank, mask=ok)
+
+
+@triton.jit(do_not_specialize=["num_blocks"])
+def _offsets_kernel(counts_ptr, start_ptr, expert_of_block_ptr, num_experts, num_blocks, block_m,
+                    E_POW2: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """One program: each expert's padded start, the padded total (into counts[num_experts]) and
+    each entry block's expert (the number of experts whose padded group ends at or before it)."""
+    e = tl.arange(0, E_POW2)
+    count = tl.load(counts_ptr + e, mask=e < num_experts, other=0)
+    padded = (count + block_m - 1) // block_m * block_m
+    end = tl.cumsum(padded, 0)
+    tl.store(start_ptr + e, end - padded, mask=e < num_experts)
+    tl.store(counts_ptr + num_experts, tl.sum(padded, 0))
+    for b0 in range(0, num_blocks, BLOCK):
+        b = b0 + tl.arange(0, BLOCK)
+        before = tl.sum((end[None, :] <= (b * block_m)[:, None]).to(tl.int32), 1)
+        tl.store(expert_of_block_ptr + b, tl.where(before < num_experts, before, -1), mask=b < num_blocks)
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _scatter_kernel(ids_ptr, rank_ptr, start_ptr, sorted_ptr, num_slots, BLOCK: tl.constexpr):
+    """sorted_ids[start[e] + rank[slot]] = slot."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < num_slots
+    expert = tl.load(ids_ptr + offs, mask=ok, other=0)
+    dest = tl.load(start_ptr + expert, mask=ok, other=0) + tl.load(rank_ptr + offs, mask=ok, other=0)
+    tl.store(sorted_ptr + dest, offs.to(tl.int32), mask=ok)
+
+
+# num_slots and num_pid_m change with every token count: left unspecialized, each config compiles
+# once per layer rather than once per divisibility class of M (the tuner compiles ~190 configs)
+@triton.jit(do_not_specialize=["num_slots", "num_pid_m"])
 def moe_kernel(
     a_ptr,
     w_ptr,
@@ -198,6 +243,19 @@ def fused_moe(
         **config,
     )
     return out
+
+
+def compile_moe(dtype: torch.dtype, hidden: int, n_out: int, top_k: int, config: dict) -> None:
+    """Compile moe_kernel for a [*, hidden] x [E, n_out, hidden] projection of ``dtype`` (contiguous,
+    no routing weights) under ``config`` into Triton's cache without launching it: what fused_moe
+    then finds compiled (a tuner warms its configs in parallel processes with it). Raises Triton's
+    OutOfResources for a config the GPU cannot hold."""
+    check_config(config)
+    k, n = hidden, n_out
+    # pointers as dtypes (JITFunction.warmup), the ints fused_moe passes; num_slots and num_pid_m
+    # are not specialized, so any value compiles the kernel every M runs
+    moe_kernel.warmup(dtype, dtype, dtype, dtype, torch.int32, torch.int32, n, k, top_k, top_k, 1,
+                      k, 1, n * k, k, 1, n, 1, MUL_ROUTED_WEIGHT=False, grid=(1,), **config)  # fmt: skip
 
 
 def reference_moe(

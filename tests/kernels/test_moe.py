@@ -142,13 +142,19 @@ def test_align_small_example():
     sorted_ids, expert_of_block, padded = align(ids, 4, 2)
     # expert 0: slot 1 + pad; expert 1: none; expert 2: slots 0, 2; expert 3: slot 3 + pad;
     # capacity 4 slots + 4 experts * 1 pad = 8
-    assert sorted_ids.tolist() == [1, 4, 0, 2, 3, 4, 4, 4]
+    # within an expert, the order of its slots is the order its atomics landed (any on a GPU)
+    got = sorted_ids.tolist()
+    assert got[:2] == [1, 4] and sorted(got[2:4]) == [0, 2] and got[4:] == [3, 4, 4, 4]
     assert expert_of_block.tolist() == [0, 2, 3, -1]
     assert padded.tolist() == [6]
 
 
 @pytest.mark.parametrize("block_m", [16, 32])
-@pytest.mark.parametrize("m,top_k,routing", [(1, 1, "uniform"), (37, 2, "skewed"), (50, 8, "uniform")])
+# (300, 8): 2,400 slots over three programs of the count and scatter kernels, and 150+ entry
+# blocks over three steps of the offsets kernel's search
+@pytest.mark.parametrize(
+    "m,top_k,routing", [(1, 1, "uniform"), (37, 2, "skewed"), (50, 8, "uniform"), (300, 8, "skewed")]
+)
 def test_align_invariants(m, top_k, routing, block_m):
     ids = route(m, top_k, routing, torch.Generator().manual_seed(m)).to(DEVICE)
     sorted_ids, expert_of_block, padded_tokens = (t.cpu() for t in align(ids, E, block_m))
@@ -162,7 +168,8 @@ def test_align_invariants(m, top_k, routing, block_m):
         mine = blocks[expert_of_block[: padded // block_m] == e].reshape(-1)
         assert len(mine) == math.ceil(counts[e].item() / block_m) * block_m  # padded to block_m
         slots = mine[mine != sentinel]
-        assert torch.equal(slots, (flat == e).nonzero().squeeze(1).to(torch.int32))  # in slot order
+        mine_sorted = slots.sort().values  # each of the expert's slots once, in any order
+        assert torch.equal(mine_sorted, (flat == e).nonzero().squeeze(1).to(torch.int32))
         assert (mine[len(slots) :] == sentinel).all()  # padding at the group's end
     assert (expert_of_block[: padded // block_m].diff() >= 0).all()  # one contiguous group per expert
 
