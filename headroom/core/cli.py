@@ -771,8 +771,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 # -- verbs of higher floors ----------------------------------------------------------------------
 #: Modules above core that add their own verb (``add_parser(sub)``): `plan`, the predicted GPU time
-#: per study (issue 19); `family check`; `export`, a family's table as its users load it (issue 32).
-VERBS_UPSTAIRS = ("headroom.measure.cost", "headroom.families.cli", "headroom.families.export")
+#: per study (issue 19); `family check`; `export`, a family's table as its users load it (issue 32);
+#: `tune`, a fused-MoE config table from our benchmark (issue 34).
+VERBS_UPSTAIRS = (
+    "headroom.measure.cost",
+    "headroom.families.cli",
+    "headroom.families.export",
+    "headroom.families.moe.tune",
+)
 
 
 def upstairs(module: str):
@@ -991,7 +997,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _results_of(args: argparse.Namespace) -> str | None:
     """The results folder every verb works on; `trace describe PATH` does without one."""
     # none reads results (export reads the study folder it is given)
-    if args.command in ("snakemake", "plan", "family", "export"):
+    if args.command in ("snakemake", "plan", "family", "export", "tune"):
         return None
     if args.command == "trace" and args.path:
         try:
