@@ -248,6 +248,12 @@ _KEYING = {
         "cluster": {"type": "array", "items": _NAME},
         "flags": {"type": "array", "items": _PAIR},
         "order": {"type": ["array", "null"], "items": {"type": "string"}},
+        # a family with a per-M config table (headroom.families.ConfigTable): its entries, M -> candidate
+        "table": {
+            "type": "array",
+            "items": {"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [_COUNT, _NAME]},
+        },
+        "table_feature": {"type": ["string", "null"]},
     },
 }
 _POLICY = {
@@ -374,6 +380,11 @@ _FAMILY = {
             },
         },
         "feature_order": {"type": "array", "items": _NAME},
+        "config_table": {  # ConfigTable.to_record(): written for a family that has one
+            "type": "object",
+            "required": ["feature", "entries", "configs"],
+            "properties": {"feature": _NAME, "entries": {"type": "array"}, "configs": {"type": "array"}},
+        },
     },
 }
 FAMILY_HARD_SCHEMA = {

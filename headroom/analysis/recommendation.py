@@ -319,8 +319,10 @@ def family_identity(environment: pd.DataFrame, family: dict) -> dict:
 
 def family_record(family: dict) -> dict:
     """What a family's table records of it: name, version, spec, source BLAKE3 and its declared
-    features in declared order (``feature_order``)."""
+    features in declared order (``feature_order``), and its config table where it has one (its
+    policies' keys carry the table: ``Keying.of_record`` reads it back)."""
     order = list(family.get("feature_order") or family["features"])
+    table = {"config_table": family["config_table"]} if family.get("config_table") else {}
     return {
         "name": str(family["name"]),
         "version": str(family["version"]),
@@ -328,6 +330,7 @@ def family_record(family: dict) -> dict:
         "source_blake3": str(family["source_blake3"]),
         "features": {name: dict(family["features"][name]) for name in order},
         "feature_order": order,
+        **table,
     }
 
 

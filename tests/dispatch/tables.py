@@ -111,6 +111,5 @@ def family_table(scopes: dict[str, dict], candidates: dict | None = None, **top)
         identity=FAMILY_IDENTITY,
         step_of_phase={},
         step_of_kind={"decode-only": "decode-only", "mixed": "mixed", "prefill-only": "mixed"},
-        family=recommendation.family_record(F.RECORD),
-        **top,
+        **{"family": recommendation.family_record(F.RECORD), **top},
     )

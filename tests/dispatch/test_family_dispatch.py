@@ -228,3 +228,21 @@ def test_an_attention_table_holds_no_family_field():
         dispatch.DispatchError, match=r"field step_of_kind: \"only in a kernel family's table\" was expected"
     ):
         dispatch.validate({**content, "step_of_kind": {}})
+
+
+def test_a_family_with_a_config_table_ships_a_table_whose_keys_carry_it(tmp_path):
+    """A family's config table is in its record and in its policies' keys (Keying.of_record reads
+    it back), so the shipped policy's keys are the family's and the table loads and chooses."""
+    from headroom.analysis import recommendation
+    from headroom.policies import Keying
+
+    table_record = {"feature": "tokens", "entries": [[1, F.SMALL], [32, F.LARGE]],
+                    "configs": [[F.SMALL, {}], [F.LARGE, {}]], "source": "t.json", "blake3": "b" * 64}  # fmt: skip
+    record = {**F.RECORD, "config_table": table_record}
+    keying = Keying.of_record(record)
+    assert keying.table == ((1, F.SMALL), (32, F.LARGE)) and keying.table_feature == "tokens"
+    scopes = {"graph": tables.scope(tables.family_policy("batch-keyed", BATCH, F.MID, keying=keying))}
+    content = tables.family_table(scopes, family=recommendation.family_record(record))
+    assert content["family"]["config_table"] == table_record
+    table = dispatch.load(_write(tmp_path, content), identity=_identity())
+    assert table.choose(**SHAPE).id == F.SMALL
