@@ -33,13 +33,14 @@ STATUSES = ("passed", "failed", "unsupported", "error")
 UNSUPPORTED_ERRORS = ("OutOfResources",)
 
 
-def arrays(x: Any, what: str) -> list[np.ndarray]:
+def arrays(x: Any, what: str) -> list[Any]:
     """An output or a reference (a tensor, an array, a number, or a tuple/list of them) as float64
-    arrays, with the dtype name of its first element."""
+    arrays: a torch tensor stays a tensor on its device (a GPU's output is compared there, not
+    copied to the host), anything else becomes a numpy array."""
     if isinstance(x, tuple | list):
         return [a for item in x for a in arrays(item, what)]
     if hasattr(x, "detach"):  # a torch tensor
-        return [x.detach().cpu().double().numpy()]
+        return [x.detach().double()]
     if isinstance(x, np.ndarray | int | float | np.number):
         return [np.asarray(x, dtype=np.float64)]
     raise FamilyError(
@@ -52,19 +53,42 @@ def dtype_of(x: Any) -> str:
     return str(getattr(first, "dtype", "float64")).removeprefix("torch.")
 
 
-def compare(out: Any, ref: list[np.ndarray], tol: tuple[float, float], who: str) -> dict[str, Any]:
-    got = arrays(out, f"{who}'s output")
-    if len(got) != len(ref) or any(g.shape != r.shape for g, r in zip(got, ref, strict=True)):
-        shapes = [g.shape for g in got], [r.shape for r in ref]
-        return {"status": "failed", "reason": f"output shapes {shapes[0]} != reference {shapes[1]}"}
-    nan = int(sum(np.isnan(g).sum() for g in got))
-    # a NaN element counts as an infinite error (and in nan_count)
-    diff = np.abs(
-        np.nan_to_num(np.concatenate([(g - r).ravel() for g, r in zip(got, ref, strict=True)]), nan=np.inf)
+def _host(a: Any) -> np.ndarray:
+    return a.cpu().numpy() if hasattr(a, "cpu") else a
+
+
+def _errors(got: Any, ref: Any) -> tuple[int, float, float, float]:
+    """(NaN count, sum of squared errors, max |error|, sum of squared reference) of one output
+    against its reference, a NaN element an infinite error; on the output's device when both are
+    tensors on one device, else on the host."""
+    if hasattr(got, "detach") and hasattr(ref, "detach") and got.device == ref.device:  # torch, one device
+        import torch
+
+        diff = torch.nan_to_num(got - ref, nan=math.inf).abs()
+        stats = (torch.isnan(got).sum(), diff.square().sum(), diff.max() if diff.numel() else diff.sum(),
+                 ref.square().sum())  # fmt: skip
+        nan, sq, mx, ref_sq = (float(v) for v in torch.stack([v.double() for v in stats]).tolist())
+        return int(nan), sq, mx, ref_sq
+    got, ref = _host(got), _host(ref)
+    diff = np.abs(np.nan_to_num(got - ref, nan=np.inf))
+    return (
+        int(np.isnan(got).sum()),
+        float(np.square(diff).sum()),
+        float(diff.max(initial=0.0)),
+        float(np.square(ref).sum()),
     )
-    norm = float(np.linalg.norm(np.concatenate([r.ravel() for r in ref])))
-    max_abs = float(diff.max(initial=0.0))
-    rel = float(np.linalg.norm(diff) / norm) if norm > 0 else max_abs
+
+
+def compare(out: Any, ref: list[Any], tol: tuple[float, float], who: str) -> dict[str, Any]:
+    got = arrays(out, f"{who}'s output")
+    if len(got) != len(ref) or any(tuple(g.shape) != tuple(r.shape) for g, r in zip(got, ref, strict=True)):
+        shapes = [tuple(g.shape) for g in got], [tuple(r.shape) for r in ref]
+        return {"status": "failed", "reason": f"output shapes {shapes[0]} != reference {shapes[1]}"}
+    parts = [_errors(g, r) for g, r in zip(got, ref, strict=True)]
+    nan = sum(p[0] for p in parts)
+    max_abs = max((p[2] for p in parts), default=0.0)
+    norm = math.sqrt(sum(p[3] for p in parts))
+    rel = math.sqrt(sum(p[1] for p in parts)) / norm if norm > 0 else max_abs
     found = problems(rel, max_abs, nan, 0, tol)
     return {"status": "failed" if found else "passed", "reason": "; ".join(found), "rel_err": rel,
             "max_abs_err": max_abs, "nan_count": nan}  # fmt: skip

@@ -232,6 +232,22 @@ def test_nan_outputs_and_wrong_shapes_fail():
     assert short["status"] == "failed" and "output shapes" in short["reason"]
 
 
+def test_a_tensor_output_is_compared_where_it_lies_with_the_numbers_of_the_host_path():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ref64 = torch.randn(64, 8, generator=g, dtype=torch.float64)
+    out = (ref64 + 1e-3 * torch.randn(64, 8, generator=g, dtype=torch.float64)).half()
+    out[3, 2] = math.nan
+    on_device = check.compare(out, check.arrays(ref64, "ref"), (1e-2, 1e-2), "c")
+    on_host = check.compare(out.double().numpy(), check.arrays(ref64.numpy(), "ref"), (1e-2, 1e-2), "c")
+    assert on_device == on_host and on_device["nan_count"] == 1 and on_device["rel_err"] == math.inf
+    out[3, 2] = 0.5
+    a = check.compare(out, check.arrays(ref64, "ref"), (1e-2, 1e-2), "c")
+    b = check.compare(out.double().numpy(), check.arrays(ref64.numpy(), "ref"), (1e-2, 1e-2), "c")
+    assert a["max_abs_err"] == b["max_abs_err"] and a["rel_err"] == pytest.approx(b["rel_err"], rel=1e-12)
+
+
 def test_a_study_trace_becomes_steps_whose_calls_cover_its_window():
     from headroom.core import defaults
     from headroom.trace import invocations, step_table
