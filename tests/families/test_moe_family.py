@@ -115,3 +115,15 @@ def test_tune_refuses_a_bad_argument_in_one_line(args, says, capsys, tmp_path, m
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_native_is_unsupported_where_sm90s_grouped_gemm_has_no_kernel(smoke, monkeypatch):
+    from headroom.families.moe.family import NATIVE, QWEN3
+
+    native = next(c for c in smoke.candidates() if c.id == NATIVE)
+    shape = expand.expand(smoke, STEPS[:1])["shape"].map(json.loads).iloc[0]
+    assert smoke.supports(native, shape)  # the CPU build takes float16
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # compiled: bfloat16 with 16-aligned K and N only
+    assert not smoke.supports(native, shape)
+    qwen = expand.expand(QWEN3, STEPS[:1])["shape"].map(json.loads).iloc[0]
+    assert QWEN3.supports(native, qwen) and not QWEN3.supports(native, {**qwen, "hidden": 2047})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,10 +102,11 @@ class MoEFamily:
     def supports(self, candidate, shape) -> bool:
         if candidate.id != NATIVE:
             return True
-        # sm90's grouped GEMM takes bfloat16 with 16-aligned K and N; the CPU build takes any float
-        cuda = torch.cuda.is_available() and self._weights.get("cuda") is not None
+        # sm90's grouped GEMM takes bfloat16 with 16-aligned K and N; the CPU build (the framework
+        # runs a family there under TRITON_INTERPRET=1) takes any float dtype
+        on_cpu = os.environ.get("TRITON_INTERPRET") == "1"
         aligned = shape["hidden"] % 16 == 0 and shape["n"] % 16 == 0
-        return hasattr(torch, "_grouped_mm") and (not cuda or (shape["dtype"] == "bfloat16" and aligned))
+        return hasattr(torch, "_grouped_mm") and (on_cpu or (shape["dtype"] == "bfloat16" and aligned))
 
     def inputs(self, shape, *, seed: int, device: str) -> dict:
         m, ly = shape["tokens"], self.layer
