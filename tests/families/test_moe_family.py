@@ -127,3 +127,18 @@ def test_the_native_is_unsupported_where_sm90s_grouped_gemm_has_no_kernel(smoke,
     assert not smoke.supports(native, shape)
     qwen = expand.expand(QWEN3, STEPS[:1])["shape"].map(json.loads).iloc[0]
     assert QWEN3.supports(native, qwen) and not QWEN3.supports(native, {**qwen, "hidden": 2047})
+
+
+def test_a_users_table_is_scored_with_its_configs_added_as_candidates(tmp_path):
+    from headroom.families import write_config_table
+    from headroom.families.moe.family import SMOKE, MoEFamily
+
+    theirs = {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 4,
+              "num_warps": 4, "num_stages": 2}  # fmt: skip
+    path = tmp_path / "E=8,N=64,device_name=theirs.json"
+    write_config_table(path, {1: space.default_config(1, 8), 256: theirs})
+    family = MoEFamily(SMOKE.layer, table=path)
+    assert "m32-n32-k32-g4-w4-s2" in [c.id for c in family.candidates()]
+    assert family.config_table.choose(100) == "m16-n32-k64-g1-w4-s3"  # nearer to 1 than to 256
+    assert family.config_table.choose(200) == "m32-n32-k32-g4-w4-s2"
+    contract.check_family(family)
