@@ -73,8 +73,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     result = tune(
         layer, ms, configs, device=device, calls=args.calls, replays=args.replays, workers=args.workers
     )
-    paths = write(result, Path(args.out), layer)
-    print("\n".join(summary(result, paths)))
+    choice = best(result["rows"])
+    paths = write(result, choice, Path(args.out), layer)
+    print("\n".join(summary(result, choice, paths)))
     return 0
 
 
@@ -225,15 +226,15 @@ def best(rows: list[dict]) -> tuple[dict[int, str], str]:
     return {int(m): c for m, c in fastest.items()}, str(single)
 
 
-def write(result: dict, out: Path, layer) -> dict[str, Path]:
-    """The table, its best single config and tune.parquet under ``out``."""
+def write(result: dict, choice: tuple[dict[int, str], str], out: Path, layer) -> dict[str, Path]:
+    """The table and best single config of ``choice`` (``best``'s) and tune.parquet under ``out``."""
     import pandas as pd
 
     from headroom.families.tables import config_id, write_config_table
 
     out.mkdir(parents=True, exist_ok=True)
     by_id = {config_id(c): c for c in result["configs"]}
-    fastest, single = best(result["rows"])
+    fastest, single = choice
     table = out / layer.table_name(result["device"])
     write_config_table(table, {m: by_id[c] for m, c in fastest.items()})
     single_path = table.with_suffix(".single.json")
@@ -244,11 +245,11 @@ def write(result: dict, out: Path, layer) -> dict[str, Path]:
     return {"table": table, "single": single_path, "timings": out / "tune.parquet"}
 
 
-def summary(result: dict, paths: dict[str, Path]) -> list[str]:
+def summary(result: dict, choice: tuple[dict[int, str], str], paths: dict[str, Path]) -> list[str]:
     import pandas as pd
 
     df = pd.DataFrame(result["rows"])
-    fastest, single = best(result["rows"])
+    fastest, single = choice
     s = result["seconds"]
     lines = [f"tuned {df['candidate'].nunique()} configs x {df['m'].nunique()} M on {result['device']} "
              f"in {s['total']:.1f} s (compile {s['compile']:.1f} s); best single config {single}",
