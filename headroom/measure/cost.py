@@ -348,6 +348,9 @@ def plan_study(name: str, study: dict[str, Any], model: Model) -> JobPlan:
             f"references recorded in every mode it times (--references, default {REFERENCE_ROOT})"
         )
     calls = {"eager": 1, "graph": cfg["graph_calls"]}
+    if cfg["work_us"] > 0:  # work-sized graphs: as many calls as hold work_us at the model's call time
+        per_call = model.call_time_us("graph", megabytes)
+        calls["graph"] = timing.sized_calls(cfg["work_us"], per_call, 1, cfg["graph_calls"])
     n_inv, n_cand = len(trace), len(admitted)
     samples = {m: per_mode[m][0] for m in modes}
     run_s = _run_s(model, n_inv * n_cand, samples, calls, megabytes)

@@ -218,7 +218,7 @@ def _bench(cfg: dict, device: str) -> tuple[timing.Harness, tuple[str, ...]]:
     """The harness of portfolio settings ``cfg`` and the modes it times (graph needs CUDA)."""
     harness = timing.Harness(
         device, warmup=cfg["warmup_reps"], reps=cfg["reps"], graph_calls=cfg["graph_calls"],
-        flush_l2=cfg["flush_l2"], stop=stop_rules(cfg),
+        flush_l2=cfg["flush_l2"], stop=stop_rules(cfg), work_us=cfg["work_us"],
     )  # fmt: skip
     modes = modes_for(cfg["mode"], device)
     if modes != (("eager", "graph") if cfg["mode"] == "both" else (cfg["mode"],)):

@@ -33,6 +33,8 @@ def settings(section: dict[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"portfolio.mode must be eager, graph or both, got {cfg['mode']!r}")
     if type(cfg["flush_l2"]) is not bool:
         raise ValueError(f"portfolio.flush_l2 must be true or false, got {cfg['flush_l2']!r}")
+    if type(cfg["work_us"]) not in (int, float) or not cfg["work_us"] >= 0:
+        raise ValueError(f"portfolio.work_us must be a number >= 0, got {cfg['work_us']!r}")
     for key in ("working_set_l2", "floor_factor"):
         if not isinstance(cfg[key], int | float) or not cfg[key] > 0:
             raise ValueError(f"portfolio.{key} must be a positive number, got {cfg[key]!r}")

@@ -21,6 +21,14 @@
 - host clock when there is no CUDA (the Triton interpreter): ``time.perf_counter_ns`` around each
   synchronous call, eager only. These are not GPU measurements and every artifact says so.
 
+Work-sized counts (``work_us`` > 0; 0 keeps the fixed counts): a cell's warm-up stops once it
+holds about ``work_us`` of calls (at least :data:`MIN_SIZED_WARMUP` calls, at most ``warmup``), and a
+graph holds ``ceil(work_us / call µs)`` calls (at least one, at most ``graph_calls``), the call's
+time read from one synchronized call before the cell (:meth:`Harness.call_us`). A 1-ms call then
+takes a few untimed calls and one call per replay, where fixed counts spend 20 warm-up calls and 20
+calls a replay on it; a short call keeps the fixed counts. Every replay still holds ``work_us`` of
+work, so the graph's device-side launch is amortized over at least that much in every cell.
+
 Cold timing (``flush_l2``, as NVBench does): before every timed call (eager) or replay (graph) an
 L2-sized buffer is overwritten, outside the timed interval. Without it, inputs rotate among enough
 buffer sets (:func:`buffer_sets`) that a set has left the L2 before it is read again.
@@ -64,6 +72,9 @@ SPIN_MARGIN = 2.0  # the spin covers twice the host time the batch is expected t
 SPIN_FLOOR_US = 200.0  # and never less: the first estimate of a cell comes from few calls
 SPIN_RETRIES = 6  # doublings of a spin found too short before the measurement fails
 UNTIMED = ("eager warm-up", "graph capture", "graph warm-up replays")  # Harness.untimed_s's kinds
+# Work-sized warm-up (work_us > 0): two synchronized calls (the first pays one-time work, the second
+# is the call's time) and at least one enqueued without waiting, whose host time sizes the first spin
+MIN_SIZED_WARMUP = 3
 
 
 def cuda_available() -> bool:
@@ -119,6 +130,16 @@ def graph_replays(reps: int, graph_calls: int) -> int:
     if reps < 1 or graph_calls < 1:
         raise ValueError(f"reps and graph_calls must be >= 1, got {reps} and {graph_calls}")
     return math.ceil(reps / graph_calls)
+
+
+def sized_calls(work_us: float, call_us: float, least: int, most: int) -> int:
+    """Calls holding about ``work_us`` of work at ``call_us`` each, within [least, most] (work-sized
+    counts, module docstring).
+
+    >>> sized_calls(1000.0, 150.0, 1, 20), sized_calls(1000.0, 1200.0, 1, 20), sized_calls(1000.0, 21.0, 1, 20)
+    (7, 1, 20)
+    """
+    return int(min(most, max(least, math.ceil(work_us / call_us))))
 
 
 #: Why a measurement stopped: the portfolio contract's vocabulary (headroom/core/contracts.py).
@@ -302,6 +323,8 @@ class Harness:
         measurement's wall time; tests pass a fake one
     eager_method: 'spin-events' (the default: GPU time, the host's enqueue time beside it) or
         'back-to-back' (the host launch path included; the harness floor)
+    work_us: > 0 sizes each cell's warm-up and calls per graph to about this many µs of work
+        (module docstring); 0 (the default) keeps ``warmup`` and ``graph_calls`` fixed
     warmup, reps and graph_calls left out are the default study's ``portfolio`` warmup_reps, reps
     and graph_calls (config/config.yaml)
     """
@@ -318,6 +341,7 @@ class Harness:
         stop: dict[str, StopRule] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         eager_method: str = EAGER_METHOD,
+        work_us: float = 0.0,
     ) -> None:
         warmup, reps, graph_calls = _sampling(warmup, reps, graph_calls)
         if eager_method not in EAGER_METHODS:
@@ -325,6 +349,9 @@ class Harness:
         self.eager_method = eager_method
         self._cycles_per_us = math.nan
         _check_harness_args(device, warmup, reps, graph_calls, replays, stop)
+        if not (isinstance(work_us, int | float) and math.isfinite(work_us) and work_us >= 0):
+            raise ValueError(f"work_us must be a finite number >= 0, got {work_us!r}")
+        self.work_us = float(work_us)
         self.device = device
         self.warmup = warmup
         self.reps = reps
@@ -371,19 +398,7 @@ class Harness:
         if mode == "graph":
             return self._graph(fn, input_sets)
         n = len(input_sets)
-        t0 = t_late = self.clock()
-        for i in range(self.warmup):
-            if i == self.warmup // 2:
-                t_late = self.clock()
-            fn(*input_sets[i % n])
-        # the first spin's estimate: the later half of the warm-up, past one-time first-call work
-        # (a cuDNN plan, a compile guard) that would size every first spin of the cell far too long
-        warm_ns = (self.clock() - t_late) / max(self.warmup - self.warmup // 2, 1)
-        if self.device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()  # the warm-up's GPU work, counted with it
-        self.untimed_s["eager warm-up"] += (self.clock() - t0) / 1e9
+        warm_ns = self._eager_warmup(fn, input_sets)
         if self.device != "cuda":
             take, method, host = self._eager_host(fn, input_sets), "host_clock", None
         elif self.eager_method == "back-to-back":
@@ -394,6 +409,46 @@ class Harness:
         us, reason, rse, wall_s = self._sample("eager", take, self.reps)
         host_us = float(np.median(host)) if host else math.nan
         return Measurement("eager", us, 1, n, None, reason, rse, wall_s, host_us, method)
+
+    def _eager_warmup(self, fn: Callable, input_sets: Sequence[tuple]) -> float:
+        """The untimed calls before an eager cell (``warmup``, or work-sized: module docstring);
+        returns the host's enqueue ns per call over the later half of the calls not waited on, the
+        first spin's estimate: past one-time first-call work (a cuDNN plan, a compile guard) that
+        would size every first spin of the cell far too long."""
+        n, t0 = len(input_sets), self.clock()
+        count, first = self.warmup, 0
+        if self.work_us > 0 and self.warmup >= MIN_SIZED_WARMUP:
+            count, first = self._sized(self.call_us(fn, input_sets), self.warmup, MIN_SIZED_WARMUP), 2
+        late = first + (count - first) // 2
+        t_late = self.clock()
+        for i in range(first, count):
+            if i == late:
+                t_late = self.clock()
+            fn(*input_sets[i % n])
+        warm_ns = (self.clock() - t_late) / max(count - late, 1)
+        self._sync()  # the warm-up's GPU work, counted with it
+        self.untimed_s["eager warm-up"] += (self.clock() - t0) / 1e9
+        return warm_ns
+
+    def call_us(self, fn: Callable, input_sets: Sequence[tuple]) -> float:
+        """µs of one call by the host clock, synchronized before and after, behind one untimed call
+        that pays first-call work: what work-sized counts divide ``work_us`` by."""
+        self._sync()
+        fn(*input_sets[0])
+        self._sync()
+        t0 = self.clock()
+        fn(*input_sets[1 % len(input_sets)])
+        self._sync()
+        return max((self.clock() - t0) / 1e3, 1e-3)
+
+    def _sized(self, call_us: float, most: int, least: int) -> int:
+        return sized_calls(self.work_us, call_us, least, most)
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
 
     def _sample(self, mode: str, take: Callable[[int], np.ndarray], fixed: int):
         return sample_loop(self.stop.get(mode), take, fixed, self.clock)
@@ -504,17 +559,22 @@ class Harness:
         return self._cycles_per_us
 
     def _graph(self, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
-        """Capture ``graph_calls`` calls per graph; with more input sets than calls, capture
-        several graphs over consecutive slices of the sets and alternate replays among them, so
-        the working set inside graph mode is as large as in eager mode. A sample is one replay."""
+        """Capture ``graph_calls`` calls per graph (work-sized: module docstring); with more input
+        sets than calls, capture several graphs over consecutive slices of the sets and alternate
+        replays among them, so the working set inside graph mode is as large as in eager mode. A
+        sample is one replay."""
         import torch
 
         n = len(input_sets)
         t0 = self.clock()
-        graphs = self._capture(fn, input_sets)
+        per_graph, warm = self.graph_calls, self.warmup
+        if self.work_us > 0:
+            call_us = self.call_us(fn, input_sets)
+            per_graph, warm = self._sized(call_us, self.graph_calls, 1), self._sized(call_us, self.warmup, 1)
+        graphs = self._capture(fn, input_sets, per_graph)
         t1 = self.clock()
         # Every graph replays at least once untimed: a graph's first replay uploads it.
-        for i in range(max(len(graphs), math.ceil(self.warmup / self.graph_calls))):
+        for i in range(max(len(graphs), math.ceil(warm / per_graph))):
             graphs[i % len(graphs)].replay()
         torch.cuda.synchronize()
         self.untimed_s["graph capture"] += (t1 - t0) / 1e9
@@ -535,14 +595,15 @@ class Harness:
             done[0] += k
             return np.array([1e3 * s.elapsed_time(e) for s, e in events], dtype=np.float64)
 
-        replay_us, reason, rse, wall_s = self._sample("graph", take, self.replays)
+        fixed = self.replays if per_graph == self.graph_calls else graph_replays(self.reps, per_graph)
+        replay_us, reason, rse, wall_s = self._sample("graph", take, fixed)
         n_graphs = len(graphs)
         graphs.clear()  # frees the captured graphs (and their memory pool) before the next cell
         return Measurement(
             "graph",
-            replay_us / self.graph_calls,
-            self.graph_calls,
-            min(n, n_graphs * self.graph_calls),
+            replay_us / per_graph,
+            per_graph,
+            min(n, n_graphs * per_graph),
             replay_us,
             reason,
             rse,
@@ -550,11 +611,11 @@ class Harness:
             method="cuda_events",
         )
 
-    def _capture(self, fn: Callable, input_sets: Sequence[tuple]) -> list:
+    def _capture(self, fn: Callable, input_sets: Sequence[tuple], per_graph: int) -> list:
         import torch
 
         n = len(input_sets)
-        n_graphs = math.ceil(n / self.graph_calls) if n > self.graph_calls else 1
+        n_graphs = math.ceil(n / per_graph) if n > per_graph else 1
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -566,8 +627,8 @@ class Harness:
         for g_index in range(n_graphs):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                for j in range(self.graph_calls):
-                    fn(*input_sets[(g_index * self.graph_calls + j) % n])
+                for j in range(per_graph):
+                    fn(*input_sets[(g_index * per_graph + j) % n])
             graphs.append(graph)
         return graphs
 

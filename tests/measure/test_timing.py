@@ -1,5 +1,6 @@
 """The timing harness on plain torch callables (host clock); CUDA paths in GPU-marked tests."""
 
+import math
 import time
 
 import numpy as np
@@ -291,7 +292,7 @@ def _spin_harness(monkeypatch, answers):
     h = object.__new__(timing.Harness)  # a CUDA harness without a GPU: its pieces, not its checks
     h.device, h.warmup, h.reps, h.graph_calls, h.stop = "cuda", 0, 3, 1, {}
     h.eager_method, h._cycles_per_us, h._flush_write = "spin-events", 1000.0, None
-    h.untimed_s, h.spins_redone = dict.fromkeys(timing.UNTIMED, 0.0), 0
+    h.untimed_s, h.spins_redone, h.work_us = dict.fromkeys(timing.UNTIMED, 0.0), 0, 0.0
     h._events = [(_FakeEvent(), _FakeEvent()) for _ in range(8)]
     ticks = iter(range(0, 10**12, 40_000))  # each clock read 40 µs later: 40 µs of enqueue per read
     h.clock = lambda: next(ticks)
@@ -381,3 +382,119 @@ def test_eager_calls_on_a_busy_gpu_read_the_graph_replays_time_not_the_hosts():
     m = check.measure(runner.runner(ours, cos, sin, True), inputs.input_sets(row, 8, "cuda", seed=0))
     assert abs(m["spin_gpu_us"] - m["graph_us"]) <= max(5.0, 0.5 * m["graph_us"]), m
     assert m["back_to_back_us"] > 2 * m["spin_gpu_us"] and m["host_us"] > m["spin_gpu_us"], m
+
+
+# -- work-sized counts (work_us) -------------------------------------------------------------------
+
+
+def _fixed_call(clock: FakeClock, us: float, calls: list):
+    def fn(x):
+        clock.call(us)
+        calls.append(x)
+
+    return fn
+
+
+@pytest.mark.parametrize(("call_us", "warm"), [(1000.0, 3), (400.0, 5), (10.0, 20)])
+def test_work_sized_warm_up_holds_about_work_us_of_calls_within_its_bounds(call_us, warm):
+    # a 1-ms MoE prefill call took 20 untimed calls a cell (24 ms) before its few timed ones
+    clock, calls = FakeClock(), []
+    h = timing.Harness("interpret", warmup=20, reps=4, clock=clock, work_us=2000.0)
+    m = h.time("eager", _fixed_call(clock, call_us, calls), [(1,), (2,)])
+    assert len(calls) == warm + 4 and m.samples_us.size == 4
+    assert h.untimed_s["eager warm-up"] == pytest.approx(warm * call_us * 1e-6)
+
+
+def test_work_us_zero_keeps_the_fixed_warm_up():
+    clock, calls = FakeClock(), []
+    h = timing.Harness("interpret", warmup=20, reps=4, clock=clock)
+    h.time("eager", _fixed_call(clock, 1000.0, calls), [(1,)])
+    assert h.work_us == 0.0 and len(calls) == 24
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "1000"])
+def test_a_bad_work_us_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="work_us must be a finite number >= 0"):
+        timing.Harness("interpret", work_us=bad)
+
+
+class _FakeGraph:
+    """torch.cuda.CUDAGraph stand-in: capture records the calls made inside it; replay makes them."""
+
+    capturing: list | None = None
+
+    def __init__(self):
+        self.calls = []
+
+    def replay(self):
+        for fn, args in self.calls:
+            fn(*args, replaying=True)
+
+
+def _fake_cuda(monkeypatch):
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def graph(g):
+        _FakeGraph.capturing = g.calls
+        yield
+        _FakeGraph.capturing = None
+
+    class _Stream:
+        def wait_stream(self, other):
+            pass
+
+    for name, value in {
+        "Event": _FakeEvent, "synchronize": lambda: None, "CUDAGraph": _FakeGraph, "graph": graph,
+        "Stream": _Stream, "current_stream": _Stream, "stream": lambda s: contextlib.nullcontext(),
+    }.items():  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value)
+
+
+@pytest.mark.parametrize(("call_us", "per_graph", "replays"), [(1200.0, 1, 5), (150.0, 7, 5), (21.0, 20, 5)])
+def test_work_sized_graphs_hold_about_work_us_of_calls(monkeypatch, call_us, per_graph, replays):
+    # graph mode's 5 replays of 20 calls were 100 calls of up to 1.2 ms a cell (89 s of a 160-s MoE
+    # run on the H200): sized, a replay holds about work_us of calls, every replay still timed
+    _fake_cuda(monkeypatch)
+    clock, made = FakeClock(), {"calls": 0}
+
+    def fn(x, replaying=False):
+        if _FakeGraph.capturing is not None:
+            _FakeGraph.capturing.append((fn, (x,)))
+            return
+        clock.call(call_us)
+        made["calls"] += 1
+
+    h = object.__new__(timing.Harness)
+    h.device, h.warmup, h.reps, h.graph_calls, h.replays, h.work_us = "cuda", 20, 100, 20, 5, 1000.0
+    h.stop, h._flush_write, h.clock = {}, None, clock
+    h.untimed_s = dict.fromkeys(timing.UNTIMED, 0.0)
+    h._events = [(_FakeEvent(), _FakeEvent()) for _ in range(200)]
+    m = h._time("graph", fn, [(1,), (2,)])
+    assert m.calls_per_sample == per_graph and m.buffer_sets == min(2, math.ceil(2 / per_graph) * per_graph)
+    fixed = 5 if per_graph == 20 else timing.graph_replays(100, per_graph)
+    assert m.samples_us.size == fixed  # the fixed sampler still times reps calls
+    assert m.samples_us == pytest.approx(np.full(fixed, 10.0 / per_graph))  # a replay's µs per call
+    warm = min(20, math.ceil(1000.0 / call_us))
+    warm_replays = max(math.ceil(2 / per_graph), math.ceil(warm / per_graph))
+    # the two sizing calls, the capture's warm-up on its side stream, the untimed and timed replays
+    untimed = 2 + timing._CAPTURE_WARMUP_CALLS + warm_replays * per_graph
+    assert made["calls"] == untimed + fixed * per_graph
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not timing.cuda_available(), reason="needs a CUDA GPU")
+def test_cuda_work_sized_counts_measure_a_long_call_as_the_fixed_counts_do():
+    n = 1 << 29  # 1 GiB in bf16 halves, each way: a ~0.5-ms copy, far past L2
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    fixed = timing.Harness("cuda", warmup=20, reps=60, graph_calls=20)
+    sized = timing.Harness("cuda", warmup=20, reps=60, graph_calls=20, work_us=1000.0)
+    for mode in ("eager", "graph"):
+        a = fixed.time(mode, lambda s, d: d.copy_(s), [(src, dst)])
+        b = sized.time(mode, lambda s, d: d.copy_(s), [(src, dst)])
+        assert np.median(b.samples_us) == pytest.approx(np.median(a.samples_us), rel=0.03), mode
+    assert 1 <= b.calls_per_sample <= 3 and a.calls_per_sample == 20
+    assert sized.untimed_s["eager warm-up"] < fixed.untimed_s["eager warm-up"] / 3

@@ -178,6 +178,7 @@ class _Bench:
             graph_calls=cfg["graph_calls"],
             flush_l2=cfg["flush_l2"],
             stop=stop_rules(cfg),
+            work_us=cfg["work_us"],
         )
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         l2, clock = timing.l2_bytes(), SmClock(device)
