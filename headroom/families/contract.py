@@ -155,6 +155,22 @@ def check_family(family: Any) -> None:
     if missing:
         raise FamilyError(f"{who}: no method {', '.join(missing)} (docs/families.md lists the contract)")
     _check_config_table(family, who)
+    _check_captured_by(family, who)
+
+
+def _check_captured_by(family: Any, who: str) -> None:
+    """The optional member ``captured_by``: None, or the name of a declared capture-fixed int
+    feature with ``pad_to``. A call whose value is at most the largest ``pad_to`` size runs under
+    CUDA-graph replay when deployed (the server captured a graph for its padded size; vLLM's
+    piecewise graphs hold a MoE layer of any step up to its capture limit), a larger one eager."""
+    name = getattr(family, "captured_by", None)
+    if name is None:
+        return
+    feat = family.features.get(name) if isinstance(name, str) else None
+    if not (isinstance(feat, Feature) and feat.kind == "int" and feat.capture_fixed and feat.pad_to):
+        raise FamilyError(
+            f"{who}: captured_by must name a declared capture-fixed int feature with pad_to, got {name!r:.80}"
+        )
 
 
 def _check_config_table(family: Any, who: str) -> None:

@@ -34,12 +34,13 @@ class Loaded:
         """What the family's artifacts record of it (their provenance's `extra.family`): name,
         version, spec, the BLAKE3 of its source files and the files (relative to `root` where under
         it), and its declared features ({name: Feature's fields}; provenance is stored with sorted
-        keys, so `feature_order` keeps the declared order), and its `config_table` where it has one
-        (``ConfigTable.to_record``), so that an analysis of its artifacts needs no import of its code."""
+        keys, so `feature_order` keeps the declared order), and its `config_table` (``ConfigTable.to_record``)
+        and `captured_by` (the feature whose capture sizes decide graph or eager) where it has them, so that an analysis of its artifacts needs no import of its code."""
         here = Path(root).resolve()
         files = [Path(f).resolve() for f in self.files]
         features = self.family.features
         table = getattr(self.family, "config_table", None)
+        captured = getattr(self.family, "captured_by", None)
         return {
             "name": self.family.name,
             "version": self.family.version,
@@ -49,6 +50,7 @@ class Loaded:
             "features": {name: dataclasses.asdict(f) for name, f in features.items()},
             "feature_order": list(features),
             **({} if table is None else {"config_table": table.to_record()}),
+            **({} if captured is None else {"captured_by": captured}),
         }
 
 

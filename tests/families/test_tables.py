@@ -178,3 +178,19 @@ def test_a_familys_identity_records_its_table_only_when_it_has_one(tmp_path):
     plain = Loaded(_Family(None, ["native"]), "m:F", "0" * 64, ())
     assert tabled.identity()["config_table"] == from_config_table(path).to_record()
     assert "config_table" not in plain.identity()
+
+
+def test_captured_by_must_name_a_capture_fixed_padded_int_feature_and_is_recorded():
+    from headroom.families.loading import Loaded
+
+    padded = {"tokens": Feature("int", capture_fixed=True, pad_to=[1, 8, 512], min=1),
+              "kv": Feature("int", min=1), "dtype": Feature("category", capture_fixed=True)}  # fmt: skip
+    family = _Family(None, ["native"], padded)
+    family.captured_by = "tokens"
+    check_family(family)
+    assert Loaded(family, "m:F", "0" * 64, ()).identity()["captured_by"] == "tokens"
+    assert "captured_by" not in Loaded(_Family(None, ["native"]), "m:F", "0" * 64, ()).identity()
+    for name in ("kv", "dtype", "absent", 3):
+        family.captured_by = name
+        with pytest.raises(FamilyError, match="family 'tabled'.*captured_by must name a declared capture-fixed"):
+            check_family(family)

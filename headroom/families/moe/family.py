@@ -75,6 +75,9 @@ class MoEFamily:
 
     name = NAME
     version = VERSION
+    # Deployed, a step's MoE call replays a CUDA graph when its token count is at most the capture
+    # limit (vLLM's piecewise graphs hold the MoE layer of decode and mixed steps alike), else eager
+    captured_by = "tokens"
 
     def __init__(self, layer: Layer, *, table=None, single: dict | None = None, routing="uniform",
                  skew: float = 1.2, capture_limit: int = 512, native: bool = True):  # fmt: skip
