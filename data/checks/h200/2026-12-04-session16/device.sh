@@ -19,7 +19,7 @@ MEASURED="environment calibrate correctness lifecycle graph_sweep portfolio"
 case "$1" in
 study)
     end=$((SECONDS + ${2:-560}))
-    [ -f "$OUT/../gpu.csv" ] || nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.csv"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.csv"
     for study in moe moe-azure-conv; do
         left=$((end - SECONDS))
         [ "$left" -gt 20 ] || break
