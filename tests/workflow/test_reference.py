@@ -69,8 +69,8 @@ def test_reference_replay_ships_a_recommendation_and_dispatch_table_that_load(re
 
 def test_replay_shorthand_is_its_own_study(tmp_path):
     project = copy_project(tmp_path / "headroom")
-    plan = snakemake(project, "--dry-run", "--config", "replay=data/reference/h200/default-gen2").stdout
-    assert "results/replay-h200-default-gen2/decision.parquet" in plan
+    plan = snakemake(project, "--dry-run", "--config", "replay=data/reference/h200/mooncake-conv").stdout
+    assert "results/replay-h200-mooncake-conv/decision.parquet" in plan
     assert "results/default/" not in plan
 
 
