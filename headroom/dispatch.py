@@ -46,7 +46,10 @@ family's ``params`` (the attention fields are null, but for ``num_warps``/``num_
 params hold them); ``choose`` checks each of the family's declared features a call gives by its
 kind and ``min``/``max`` (``family_features``), and routes by ``step`` (``decode-only``, ``mixed``;
 a family's ``prefill-only`` step is profiled as ``mixed``: ``step_of_kind``; a trace row's integer
-``step`` index gives way to its ``step_kind``).
+``step`` index gives way to its ``step_kind``). A family captured by a feature F (its record's
+``captured_by``, e.g. MoE's ``tokens``) routes by F instead: a call with F up to the capture limit
+(F's largest ``pad_to``) to the ``captured`` part (``graph@captured``: it replays a CUDA graph), a
+larger one to ``uncaptured`` (``eager@uncaptured``), whatever its step.
 """
 
 from __future__ import annotations
@@ -254,6 +257,8 @@ _KEYING = {
             "items": {"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [_COUNT, _NAME]},
         },
         "table_feature": {"type": ["string", "null"]},
+        # a family captured by a feature (its record's captured_by): written only when it has one
+        "captured_by": _NAME,
     },
 }
 _POLICY = {
@@ -385,6 +390,10 @@ _FAMILY = {
             "required": ["feature", "entries", "configs"],
             "properties": {"feature": _NAME, "entries": {"type": "array"}, "configs": {"type": "array"}},
         },
+        # the capture-fixed int feature whose largest pad_to says which calls replay CUDA graphs
+        # (the profile's `captured` part; larger calls are `uncaptured`, eager): written for a family
+        # that has one
+        "captured_by": _NAME,
     },
 }
 FAMILY_HARD_SCHEMA = {
@@ -602,7 +611,10 @@ def _consistent(path: Path, table: dict) -> dict:
     indices in range) with its class's features, it and the scope's kernel name described candidates,
     and the profile names scopes of the table."""
     cands, scopes = table["candidates"], {}
-    keying = keying_of(table)
+    try:
+        keying = keying_of(table)
+    except ValueError as exc:  # a captured_by naming no capture-fixed int feature with pad_to
+        raise DispatchError(f"{path}: field family: {exc}") from None
     for scope, entry in table["scopes"].items():
         where = f"{path}: field scopes.{scope}"
         data = entry["policy"]
@@ -819,11 +831,14 @@ class Dispatch:
         self.family = table.get("family")  # a kernel family's record; None: attention's table
         self.step_of_kind = dict(table.get("step_of_kind") or {})
         self.specs = None if self.family is None else family_features(self.family)
+        self.keying = keying_of(table)
 
     def scope_of(self, features: dict[str, Any]) -> str:
         """The scope that answers a call with these features."""
         if self.mode is not None:
             return self.mode
+        if self.keying.captured_by is not None:
+            return self._captured_scope(features)
         step = features.get("step")
         if self.family is not None:
             if not isinstance(step, str):  # a family trace row's `step` is its index: its kind routes
@@ -842,13 +857,30 @@ class Dispatch:
             raise DispatchError(f"step {step!r:.60} is not in the deployment profile {sorted(self.profile)}")
         return self.profile[step]
 
+    def _captured_scope(self, features: dict[str, Any]) -> str:
+        """A family captured by a feature F: the profile's ``captured`` part for F up to the capture
+        limit (the call replays a CUDA graph), ``uncaptured`` above it (eager), whatever the step."""
+        name, limit = self.keying.captured_by, self.keying.capture_limit
+        if name not in features:
+            raise DispatchError(
+                f"the deployment profile routes by `{name}` (calls with {name} <= {limit} replay CUDA "
+                "graphs, larger ones run eager); give it"
+            )
+        check_features({name: features[name]}, specs=self.specs)
+        part = "captured" if features[name] <= limit else "uncaptured"
+        if part not in self.profile:
+            raise DispatchError(f"part {part!r} is not in the deployment profile {sorted(self.profile)}")
+        return self.profile[part]
+
     def features(self, scope: str | None = None) -> tuple[str, ...]:
-        """What the scope's table keys on (the profile: every part's, and ``step`` to route by)."""
+        """What the scope's table keys on (the profile: every part's, and what it routes by: ``step``,
+        or a captured family's feature)."""
         scope = scope or self.mode
         if scope is not None:
             return tuple(self.scopes[scope][1].features)
         parts = [f for s in self.profile.values() for f in self.scopes[s][1].features]
-        return ("step", *dict.fromkeys(parts))
+        route = self.keying.captured_by or "step"
+        return (route, *dict.fromkeys(f for f in parts if f != route))
 
     def policy(self, scope: str):
         return self.scopes[scope][1]

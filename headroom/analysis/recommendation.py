@@ -1,7 +1,7 @@
 """What the verdict ships: recommendation.parquet and dispatch.json, from the decision engine's rows.
 
-Per scope — each mode (``graph``, ``eager``) and each deployment-profile part (``<mode>@<step>``,
-family ``profile``) — the decision's rows already hold the global kernel refit on all runs
+Per scope — each mode (``graph``, ``eager``) and each deployment-profile part (``<mode>@<step>``;
+a family captured by a feature: ``graph@captured`` and ``eager@uncaptured``; family ``profile``) — the decision's rows already hold the global kernel refit on all runs
 (``kernel``, ``runs_agree``) and its trace-weighted speedups with CIs over the best unfused candidate
 and each native backend (``kernel_vs_*``). The recommendation reads them; it does not recompute them.
 What it adds, per scope:
@@ -33,8 +33,10 @@ shipped candidate's params are (``params``, JSON).
 dispatch.json holds every scope's fitted policy as data (``headroom.policies``' ``to_dict``; the
 global kernel is the ``global`` policy with one candidate), the candidates it uses, the profile (step
 type -> scope) and the identity it is valid for; ``headroom.dispatch`` loads it. A family's table also
-holds the family's record (``family``: name, version, spec, source BLAKE3, declared features) and how
-its step kinds route (``step_of_kind``); its identity is the GPU's and the family's
+holds the family's record (``family``: name, version, spec, source BLAKE3, declared features, and
+``captured_by`` where the family has it: then the profile is ``captured`` -> ``graph@captured``,
+``uncaptured`` -> ``eager@uncaptured``, and a server routes a call by that feature) and how its step
+kinds route (``step_of_kind``); its identity is the GPU's and the family's
 (``headroom.dispatch.FAMILY_HARD``), its candidates carry their params.
 """
 
@@ -79,9 +81,9 @@ def scopes_of(modes: dict, decision: pd.DataFrame, deployment: dict) -> dict:
     for mode, md in modes.items():
         if mode in held:
             out[mode] = md
-    for step, mode in deployment.items():
-        scope = f"{mode}@{step}"
-        if scope in held and mode in modes and (sub := measured.part(modes[mode], step)) is not None:
+    for name, mode in deployment.items():
+        scope = f"{mode}@{name}"
+        if scope in held and mode in modes and (sub := measured.part(modes[mode], name)) is not None:
             out[scope] = sub
     return out
 
@@ -319,10 +321,14 @@ def family_identity(environment: pd.DataFrame, family: dict) -> dict:
 
 def family_record(family: dict) -> dict:
     """What a family's table records of it: name, version, spec, source BLAKE3 and its declared
-    features in declared order (``feature_order``), and its config table where it has one (its
-    policies' keys carry the table: ``Keying.of_record`` reads it back)."""
+    features in declared order (``feature_order``), its config table where it has one (its
+    policies' keys carry the table: ``Keying.of_record`` reads it back) and ``captured_by`` where it
+    has one (the feature whose capture limit, its largest ``pad_to``, says which calls replay CUDA
+    graphs: the profile's ``captured`` part, ``headroom.dispatch`` routes by it)."""
     order = list(family.get("feature_order") or family["features"])
     table = {"config_table": family["config_table"]} if family.get("config_table") else {}
+    if family.get("captured_by") is not None:
+        table["captured_by"] = str(family["captured_by"])
     return {
         "name": str(family["name"]),
         "version": str(family["version"]),
@@ -406,7 +412,7 @@ def build(decision, trace, portfolio, lifecycle, candidates, calibration, enviro
     opts, costs, modes = checked_modes(
         trace, portfolio, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
-    deployment = figures.deployment_profile(deployment)
+    deployment = figures.deployment_profile(deployment, keying)
     scopes = scopes_of({m.mode: m for m in modes}, decision, deployment)
     if not scopes:
         raise ValueError("decision: no mode or profile part of the timings has rows; rerun the decision")

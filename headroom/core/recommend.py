@@ -19,9 +19,15 @@ def shown_scopes(table: pd.DataFrame) -> list[str]:
     return parts or order
 
 
+#: The parts of a family captured by a feature (headroom.decide.measured.CAPTURE_PROFILE): calls, not steps
+CAPTURE_PARTS = ("captured", "uncaptured")
+
+
 def _label(scope: str) -> str:
-    mode, _, step = scope.partition("@")
-    return f"{step} steps ({mode})" if step else f"{mode} mode"
+    mode, _, part = scope.partition("@")
+    if part in CAPTURE_PARTS:
+        return f"{part} calls ({mode})"
+    return f"{part} steps ({mode})" if part else f"{mode} mode"
 
 
 def _ship(r) -> str:

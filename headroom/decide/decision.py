@@ -12,7 +12,9 @@ and ``reason_code``, ``rule_version``. Kernel recommendation rows carry ``kernel
 ``selected_fusion``: what the recommendation refits on a ``continue``).
 
 Families: each mode is decided alone, and so is each part of the deployment profile (config
-``decision.deployment``: step kind -> mode; its parts ``<mode>@<step kind>``, family ``profile``). The
+``decision.deployment``: step kind -> mode; its parts ``<mode>@<step kind>``, family ``profile``; a
+kernel family captured by a feature has the fixed parts ``graph@captured`` and ``eager@uncaptured``,
+``figures.deployment_profile``). The
 headline is the profile's (``rule.headline``): continue when a decided part continues, stop when
 every decided part stops, the parts that a precondition leaves undecided named; without a profile (a
 mode it names was not timed), the timed modes combine the same way. With two parts, each continuing
@@ -40,7 +42,7 @@ from headroom.core.names import (
     MADE_OF_FUSION_WITHIN_CATEGORY,
 )
 from headroom.decide import rule
-from headroom.decide.figures import deployment_profile
+from headroom.decide.figures import deployment_profile, profile_words
 from headroom.decide.words import VERDICT_WORD, Words
 from headroom.decide.words import of as words_of
 from headroom.policies.shapes import Keying
@@ -195,12 +197,12 @@ class Thresholds:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _check(figures: pd.DataFrame, deployment) -> dict:
+def _check(figures: pd.DataFrame, deployment, keying: Keying | None = None) -> dict:
     need = ("mode", "figure", "estimate", "ci_low", "ci_high", "runs", "decided")
     missing = [c for c in need if c not in figures.columns]
     if missing:
         raise ValueError(f"figures: missing column(s) {missing}")
-    deployment = deployment_profile(deployment)
+    deployment = deployment_profile(deployment, keying)
     bad = {k: v for k, v in deployment.items() if v not in ("graph", "eager")}
     if bad:
         raise ValueError(f"decision.deployment: modes must be 'graph' or 'eager', got {bad}")
@@ -314,11 +316,12 @@ def decide(
 
     given: any of the decision's numbers (``Thresholds``); those left out, and a confidence left out,
     are the default study's (config ``decision:`` and ``policies.confidence``). keying: the family's
-    keys, whose words the reasons say (``headroom.decide.words.of``; None: the built-in family's)."""
+    keys, whose words the reasons say (``headroom.decide.words.of``; None: the built-in family's),
+    and whose ``captured_by`` fixes the deployment profile (``figures.deployment_profile``)."""
     words = words_of(keying)
     thr = Thresholds.of(given).as_dict()
     confidence = defaults.value("policies", "confidence") if confidence is None else confidence
-    deployment = _check(figures, deployment)
+    deployment = _check(figures, deployment, keying)
     fig = pd.concat([figures, pd.DataFrame(_sweep_rows(graph_sweep, confidence))], ignore_index=True)
     fig["family"] = fig["family"].fillna(fig["mode"]) if "family" in fig else fig["mode"]
     fig["decided"] = fig["decided"].fillna(False).astype(bool)
@@ -331,7 +334,7 @@ def decide(
     fig["mode_reason_code"] = fig["mode_reason_code"].fillna("")
     fig["mode_reason"] = fig["mode_reason"].fillna("not timed by the portfolio")
     fig = _switch_verdicts(fig, thr)
-    verdict, code, reason = _headline(fig, units, device, deployment, words)
+    verdict, code, reason = _headline(fig, units, device, deployment, words, keying)
     fig["verdict"], fig["reason_code"], fig["reason"] = verdict, code, reason
     fig["device"], fig["confidence"] = device, float(confidence)
     fig["min_test_invocations"] = int(thr["min_test_invocations"])
@@ -341,7 +344,7 @@ def decide(
 
 
 def _headline(
-    fig: pd.DataFrame, units: dict, device: str, deployment: dict, words: Words
+    fig: pd.DataFrame, units: dict, device: str, deployment: dict, words: Words, keying: Keying | None = None
 ) -> tuple[str, str, str]:
     if device != "cuda":
         return (
@@ -351,8 +354,7 @@ def _headline(
         )
     parts = {u: vw for u, vw in units.items() if "@" in u}
     if parts:
-        scope = ", ".join(f"{step} steps in {mode} mode" for step, mode in deployment.items())
-        scope = f"for the deployment profile ({scope})"
+        scope = f"for the deployment profile ({profile_words(keying, deployment)})"
     else:
         parts = {u: vw for u, vw in units.items() if "@" not in u}
         missing = " and ".join(sorted(set(deployment.values()) - set(parts)))

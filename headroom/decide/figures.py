@@ -13,7 +13,9 @@ speedups of the alternatives' summed latency over its own, cross-run).
 
 Deployment profile (config ``decision.deployment``: step kind -> mode): each step kind is a part,
 ``<mode>@<step kind>``, fitted and scored on its own invocations with its own chronological split
-(``measured.part``; step kinds: ``measured.step_of``).
+(``measured.part``; step kinds: ``measured.step_of``). A family captured by a feature F (its keying's
+``captured_by``) has a fixed profile instead (``measured.CAPTURE_PROFILE``): ``graph@captured`` (its
+calls with F up to the capture limit) and ``eager@uncaptured`` (the larger ones).
 """
 
 from __future__ import annotations
@@ -36,9 +38,30 @@ SWITCH_SCALES = (0.0, 2.0)  # the switch penalty's sensitivity: 0 and twice the 
 TOP_SHAPES = 5  # shapes named as carrying the gap
 
 
-def deployment_profile(deployment=None) -> dict:
-    """The deployment profile (step kind -> mode): ``deployment``, else config ``decision.deployment``."""
-    return dict(defaults.value("decision", "deployment") if deployment is None else deployment)
+def deployment_profile(deployment=None, keying: Keying | None = None) -> dict:
+    """The deployment profile (part -> mode): ``deployment``, else config ``decision.deployment``
+    (step kind -> mode); for a family captured by a feature (``keying.captured_by``) the capture
+    profile (``measured.CAPTURE_PROFILE``), which no config changes: a ``deployment`` other than the
+    default study's is refused with one line naming the key."""
+    default = defaults.value("decision", "deployment")
+    if keying is None or keying.captured_by is None:
+        return dict(default if deployment is None else deployment)
+    if deployment is not None and dict(deployment) != dict(default):
+        raise ValueError(
+            f"decision.deployment {dict(deployment)}: this family is captured by {keying.captured_by}, so "
+            f"its profile is fixed ({profile_words(keying)}); remove decision.deployment from the study"
+        )
+    return dict(measured.CAPTURE_PROFILE)
+
+
+def profile_words(keying: Keying | None, deployment=None) -> str:
+    """The deployment profile in words: 'decode-only steps in graph mode, mixed steps in eager mode',
+    or for a family captured by a feature 'calls with tokens <= 512 in graph mode, larger ones in eager
+    mode'."""
+    if keying is not None and keying.captured_by is not None:
+        return f"calls with {keying.captured_by} <= {keying.capture_limit} in graph mode, larger ones in eager mode"
+    profile = deployment_profile(deployment)
+    return ", ".join(f"{step} steps in {mode} mode" for step, mode in profile.items())
 
 
 def unit_of(figure: str) -> str:
@@ -63,7 +86,8 @@ def study_figures(
     """One row per (mode, figure): estimate, ci_low, ci_high, se, p_value (the bootstrap's one-sided
     p-value of "at or below its threshold", for figures with one), runs, invocations, test_invocations,
     pairs, decided, detail, family (the mode's own, or ``profile`` for the deployment profile's parts
-    ``<mode>@<step>``). train_fraction, seed and thresholds (config ``decision:``) left out are the
+    ``<mode>@<part>``: a step kind, or ``captured``/``uncaptured`` for a family captured by a feature,
+    ``deployment_profile``). train_fraction, seed and thresholds (config ``decision:``) left out are the
     default study's; with the calibration and ``intermediate_ratio``, eager timings carry the host
     time the GPU does not hide (``measured.checked_modes``); keying: the family's keys (None: the
     built-in family's)."""
@@ -71,7 +95,7 @@ def study_figures(
         train_fraction = defaults.value("policies", "train_fraction")
     seed = defaults.value("policies", "seed") if seed is None else seed
     thresholds = {**defaults.section("decision"), **(thresholds or {})}
-    deployment = deployment_profile(deployment)
+    deployment = deployment_profile(deployment, keying)
     opts, costs, modes = measured.checked_modes(
         trace, timings, lifecycle, train_fraction, options, calibration, intermediate_ratio, keying
     )
@@ -82,12 +106,12 @@ def study_figures(
             rows += switch_rows(md, costs, opts, train_fraction, seed)
     timed = {m.mode: m for m in modes}
     if set(deployment.values()) <= set(timed):  # else decide says which mode the profile misses
-        for step, mode in deployment.items():
-            sub = measured.part(timed[mode], step)
+        for name, mode in deployment.items():
+            sub = measured.part(timed[mode], name)
             if sub is None:
                 continue
             for r in mode_figures(sub, costs, opts, train_fraction, seed, thresholds):
-                rows.append({**r, "mode": f"{mode}@{step}", "family": PROFILE})
+                rows.append({**r, "mode": f"{mode}@{name}", "family": PROFILE})
     return pd.DataFrame(rows)
 
 

@@ -1,5 +1,6 @@
 """What was measured, as arrays: one mode's runs of the same trace, the options of the procedure,
-the train/test split, the step kinds and weights of the invocations, and the checks on the inputs.
+the train/test split, the step kinds, deployment-profile parts and weights of the invocations, and
+the checks on the inputs.
 
 A study's mode holds R runs of the same trace: ``us[r, i, c]`` is run r's median µs of candidate c on
 invocation i. The first ``train_fraction`` of the invocations (trace order) train, the rest test; the
@@ -38,6 +39,12 @@ STEP_TYPE = STEP_KIND
 # The profile's step kind of a family's step kinds (headroom.families.Step.kind): an unchunked
 # engine's prefill-only step is profiled like a mixed one.
 STEP_KIND_OF_FAMILY_STEP = {"decode-only": "decode-only", "mixed": "mixed", "prefill-only": "mixed"}
+# The deployment profile of a family captured by a feature (headroom.families' optional member
+# `captured_by`, recorded in its keying): its calls up to the feature's capture limit replay CUDA
+# graphs, larger ones run eager, whatever the step (vLLM's piecewise graphs hold a MoE layer of
+# decode and mixed steps alike). Fixed by what `captured` means: not configurable.
+CAPTURED, UNCAPTURED = "captured", "uncaptured"
+CAPTURE_PROFILE = {CAPTURED: "graph", UNCAPTURED: "eager"}
 # Eager timings recorded before the GPU-only method (portfolio timing_method 'cuda_events'): calls
 # timed back to back, so a short call's figure is the host's launch path. Reported, never decided.
 HOST_INCLUDED = "cuda_events"
@@ -238,7 +245,7 @@ def split(n: int, train_fraction: float, validation_fraction: float) -> tuple[in
 
 
 # ----------------------------------------------------------------------------------------------
-# Step kinds, strata and weights of the invocations
+# Step kinds, profile parts, strata and weights of the invocations
 # ----------------------------------------------------------------------------------------------
 
 
@@ -281,9 +288,26 @@ def weights_of(features: pd.DataFrame) -> np.ndarray:
     return w
 
 
-def part(md: ModeData, step: str) -> ModeData | None:
-    """The mode's invocations of one step kind, in trace order (None when it has none)."""
-    mask = step_of(md.features) == step
+def part_of(features: pd.DataFrame, keying: Keying | None = None) -> np.ndarray:
+    """Each invocation's deployment-profile part: for a family captured by a feature F
+    (``keying.captured_by``) ``captured`` where F is at most its capture limit (the largest of its
+    ``pad_to``: the call replays a CUDA graph when deployed) and ``uncaptured`` above it (eager,
+    ``CAPTURE_PROFILE``); for every other family its step kind (``step_of``). The bootstrap's strata
+    stay the step kinds (``strata_of``): they are the trace sampler's."""
+    if keying is None or keying.captured_by is None:
+        return step_of(features)
+    feature = keying.captured_by
+    if feature not in features.columns:
+        raise ValueError(f"trace: no column {feature!r}, the feature its family is captured by")
+    within = features[feature].astype(np.int64).to_numpy() <= keying.capture_limit
+    return np.where(within, CAPTURED, UNCAPTURED)
+
+
+def part(md: ModeData, name: str) -> ModeData | None:
+    """The mode's invocations of one deployment-profile part (``part_of``: a step kind, or for a
+    family captured by a feature ``captured``/``uncaptured``), in trace order (None when it has
+    none)."""
+    mask = part_of(md.features, md.keying) == name
     if not mask.any():
         return None
     feats = md.features[mask].reset_index(drop=True)

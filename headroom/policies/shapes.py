@@ -9,7 +9,10 @@ bucketed by powers of two (``bucketed``) and placed by k-means on their log2 (``
 ``builtin()`` is the built-in attention family's keying (headroom.families.attention.keying): the
 keys every recorded attention study was fitted with, and those of a policy table that records none.
 A family with a per-M config table (``headroom.families.tables.ConfigTable``) carries its entries in
-``Keying.table``: the config-table policy looks them up by the nearest key (``nearest``).
+``Keying.table``: the config-table policy looks them up by the nearest key (``nearest``). A family
+captured by a feature (its optional member ``captured_by``) carries it in ``Keying.captured_by``: the
+deployment profile splits its calls by that feature's capture limit (``Keying.capture_limit``), not
+by step kind (``headroom.decide.measured.part_of``).
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ class Keying:
     (feature, label, pad sizes) of its capture-fixed int features; cluster: the features the k-means
     sees as log2 (at least 1); flags: (feature, value) pairs it sees as 1.0/0.0; order: the category
     key's codes in a fixed order (None: sorted); table: a config table's (key, candidate id)
-    entries, ascending, keyed on the int feature ``table_feature`` (none: the family has no table)."""
+    entries, ascending, keyed on the int feature ``table_feature`` (none: the family has no table);
+    captured_by: the capture-fixed int feature whose largest capture size (``capture_limit``) decides
+    whether a deployed call replays a CUDA graph (None: the family declares none)."""
 
     categories: tuple[str, ...] = ()
     numeric: tuple[tuple[str, str], ...] = ()
@@ -72,6 +77,23 @@ class Keying:
     order: tuple[str, ...] | None = None
     table: tuple[tuple[int, str], ...] = ()
     table_feature: str | None = None
+    captured_by: str | None = None
+
+    def __post_init__(self):
+        if self.captured_by is not None and not self._capture_sizes():
+            raise ValueError(
+                f"captured_by {self.captured_by!r:.60} must name a capture-fixed int feature with pad_to; "
+                f"those here: {[f for f, _, sizes in self.capture if sizes]}"
+            )
+
+    def _capture_sizes(self) -> tuple[int, ...]:
+        return next((sizes for f, _, sizes in self.capture if f == self.captured_by), ())
+
+    @property
+    def capture_limit(self) -> int | None:
+        """The largest capture size of ``captured_by`` (None without it): a call whose value is at
+        most this replays a CUDA graph when deployed, a larger one runs eager."""
+        return max(self._capture_sizes()) if self.captured_by is not None else None
 
     def category(self, shape: Mapping) -> str | None:
         """The category key ("|"-joined category values; None for a family without categories)."""
@@ -127,6 +149,7 @@ class Keying:
             "flags": [list(f) for f in self.flags],
             "order": None if self.order is None else list(self.order),
             **self._table_dict(),
+            **({} if self.captured_by is None else {"captured_by": self.captured_by}),
         }
 
     def _table_dict(self) -> dict:
@@ -150,6 +173,7 @@ class Keying:
             order=None if data.get("order") is None else tuple(str(o) for o in data["order"]),
             table=tuple((int(m), str(c)) for m, c in data.get("table", ())),
             table_feature=None if data.get("table_feature") is None else str(data["table_feature"]),
+            captured_by=None if data.get("captured_by") is None else str(data["captured_by"]),
         )
 
     @classmethod
@@ -173,8 +197,9 @@ class Keying:
     @classmethod
     def of_record(cls, record: Mapping | None) -> Keying:
         """The keying of a study's family from what its artifacts record of it (provenance
-        ``family``: name, declared ``features`` and its ``config_table`` where it has one); the
-        built-in family's for it or no record."""
+        ``family``: name, declared ``features``, its ``config_table`` and ``captured_by`` where it
+        has them); the built-in family's for it or no record. ValueError (one line naming the
+        family) for a ``captured_by`` that names no capture-fixed int feature with ``pad_to``."""
         if not record or record.get("name", "attention") == "attention":
             return builtin()
         if not isinstance(record.get("features"), Mapping):
@@ -182,6 +207,12 @@ class Keying:
         features = record["features"]
         order = record.get("feature_order") or list(features)  # provenance JSON sorts its keys
         keying = cls.of_features({name: features[name] for name in order})
+        captured = record.get("captured_by")
+        if captured is not None:
+            try:
+                keying = dataclasses.replace(keying, captured_by=str(captured))
+            except ValueError as exc:
+                raise ValueError(f"family {record.get('name')!r}: its record's {exc}") from None
         table = record.get("config_table")
         if not table:
             return keying

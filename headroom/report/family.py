@@ -32,6 +32,7 @@ class FamilyView:
     spec: str = ""
     source_blake3: str = ""
     features: dict = field(default_factory=dict)  # name -> its declaration, in declared order
+    captured_by: str = ""  # the feature whose capture limit decides graph or eager ('': none)
 
     @classmethod
     def of(cls, record: Mapping | None, trace: pd.DataFrame | None = None) -> FamilyView | None:
@@ -46,6 +47,7 @@ class FamilyView:
                 spec=str(record.get("spec", "")),
                 source_blake3=str(record.get("source_blake3", "")),
                 features={n: dict(feats[n]) for n in order if n in feats},
+                captured_by=str(record.get("captured_by") or ""),
             )
         name = family_of(trace) if trace is not None else ATTENTION
         return None if name in (None, ATTENTION) else cls(name=str(name))
@@ -55,8 +57,9 @@ class FamilyView:
     def keying(self) -> Keying | None:
         if not self.features:
             return None
+        captured = {"captured_by": self.captured_by} if self.captured_by else {}
         return Keying.of_record(
-            {"name": self.name, "features": self.features, "feature_order": list(self.features)}
+            {"name": self.name, "features": self.features, "feature_order": list(self.features), **captured}
         )
 
     def _names(self, names) -> str:
@@ -104,11 +107,19 @@ class FamilyView:
             said += f" ({'; '.join(where)})"
         if not self.features:
             return said + ": its candidates are its own; the policies key on its declared features."
-        return (
+        said = (
             f"{said}: its candidates are its own; the policies key on its declared features "
             f"({self._names(self.features)}), and under CUDA graphs only on the capture-fixed ones "
-            f"({self.captured()})."
+            f"({self.captured()})"
         )
+        k = self.keying
+        if k is not None and k.captured_by is not None:  # the deployment profile splits by capture
+            said += (
+                f". Deployed, its calls with {k.captured_by} <= {k.capture_limit} replay CUDA graphs "
+                f"and larger ones run eager, whatever the step: the deployment profile's parts are "
+                f"graph@captured and eager@uncaptured"
+            )
+        return said + "."
 
     def policy(self, name: str) -> str:
         """What policy ``name`` keys on, in the family's feature names."""
