@@ -302,9 +302,11 @@ def _spin_harness(monkeypatch, answers):
 def test_a_spin_found_too_short_is_redone_longer_and_only_covered_batches_count(monkeypatch):
     # the event after the first spin has already completed when the batch is enqueued (query True):
     # the GPU waited on the host inside it, so the batch is timed again behind a longer spin
-    h, sleeps = _spin_harness(monkeypatch, [True, False])
+    # the GPU waited on the host inside it, so half the batch is timed again behind a longer spin,
+    # and no later batch is larger: a host blocked on a full launch queue waits out any spin
+    h, sleeps = _spin_harness(monkeypatch, [True, False, False, False])
     m = h._time("eager", lambda x: None, [(1,)])
-    assert len(sleeps) == 2 and sleeps[1] > sleeps[0]
+    assert len(sleeps) == 4 and sleeps[1] > sleeps[0]
     assert m.method == "spin-events" and m.samples_us.tolist() == [10.0, 10.0, 10.0]
     assert m.host_us > 0  # the host's enqueue per call, measured beside the GPU time
     assert h.spins_redone == 1  # counted for the run's log
