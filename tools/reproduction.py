@@ -31,7 +31,6 @@ from headroom.decide import rule  # noqa: E402
 STUDIES = {
     "default-gen2-6x160": "H200 default trace, 6 × 160 (decision v4's design)",
     "azure-conv-gen2-6x100": "H200 Azure conv trace, 6 × 100",
-    "default-gen2": "H200 default trace, 3 × 48",
     "mooncake-conv": "H200 Mooncake conv trace, 3 × 30",
 }
 REFERENCE = ROOT / "data" / "reference" / "h200"
@@ -190,7 +189,9 @@ INTRO = [
     "but default-gen2-6x160 were recorded before eager calls were timed on a busy GPU: their eager figures include",
     "the host's launch path, so their eager mode and mixed part are reported, not decided",
     "(`host-included`). Earlier rules' verdicts and the retired references:",
-    "docs/history/REPRODUCTION-decision-v3.md.",
+    "docs/history/REPRODUCTION-decision-v3.md. The default trace at 3 × 48 (`default-gen2`, retired from",
+    "main since: `python3 tools/restore_reference.py default-gen2`) had a column here under `decision-v4`;",
+    "`git show c11eeb5:REPRODUCTION.md` shows it.",
 ]
 
 
@@ -263,11 +264,14 @@ def _wall_times(studies: dict[str, Study]) -> list[str]:
         + " | ".join(f"**{fmt.fmt(round(walls[n][1]))} s**" for n in names)
         + " |"
     )
+    other = [st for st in stages if st not in GPU_STAGES]
+    others = " and ".join([", ".join(other[:-1]), other[-1]] if len(other) > 1 else other)
     lines += [
         "",
         "The measurement issue's goal is all GPU stages, compile included, under 10 minutes on one H200: "
         + ", ".join(f"{n} {walls[n][1] / 60:.1f} min" for n in names)
-        + ". (The analysis stages in this table ran on the GPU host too; replay reruns them on any CPU.)",
+        + f". (The other stages in this table, {others}, ran on the GPU host too, outside that sum;"
+        + " replay reruns the analysis on any CPU.)",
         "",
     ]
     return lines
