@@ -1,6 +1,7 @@
 """policy_eval on the two portfolio runs the moe study recorded before its calls ran out (runs 4
 and 6 of partial-study/), with the code that decides (headroom.decide.policy_eval), no lifecycle
-charges: a first look at the per-M table, not the study's decision. From the repository root:
+charges: a first look at the per-M table, not the study's decision. partial-study/ is retired from
+main: restore it first (`python3 tools/restore_reference.py session15-moe-partial`). From the root:
     python3 data/checks/h200/2026-12-04-session15/two_runs.py
 """
 
