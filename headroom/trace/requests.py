@@ -3,8 +3,9 @@
 A request log is any table with three facts per request: when it arrived, how many context
 (prompt) tokens it carried and how many tokens were generated for it, and optionally a fourth: the
 hashes of its prompt's prefix blocks (`hash_ids`, for the prefix-cache model of
-headroom.trace.prefix_cache). `read_request_log` reads one from CSV, Parquet or JSONL and checks it; `simulate` turns requests into a chronological stream of
-prefill and decode invocations. The model, in full (docs/traces.md says the same in prose):
+headroom.trace.prefix_cache). `read_request_log` reads one from CSV, Parquet or JSONL (a CSV or JSONL
+log also gzipped, as it is: `.csv.gz`, `.jsonl.gz`) and checks it; `simulate` turns requests into a
+chronological stream of prefill and decode invocations. The model, in full (docs/traces.md says the same in prose):
 
 - Time is integer nanoseconds since the log's first arrival, so the model is exact and
   byte-for-byte repeatable.
@@ -23,12 +24,15 @@ prefill and decode invocations. The model, in full (docs/traces.md says the same
 
 from __future__ import annotations
 
+import gzip
 import heapq
 import json
 import os
 import re
 import stat
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,8 +125,19 @@ PARQUET_BATCH_ROWS = 65_536
 INT64_MAX = 2**63 - 1
 MAX_REQUESTS = defaults.bound("requests")
 MAX_TOKENS = defaults.bound("tokens")
+#: The request-log formats by file suffix (a `.pq` is Parquet): the one place that says which name is
+#: which format (log_format). A text format (CSV, JSONL) may also be gzipped, its name ending `.gz`
+#: (`log.csv.gz`, `log.jsonl.gz`): read as it is, a stream through gzip.open (_open); Parquet
+#: compresses its own columns, so `.parquet.gz` is refused.
+LOG_FORMATS = {".csv": ".csv", ".parquet": ".parquet", ".pq": ".parquet", ".jsonl": ".jsonl"}
+GZIP_FORMATS = (".csv", ".jsonl")
 #: What trace.source may name: a regular, readable, non-empty file with one of these suffixes.
-LOG_SUFFIXES = (".csv", ".parquet", ".pq", ".jsonl")
+LOG_SUFFIXES = (*LOG_FORMATS, *(f"{s}.gz" for s in LOG_FORMATS if LOG_FORMATS[s] in GZIP_FORMATS))
+#: The accepted kinds, as a message names them.
+LOG_KINDS = "a .csv, .parquet or .jsonl request log, or a gzipped .csv.gz or .jsonl.gz one"
+#: What a gzip stream raises when it is not gzip (BadGzipFile, an OSError), truncated (EOFError) or
+#: corrupt (zlib.error, or BadGzipFile on a CRC or length mismatch).
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 #: Prefix-block hashes all requests of a log may carry together (8 bytes each in memory).
 MAX_BLOCKS = 50_000_000
 #: `trace.arrival_format` values that name a unit of plain numbers (ns per unit); null reads ISO 8601
@@ -138,13 +153,81 @@ JSONL_MAX_DEPTH = 64
 _NS_MIN, _NS_MAX = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
 
 
+def _gzipped(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
+def log_format(path: str | Path) -> str:
+    """A request log's format by its name: ".csv", ".jsonl" or ".parquet" (LOG_FORMATS; a gzipped
+    CSV or JSONL log, `.csv.gz` or `.jsonl.gz`, is its format); ValueError naming the accepted kinds
+    for any other name."""
+    path = Path(path)
+    suffix = Path(path.stem).suffix if _gzipped(path) else path.suffix
+    fmt = LOG_FORMATS.get(suffix.lower())
+    if fmt is None or (_gzipped(path) and fmt not in GZIP_FORMATS):
+        raise ValueError(f"{path}: trace.source must be {LOG_KINDS} (or 'synthetic')")
+    return fmt
+
+
+def _open(path: Path):
+    """The log's bytes as a binary stream: a gzipped log decompressed as it is read (gzip.open), any
+    other the file itself. A gzip that is not one, truncated or corrupt raises one of _GZIP_ERRORS
+    when read: _gzip_errors makes it one line naming the file."""
+    return gzip.open(path, "rb") if _gzipped(path) else open(path, "rb")
+
+
+class _GzipError(ValueError):
+    """A gzipped log that is not a whole gzip stream (named once, however deep it was found)."""
+
+
+def _gzip_error(path: Path, exc: BaseException) -> ValueError:
+    what = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return _GzipError(
+        f"{path}: not a readable gzip file ({what}); truncated, corrupt or not gzip? "
+        "`gzip -t` tests it; a plain log must not be named .gz"
+    )
+
+
+def _gzip_fault(path: Path) -> BaseException | None:
+    """What reading the whole gzip stream raises (a CRC or length mismatch shows only at its end),
+    None if it reads whole; a block at a time, nothing kept."""
+    try:
+        with _open(path) as fh:
+            while fh.read(CSV_BLOCK_BYTES):
+                pass
+    except _GZIP_ERRORS as exc:
+        return exc
+    return None
+
+
+@contextmanager
+def _gzip_errors(path: Path) -> Iterator[None]:
+    """A gzipped log's stream errors, raised anywhere in the block (a header, a block of rows, a CSV
+    reader that reads ahead), as one ValueError naming the file. A corrupt stream may decompress to
+    garbage before its CRC is checked: a log's error (not JSON, a missing column) in a gzipped log
+    is checked against the whole stream first, and a stream that is not whole is named instead."""
+    try:
+        yield
+    except _GZIP_ERRORS as exc:
+        if not _gzipped(path):
+            raise
+        raise _gzip_error(path, exc) from None
+    except _GzipError:
+        raise
+    except ValueError:
+        fault = _gzip_fault(path) if _gzipped(path) else None
+        if fault is None:
+            raise
+        raise _gzip_error(path, fault) from None
+
+
 def _invalid_utf8_line(path: Path) -> tuple[int, int] | None:
     """(1-based line, byte offset) of the first byte that is not UTF-8, scanning in blocks."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
     line, offset = 1, 0
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         while block := fh.read(CSV_BLOCK_BYTES):
             try:
                 decoder.decode(block)
@@ -159,7 +242,7 @@ def _csv_header(path: Path) -> list[str]:
     import csv
     import io
 
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         first = fh.readline(CSV_BLOCK_BYTES)
     try:
         text = first.decode("utf-8-sig")
@@ -202,17 +285,20 @@ def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
 
     rows = 0
     try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=names, column_types={n: pa.string() for n in names}, strings_can_be_null=False
-            ),
-        )
-        for batch in reader:
-            rows += batch.num_rows
-            yield batch
+        with _open(path) as fh:
+            reader = pacsv.open_csv(
+                fh,
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=names,
+                    column_types={n: pa.string() for n in names},
+                    strings_can_be_null=False,
+                ),
+            )
+            for batch in reader:
+                rows += batch.num_rows
+                yield batch
     except pa.ArrowInvalid as exc:
         raise _csv_error(path, str(exc).splitlines()[0][:200], rows, bad_rows) from None
 
@@ -311,15 +397,19 @@ def _kind(mode: int) -> str:
 
 def check_log(path: str | Path, columns: dict[str, str]) -> None:
     """What a request log must be, checked without reading its rows (the plan runs this before any
-    job, headroom.core.config; the reader again): a .csv, .parquet or .jsonl name; a regular file (not
-    a directory, FIFO, device or socket: links are followed), readable and not empty; a header (CSV),
+    job, headroom.core.config; the reader again): a .csv, .parquet or .jsonl name, or a gzipped .csv.gz
+    or .jsonl.gz (log_format); a regular file (not a directory, FIFO, device or socket: links are
+    followed), readable and not empty (a gzipped one: nor empty once decompressed); a header (CSV),
     footer (Parquet) or first object (JSONL) holding the mapped columns; `hash_ids` mapped only for
-    Parquet and JSONL (a CSV cell holds no list). ValueError naming the file and what it is."""
+    Parquet and JSONL (a CSV cell holds no list). ValueError naming the file and what it is (a gzip
+    that is not one or is cut short within what is read: one line saying so)."""
     path, columns = Path(path), mapped(columns)
-    if path.suffix.lower() not in LOG_SUFFIXES:
-        raise ValueError(
-            f"{path}: trace.source must be a .csv, .parquet or .jsonl request log (or 'synthetic')"
-        )
+    fmt = log_format(path)
+    with _gzip_errors(path):
+        _check_log(path, fmt, columns)
+
+
+def _check_log(path: Path, fmt: str, columns: dict[str, str]) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -340,15 +430,21 @@ def check_log(path: str | Path, columns: dict[str, str]) -> None:
         raise ValueError(
             f"{path}: the request log cannot be read ({exc.strerror}); check its permissions"
         ) from None
-    suffix = path.suffix.lower()
-    if suffix == ".csv" and "hash_ids" in columns:
+    if _gzipped(path):
+        with _open(path) as fh:
+            if not fh.read(1):
+                raise ValueError(
+                    f"{path}: the request log is empty (0 bytes once decompressed); expected a header row "
+                    "and requests"
+                )
+    if fmt == ".csv" and "hash_ids" in columns:
         raise ValueError(
             f"{path}: trace.columns.hash_ids maps '{columns['hash_ids']}', but a CSV cell holds no list of "
             "block hashes; use a JSONL or Parquet log, or set trace.columns.hash_ids to null (no prefix cache)"
         )
-    if suffix == ".csv":
+    if fmt == ".csv":
         _missing_columns(path, _csv_header(path), columns)
-    elif suffix == ".jsonl":
+    elif fmt == ".jsonl":
         _missing_columns(path, _jsonl_keys(path), columns, "row 1 (line 1), the first object")
     else:
         _parquet_file(path, columns)
@@ -358,12 +454,12 @@ def _batches(path: Path, columns: dict[str, str]) -> Iterator[dict[str, pd.Serie
     """The mapped columns of a checked log, a block at a time: {column name: values}."""
     check_log(path, columns)
     names = list(dict.fromkeys(columns.values()))
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    fmt = log_format(path)
+    if fmt == ".jsonl":
         return _jsonl_blocks(path, names, {columns["hash_ids"]} if "hash_ids" in columns else set())
     batches = (
         _csv_batches(path, names)
-        if suffix == ".csv"
+        if fmt == ".csv"
         else _parquet_batches(path, _parquet_file(path, columns), names)
     )
     return ({n: _values(b.column(n)) for n in names} for b in batches if b.num_rows)
@@ -404,7 +500,7 @@ def _jsonl_object(path: Path, raw: bytes, line: int) -> dict[str, Any]:
 
 
 def _jsonl_keys(path: Path) -> list[str]:
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         first = fh.readline(CSV_BLOCK_BYTES + 1)
     if len(first) > CSV_BLOCK_BYTES:
         raise _long_line(path, 1)
@@ -450,7 +546,7 @@ def _jsonl_rows(
 def _jsonl_blocks(path: Path, names: list[str], lists: set[str]) -> Iterator[dict[str, pd.Series]]:
     """The named keys, a block of whole lines (CSV_BLOCK_BYTES) at a time."""
     line, rest = 1, b""
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         while True:
             block = fh.read(CSV_BLOCK_BYTES)
             data = rest + block
@@ -630,7 +726,7 @@ class _Parsed:
 
     def __init__(self, path: Path, columns: dict[str, str], fmt: str | None, block_tokens: int | None):
         self.path, self.columns, self.fmt, self.block_tokens = path, columns, fmt, block_tokens
-        self.header_lines = {".csv": 1, ".jsonl": 0}.get(path.suffix.lower())
+        self.header_lines = {".csv": 1, ".jsonl": 0}.get(log_format(path))
         self.rows = self.blocks = 0
         self.seconds: bool | None = None
         self.last: tuple[Any, int] | None = None  # (raw arrival, ns) of the previous block's last row
@@ -709,23 +805,25 @@ def read_request_log(
     *,
     block_tokens: int | None = None,
 ) -> Requests:
-    """Read and check a request log (CSV, Parquet or JSONL), a block at a time (bounded memory: above).
+    """Read and check a request log (CSV, Parquet or JSONL; a CSV or JSONL one gzipped: read as a
+    stream through gzip), a block at a time (bounded memory: above).
 
     columns maps the roles 'arrival', 'context_tokens', 'generated_tokens' and optionally
     'hash_ids' (None: not in the log) to column names (JSONL: keys); `block_tokens` is the prompt
     tokens per hash. Raises ValueError naming the file, the 1-based data row and the column for: a
     missing column, an unparsable or decreasing arrival, a token count that is not an integer from 1
     to MAX_TOKENS, hash_ids that are not ceil(context / block_tokens) integers, no rows, more than
-    MAX_REQUESTS rows or MAX_BLOCKS hashes; a JSONL line that is not one JSON object; and what
-    check_log refuses.
+    MAX_REQUESTS rows or MAX_BLOCKS hashes; a JSONL line that is not one JSON object; a gzipped log
+    that is not gzip, truncated or corrupt (one line naming the file); and what check_log refuses.
     """
     path = Path(path)
     columns = mapped(columns)
     if "hash_ids" in columns and not block_tokens:
         raise ValueError("read_request_log: hash_ids need block_tokens (trace.prefix_cache.block_tokens)")
     parsed = _Parsed(path, columns, arrival_format, block_tokens)
-    for block in _batches(path, columns):
-        parsed.add(block)
+    with _gzip_errors(path):
+        for block in _batches(path, columns):
+            parsed.add(block)
     return parsed.requests()
 
 
