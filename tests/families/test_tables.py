@@ -192,5 +192,7 @@ def test_captured_by_must_name_a_capture_fixed_padded_int_feature_and_is_recorde
     assert "captured_by" not in Loaded(_Family(None, ["native"]), "m:F", "0" * 64, ()).identity()
     for name in ("kv", "dtype", "absent", 3):
         family.captured_by = name
-        with pytest.raises(FamilyError, match="family 'tabled'.*captured_by must name a declared capture-fixed"):
+        with pytest.raises(
+            FamilyError, match="family 'tabled'.*captured_by must name a declared capture-fixed"
+        ):
             check_family(family)
