@@ -33,8 +33,10 @@ verdict = decision.decide(figs, read("graph_sweep"), read("environment"), confid
                           **{k: v for k, v in thresholds.items() if k != "deployment"},
                           deployment=thresholds.get("deployment"), keying=keying)  # fmt: skip
 pd.set_option("display.width", 250, "display.max_colwidth", 200)
-print(f"runs {sorted(runs['run'].unique())}, {runs['invocation'].nunique()} invocations, "
-      f"{runs['candidate'].nunique()} candidates")
+print(
+    f"runs {sorted(runs['run'].unique())}, {runs['invocation'].nunique()} invocations, "
+    f"{runs['candidate'].nunique()} candidates"
+)
 print("VERDICT", verdict["verdict"].iloc[0], verdict["reason_code"].iloc[0])
 print(verdict["reason"].iloc[0])
 cols = ["mode", "figure", "estimate", "ci_low", "ci_high", "decided", "test_invocations", "detail"]
@@ -58,6 +60,8 @@ for mode, captured in (("graph", True), ("eager", False)):
     pe = policy_eval.evaluate(sub, part_runs, lifecycle, train_fraction=train_fraction, seed=seed,
                               keying=keying, **host, **options)  # fmt: skip
     rows = pe[pe["policy"].isin(shown)].drop_duplicates(["mode", "run", "policy"])
-    print(f"{mode}@{'captured' if captured else 'uncaptured'} ({len(sub)} invocations, global "
-          f"{sorted(set(rows['global_candidate']))}):")
+    print(
+        f"{mode}@{'captured' if captured else 'uncaptured'} ({len(sub)} invocations, global "
+        f"{sorted(set(rows['global_candidate']))}):"
+    )
     print(rows.groupby("policy")["gain_vs_global_pct"].agg(["mean", "min", "max"]).round(2).to_string())
