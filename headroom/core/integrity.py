@@ -2,7 +2,8 @@
 device or a directory where one should be is refused, never read), each artifact's identity
 (headroom/core/identity.py: kind, study, the inputs beside it) and contract
 (headroom/core/contracts.py: an artifact of an older schema fails), each lineage edge (the input
-it names still exists with the BLAKE3 recorded then), and recorded hashes whose file is gone.
+it names still exists with the BLAKE3 recorded then, or is now shipped gzipped beside that name and
+decompresses to those bytes), and recorded hashes whose file is gone.
 
 The catalog spans the study folders that pass (headroom/core/catalog.py); `headroom verify`
 (headroom/core/verify.py) reports these problems and the catalog's.
@@ -10,8 +11,11 @@ The catalog spans the study folders that pass (headroom/core/catalog.py); `headr
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
+import blake3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +35,24 @@ def _contract_problems(path: Path) -> list[str]:
     return []
 
 
+def _gzipped_as(inp_path: Path, recorded: str) -> bool:
+    """Whether an input recorded as a plain file is now shipped gzipped beside its name (a request
+    log: conversation_trace.jsonl -> conversation_trace.jsonl.gz, `gzip -9 -n`) with the very bytes
+    recorded once decompressed: the lineage edge still holds (a reference recorded from the plain
+    file keeps verifying)."""
+    packed = inp_path.with_name(inp_path.name + ".gz")
+    if not packed.exists():
+        return False
+    digest = blake3.blake3()
+    try:
+        with artifacts.open_regular(packed) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except (artifacts.ArtifactError, OSError, EOFError, zlib.error):
+        return False
+    return digest.hexdigest() == recorded
+
+
 def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[str]:
     """An artifact that verified (its BLAKE3 in `current`): identity, contract, lineage edges."""
     try:
@@ -41,6 +63,8 @@ def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[s
     for inp, recorded in sorted(prov.get("inputs", {}).items()):
         inp_path = lineage_input(path, inp, root).resolve()
         if not inp_path.exists():
+            if _gzipped_as(inp_path, recorded):
+                continue
             found.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
             continue
         try:

@@ -205,3 +205,28 @@ def test_a_gzipped_log_passes_the_plans_check(tmp_path):
     cfg["trace"]["source"] = str(gz)
     study = hconfig.resolve(cfg, cuda_available=True, check_source=htsource.check)
     assert study["trace"]["source"] == str(gz)
+
+
+def test_a_lineage_edge_to_a_plain_log_holds_once_the_log_is_shipped_gzipped(tmp_path):
+    # a reference recorded from data/.../log.jsonl keeps verifying when the log is replaced by its
+    # gzip (the same bytes once decompressed); another content, or a cut gzip, breaks the edge
+    import pandas as pd
+
+    from headroom.core import artifacts, integrity
+
+    log = tmp_path / "data/log.jsonl"
+    log.parent.mkdir()
+    log.write_text(_jsonl_text(10))
+    art = tmp_path / "results/s/scratch.parquet"
+    inputs = {"data/log.jsonl": artifacts.hash_file(log)}
+    artifacts.write(pd.DataFrame({"a": [1]}), art, kind="scratch", provenance={"inputs": inputs})
+    assert integrity.artifact_problems(art, tmp_path, {}) == []
+    gz = log.with_name("log.jsonl.gz")
+    packed = gzip.compress(log.read_bytes(), 9, mtime=0)
+    gz.write_bytes(packed)
+    log.unlink()
+    assert integrity.artifact_problems(art, tmp_path, {}) == []
+    for other in (gzip.compress(b"other bytes"), packed[: len(packed) // 2], b"not gzip"):
+        gz.write_bytes(other)
+        (problem,) = integrity.artifact_problems(art, tmp_path, {})
+        assert "lineage input data/log.jsonl no longer exists" in problem
