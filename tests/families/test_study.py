@@ -230,11 +230,16 @@ def test_attention_trace_and_candidates_are_unchanged_but_for_the_family_column(
 
 
 def test_artifacts_without_a_family_column_are_attentions():
-    # the attention references, recorded before families (the rmsnorm one is a family's)
+    # the attention references, recorded before families (the rmsnorm one is a family's; retired
+    # references, default-gen2 among them, are out of main: data/reference/retired.tsv)
     recorded = [
         p for p in sorted((ROOT / "data" / "reference").rglob("trace.parquet")) if "rmsnorm" not in str(p)
     ]
-    assert len(recorded) >= 4
+    assert {p.parent.name for p in recorded} >= {
+        "default-gen2-6x160",
+        "azure-conv-gen2-6x100",
+        "mooncake-conv",
+    }
     for path in recorded:
         table = artifacts.read_table(path)
         assert "family" not in table.column_names and contracts.family_of(table) == contracts.ATTENTION
