@@ -94,10 +94,15 @@ def read_regular(path: str | os.PathLike) -> bytes:
 
 def hash_file(path: str | os.PathLike) -> str:
     """BLAKE3 (hex) of a regular file's bytes (NotRegularFileError for anything else)."""
-    h = blake3.blake3()
     with open_regular(path) as fh:
-        while chunk := fh.read(_CHUNK_BYTES):
-            h.update(chunk)
+        return hash_stream(fh)
+
+
+def hash_stream(fh) -> str:
+    """BLAKE3 (hex) of what a binary stream reads to its end, a chunk at a time."""
+    h = blake3.blake3()
+    while chunk := fh.read(_CHUNK_BYTES):
+        h.update(chunk)
     return h.hexdigest()
 
 

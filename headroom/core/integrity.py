@@ -15,7 +15,6 @@ import gzip
 import zlib
 from pathlib import Path
 
-import blake3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -43,14 +42,12 @@ def _gzipped_as(inp_path: Path, recorded: str) -> bool:
     packed = inp_path.with_name(inp_path.name + ".gz")
     if not packed.exists():
         return False
-    digest = blake3.blake3()
     try:
         with artifacts.open_regular(packed) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
+            digest = artifacts.hash_stream(fh)
     except (artifacts.ArtifactError, OSError, EOFError, zlib.error):
         return False
-    return digest.hexdigest() == recorded
+    return digest == recorded
 
 
 def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[str]:
