@@ -150,26 +150,29 @@ def test_a_corrupt_gzip_is_named_as_such_not_by_the_garbage_it_decompresses_to(t
     _one_line_gzip_error(lambda: _read(gz), gz)
 
 
+def _same_message(plain, gz) -> str:
+    """The error reading each of a plain log and its gzip raises, the file's name as LOG: asserted the
+    same, and returned."""
+    messages = []
+    for path in (plain, gz):
+        with pytest.raises(ValueError) as exc:
+            _read(path)
+        messages.append(str(exc.value).replace(str(path), "LOG"))
+    assert messages[0] == messages[1]
+    return messages[0]
+
+
 def test_a_gzipped_log_keeps_the_plain_logs_messages(tmp_path):
     # row and line numbers, the CSV header, a backwards arrival: as the plain log says them
     bad = _jsonl_text(10).splitlines(keepends=True)
     bad[6] = bad[6].replace('"input_length": 519', '"input_length": -1')
     plain, gz = _pair(tmp_path, "bad.jsonl", "".join(bad))
-    messages = []
-    for path in (plain, gz):
-        with pytest.raises(ValueError) as exc:
-            _read(path)
-        messages.append(str(exc.value).replace(str(path), "LOG"))
-    assert messages[0] == messages[1] and "LOG: row 7 (line 7), column 'input_length'" in messages[0]
+    said = _same_message(plain, gz)
+    assert "LOG: row 7 (line 7), column 'input_length'" in said
     lines = _csv_text(10).splitlines(keepends=True)
     lines[4], lines[5] = lines[5], lines[4]  # rows 4 and 5 out of time order
-    plain, gz = _pair(tmp_path, "late.csv", "".join(lines))
-    messages = []
-    for path in (plain, gz):
-        with pytest.raises(ValueError) as exc:
-            _read(path)
-        messages.append(str(exc.value).replace(str(path), "LOG"))
-    assert messages[0] == messages[1] and "LOG: row 5 (line 6)" in messages[0]
+    said = _same_message(*_pair(tmp_path, "late.csv", "".join(lines)))
+    assert "LOG: row 5 (line 6)" in said
     plain, gz = _pair(tmp_path, "cols.csv", "TIMESTAMP,prompt,out\n0,16,3\n")
     for path in (plain, gz):
         with pytest.raises(ValueError, match=r"row 0 \(header\), missing column.*present: \['TIMESTAMP'"):
