@@ -11,6 +11,9 @@ CATEGORY_KEYED = "phase-keyed"
 #: The policy of a user's fixed per-M config table (a family's ``config_table``), scored beside the
 #: fitted policies and never selected.
 CONFIG_TABLE = "config-table"
+#: The deployment-profile parts of a family captured by a feature (its ``captured_by``): its calls up
+#: to the feature's capture limit (graph replay) and the larger ones (eager), ``<mode>@<part>``.
+CAPTURED, UNCAPTURED = "captured", "uncaptured"
 #: The reason code of a `stop` whose headroom one candidate per category captures (ship them).
 CATEGORY_SPLIT = "phase-split"
 

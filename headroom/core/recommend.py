@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headroom.core import format as hfmt
+from headroom.core.names import CAPTURED, UNCAPTURED
 
 
 def shown_scopes(table: pd.DataFrame) -> list[str]:
@@ -19,13 +20,9 @@ def shown_scopes(table: pd.DataFrame) -> list[str]:
     return parts or order
 
 
-#: The parts of a family captured by a feature (headroom.decide.measured.CAPTURE_PROFILE): calls, not steps
-CAPTURE_PARTS = ("captured", "uncaptured")
-
-
 def _label(scope: str) -> str:
     mode, _, part = scope.partition("@")
-    if part in CAPTURE_PARTS:
+    if part in (CAPTURED, UNCAPTURED):  # a family captured by a feature: calls, not steps
         return f"{part} calls ({mode})"
     return f"{part} steps ({mode})" if part else f"{mode} mode"
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts, defaults
-from headroom.core.names import BASE_CONFIG, TRACE_CATEGORY
+from headroom.core.names import BASE_CONFIG, CAPTURED, TRACE_CATEGORY, UNCAPTURED
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
 from headroom.policies.shapes import Keying, builtin
 from headroom.trace.requests import STEP_KIND
@@ -43,7 +43,6 @@ STEP_KIND_OF_FAMILY_STEP = {"decode-only": "decode-only", "mixed": "mixed", "pre
 # `captured_by`, recorded in its keying): its calls up to the feature's capture limit replay CUDA
 # graphs, larger ones run eager, whatever the step (vLLM's piecewise graphs hold a MoE layer of
 # decode and mixed steps alike). Fixed by what `captured` means: not configurable.
-CAPTURED, UNCAPTURED = "captured", "uncaptured"
 CAPTURE_PROFILE = {CAPTURED: "graph", UNCAPTURED: "eager"}
 # Eager timings recorded before the GPU-only method (portfolio timing_method 'cuda_events'): calls
 # timed back to back, so a short call's figure is the host's launch path. Reported, never decided.
