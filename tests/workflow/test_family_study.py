@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from headroom import dispatch
 from headroom.core import artifacts
 from tests.pipeline import copy_project, headroom, snakemake
 
@@ -33,6 +34,14 @@ smoke:
 
 #: The example family measured on the H200 (data/reference/h200/rmsnorm-6x160), replayed here.
 REPLAY = "replay-h200-rmsnorm-6x160"
+#: The fused-MoE family (Qwen3-MoE-like gate-up projection) measured on the H200 on two traces: the
+#: deployment profile each ships (the config pinned for captured calls, tokens <= 512, and for the
+#: larger eager ones), the recorded decision's per-part verdicts.
+MOE_REPLAYS = {
+    "replay-h200-moe-6x160": ("m16-n64-k128-g16-w4-s3", "m128-n256-k64-g1-w8-s4"),
+    "replay-h200-moe-azure-conv-6x160": ("m16-n64-k128-g1-w4-s4", "m128-n256-k64-g1-w8-s4"),
+}
+MOE_SHAPE = {"dtype": "bfloat16", "experts": 128, "hidden": 2048, "n": 1536, "routing": "uniform", "top_k": 8}
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +105,10 @@ def test_a_second_run_has_nothing_to_do(family_run):
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
-    """The H200 reference of the example family replayed on its own project (its steps imported
-    with the rest: the trace's lineage input)."""
+    """The H200 references of the families replayed in one project (their steps imported with the
+    rest: the trace's lineage input)."""
     project = copy_project(tmp_path_factory.mktemp("family-replay") / "headroom")
-    snakemake(project, "--config", f"studies=[{REPLAY}]", timeout=900)
+    snakemake(project, "--config", f"studies=[{','.join([REPLAY, *MOE_REPLAYS])}]", timeout=900)
     return project
 
 
@@ -121,3 +130,23 @@ def test_the_replayed_family_reference_verifies_with_its_steps(replayed):
     assert artifacts.verify(folder / "steps.parquet")
     proc = headroom(replayed, "--study", REPLAY, "verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("study", sorted(MOE_REPLAYS))
+def test_the_moe_references_replay_to_their_verdicts_and_ship_a_config_per_capture_part(replayed, study):
+    folder = replayed / "results" / study
+    proc = headroom(replayed, "--study", study, "gate")
+    assert proc.returncode == 4 and proc.stdout.startswith("no-decision"), proc.stdout
+    decision = pd.read_parquet(folder / "decision.parquet").drop_duplicates("mode").set_index("mode")
+    # the tuned table beats one config for every M in either single mode (+5-7%, decided) ...
+    assert (decision.loc[["eager", "graph"], "mode_verdict"] == "continue").all()
+    # ... but within the profile's parts, each with its own config, the rest straddles 1% or is too
+    # small a sample (the uncaptured part's 25-26 test invocations)
+    assert (decision.loc[["graph@captured", "eager@uncaptured"], "mode_verdict"] == "no-decision").all()
+    assert headroom(replayed, "--study", study, "verify").returncode == 0
+    table = dispatch.load(folder)  # the deployment profile, routed by the token count
+    captured, uncaptured = MOE_REPLAYS[study]
+    assert [table.choose(tokens=t, **MOE_SHAPE).id for t in (1, 512, 513, 8192)] == [captured, captured,
+                                                                                      uncaptured, uncaptured]  # fmt: skip
+    rec = pd.read_parquet(folder / "recommendation.parquet")
+    assert set(rec["gpu_name"]) == {"NVIDIA H200"} and set(rec["kernel_family"]) == {"moe"}
