@@ -2,9 +2,12 @@
 # Source this on the offline GPU host, from the repository root, with the wheels carried as
 # .site-gpu/site.tar.xz (tools/wheelhouse.sh's wheels installed with `pip install --no-deps --target`
 # for the host's Python; data/checks/h200/2026-12-02-session8/README.md says how it is built):
-#   source tools/device_setup.sh
+#   source tools/device_setup.sh [--flashinfer]
 # It unpacks them to /tmp/site once per machine (a later call of the same lease finds them there),
 # points their scripts' #! lines at python3 and puts them first on PYTHONPATH and PATH.
+# FlashInfer travels apart, in pieces carried as .site-gpu/flashinfer/ over consecutive calls
+# (docs/airgapped.md): tools/device_flashinfer.sh stashes them and installs it into /tmp/site once
+# all are there. With --flashinfer this call needs it: a missing or corrupt piece fails it, named.
 if [ ! -f /tmp/site/.unpacked ]; then
     mkdir -p /tmp/site
     tar xJf .site-gpu/site.tar.xz -C /tmp/site
@@ -12,6 +15,10 @@ if [ ! -f /tmp/site/.unpacked ]; then
         if head -c 2 "$f" | grep -q '#!'; then sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"; fi
     done
     touch /tmp/site/.unpacked
+fi
+if [ -d .site-gpu/flashinfer ] || [ "${1:-}" = --flashinfer ]; then
+    if [ "${1:-}" = --flashinfer ]; then tools/device_flashinfer.sh --require || return 1
+    else tools/device_flashinfer.sh || return 1; fi
 fi
 export PYTHONPATH="/tmp/site:$PWD" PATH="/tmp/site/bin:$PATH"
 # The host's torch has no bytecode cache it can write (each process compiled torch's Python source:

@@ -20,6 +20,13 @@
 #                         than the host's). Both are small and backwards compatible where it matters.
 #   --no-pin-local        do not pin bare default names to the versions installed here
 #   --max-total-bytes N   fail above this size (default 60000000: the device tool carries 64 MiB)
+#   --flashinfer          also carry FlashInfer: download pyproject.toml's `flashinfer` extra (pinned
+#                         wheels, no dependencies: docs/airgapped.md) for the target into OUT/flashinfer/,
+#                         check them, pack them in one tar and cut it into pieces (tools/pieces.sh)
+#   --flashinfer-only     only that (the main wheelhouse is already built)
+#   --pieces-out DIR      where the FlashInfer pieces and their manifest go (default .site-gpu/flashinfer)
+#   --piece-bytes N       largest piece (default 16000000: beside the tracked tree and the site archive
+#                         in one 64 MiB transfer)
 # REQUIREMENTs default to: snakemake blake3 duckdb, each pinned to the version installed on this
 # machine when there is one, so the GPU host runs what CI runs (a DuckDB catalog written there
 # must open here).
@@ -35,6 +42,9 @@ out="${WHEELHOUSE_OUT:-.whl}"
 have="$here/wheelhouse-host-packages.txt"
 pin_local=1
 max_total_bytes=60000000
+flashinfer=0
+pieces_out=.site-gpu/flashinfer
+piece_bytes=16000000
 platforms=()
 keep=(packaging typing-extensions)
 reqs=()
@@ -54,6 +64,10 @@ while (($#)); do
     --keep) keep+=("${2:?--keep needs a name}"); shift 2 ;;
     --no-pin-local) pin_local=0; shift ;;
     --max-total-bytes) max_total_bytes="${2:?--max-total-bytes needs a value}"; shift 2 ;;
+    --flashinfer) flashinfer=1; shift ;;
+    --flashinfer-only) flashinfer=2; shift ;;
+    --pieces-out) pieces_out="${2:?--pieces-out needs a value}"; shift 2 ;;
+    --piece-bytes) piece_bytes="${2:?--piece-bytes needs a value}"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) reqs+=("$1"); shift ;;
@@ -84,6 +98,40 @@ for p in "${platforms[@]}"; do platform_args+=(--platform "$p"); done
 
 stage="$(mktemp -d "${TMPDIR:-/tmp}/wheelhouse.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT
+
+build_flashinfer() {
+  # Installed with pip --no-deps on the host: FlashInfer declares more (nvidia-cutlass-dsl,
+  # cuda-python, nccl4py, ...) than its attention path needs, and the host lacks those.
+  local fi_reqs=() fi_out="$out/flashinfer" root_args=() r
+  mapfile -t fi_reqs < <("$py" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["flashinfer"]))' \
+    "$here/../pyproject.toml")
+  ((${#fi_reqs[@]})) || die "pyproject.toml has no flashinfer extra"
+  echo "== FlashInfer for CPython $python_version, ${platforms[0]}: ${fi_reqs[*]}"
+  mkdir -p "$fi_out"
+  rm -f "$fi_out"/*.whl
+  "$py" -m pip download -q --no-deps --dest "$fi_out" --only-binary=:all: \
+    --python-version "$python_version" --implementation cp --abi "$abi" --abi abi3 --abi none \
+    "${platform_args[@]}" "${fi_reqs[@]}" || die "pip download of the FlashInfer wheels failed"
+  for r in "${fi_reqs[@]}"; do root_args+=(--root "$r"); done
+  "$py" "$here/wheelhouse_check.py" "$fi_out" "${root_args[@]}" --no-deps --python-version "$python_version" \
+    "${platform_args[@]}" --max-total-bytes 0 || die "the FlashInfer wheels in $fi_out do not fit the target"
+  # A reproducible tar (names sorted, no times or owners): the same wheels give the same pieces.
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$stage/flashinfer.tar" -C "$fi_out" .
+  "$here/pieces.sh" split "$stage/flashinfer.tar" "$pieces_out" --piece-bytes "$piece_bytes"
+  cat <<EOF
+
+== FlashInfer ready: $(cd "$pieces_out" && pwd) (its pieces and flashinfer.tar.manifest.tsv)
+Carry the manifest and some pieces in each call of one machine lease, as .site-gpu/flashinfer/;
+'source tools/device_setup.sh' stashes them under /tmp/pieces/flashinfer and installs FlashInfer
+into /tmp/site in the call that brings the last one (docs/airgapped.md, "FlashInfer"). Then check:
+  python3 tools/wheelhouse_check.py --installed /tmp/flashinfer-wheels --no-deps ${root_args[*]}
+EOF
+}
+if ((flashinfer == 2)); then
+  build_flashinfer
+  exit 0
+fi
 echo "== target: CPython $python_version, ${platforms[0]} (and older), roots: ${reqs[*]}"
 
 build_sdist() {  # $1: requirement published only as an sdist; must give a pure-Python wheel
@@ -154,3 +202,4 @@ On the offline host (CPython $python_version, $arch), from the repository root w
   export PYTHONPATH=/tmp/site:\$PWD PATH=/tmp/site/bin:\$PATH
   python3 tools/wheelhouse_check.py --installed $out ${root_args[*]}
 EOF
+if ((flashinfer)); then build_flashinfer; fi

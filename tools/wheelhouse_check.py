@@ -12,6 +12,10 @@ Two modes:
   from the roots must be met by an installed distribution at a matching version. This is the check
   that catches a host package that is too old.
 
+``--no-deps`` checks a set installed with ``pip install --no-deps`` whose declared dependencies are
+deliberately not all shipped (FlashInfer: docs/airgapped.md): the roots must be there at their
+versions, with tags and Requires-Python the target accepts, but their requirements are not walked.
+
 Exit status 0 when all checks pass, 1 otherwise; problems are printed one per line.
 """
 
@@ -145,8 +149,10 @@ def read_have(path: Path | None) -> set[str]:
     return names
 
 
-def closure(roots, lookup, env, have):
-    """Walk requirements from the roots. Returns (reached names, host-assumed, problems)."""
+def closure(roots, lookup, env, have, deps=True):
+    """Walk requirements from the roots (only the roots when not deps).
+
+    Returns (reached names, host-assumed, problems)."""
     reached: set[str] = set()
     host_assumed: list[str] = []
     problems: list[str] = []
@@ -165,6 +171,8 @@ def closure(roots, lookup, env, have):
         if not req.specifier.contains(dist.version, prereleases=True):
             problems.append(f"version: {name} {dist.version} does not satisfy {req} (needed by {needed_by})")
         reached.add(name)
+        if not deps:
+            continue
         for extra in [""] + sorted(req.extras):
             if (name, extra) in seen:
                 continue
@@ -199,7 +207,7 @@ def check_wheelhouse(args, env) -> int:
         if dist.requires_python and not SpecifierSet(dist.requires_python).contains(pyver, prereleases=True):
             problems.append(f"python: {path.name} requires Python {dist.requires_python}")
     have = read_have(Path(args.have) if args.have else None)
-    reached, host_assumed, walk_problems = closure(args.root, dists.get, env, have)
+    reached, host_assumed, walk_problems = closure(args.root, dists.get, env, have, deps=not args.no_deps)
     problems += walk_problems
     unreachable = sorted(set(dists) - reached)
     for name in unreachable:
@@ -218,7 +226,7 @@ def check_wheelhouse(args, env) -> int:
         print("\nassumed already on the host (versions checked only by --installed on the host):")
         for line in sorted(set(host_assumed)):
             print(f"  {line}")
-    if total_bytes > args.max_total_bytes:
+    if args.max_total_bytes and total_bytes > args.max_total_bytes:
         problems.append(f"size: {total_bytes} bytes exceeds --max-total-bytes {args.max_total_bytes}")
     return report(problems)
 
@@ -235,7 +243,7 @@ def check_installed(args, env) -> int:
                 f"shadowed: {shipped.name} imports {found}, wheel is {shipped.version} "
                 "(is PYTHONPATH exported with the install target first?)"
             )
-    _, _, walk_problems = closure(args.root, read_installed, env, have=set())
+    _, _, walk_problems = closure(args.root, read_installed, env, have=set(), deps=not args.no_deps)
     problems += walk_problems
     print(f"checked the installed closure of {', '.join(args.root)} against this Python's packages")
     return report(problems)
@@ -263,7 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default="x86_64", help="target machine architecture")
     ap.add_argument("--platform", action="append", help="explicit platform tags (override --glibc/--arch)")
     ap.add_argument("--prune", action="store_true", help="delete wheels not reachable from the roots")
-    ap.add_argument("--max-total-bytes", type=int, default=DEFAULT_MAX_TOTAL_BYTES)
+    ap.add_argument(
+        "--max-total-bytes",
+        type=int,
+        default=DEFAULT_MAX_TOTAL_BYTES,
+        help="fail above this total (0: no limit, for a set carried in pieces)",
+    )
+    ap.add_argument(
+        "--no-deps",
+        action="store_true",
+        help="check the roots only, not their requirements (a set installed with pip --no-deps)",
+    )
     ap.add_argument(
         "--installed",
         action="store_true",
