@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -355,14 +354,11 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{value!r:.80} ({type(value).__name__}) has no JSON form")
 
 
-def compile_result_rows(
-    candidate: str, res: dict[str, Any], device: str, workers: int = 1
-) -> list[dict[str, Any]]:
+def compile_result_rows(candidate: str, res: dict[str, Any], device: str) -> list[dict[str, Any]]:
     """The compile row and the cache row of one candidate's cold compile (or two failed rows).
     compile_s: cold minus warm (prepare + first call), at least 0, as lifecycle's first minus second
-    call; first_call_s: the cold seconds; warm_s (extra): the warm ones; compile_workers: the children
-    that ran side by side."""
-    common = {"candidate": candidate, "compile_workers": workers, "device": device}
+    call; first_call_s: the cold seconds; warm_s (extra): the warm ones."""
+    common = {"candidate": candidate, "compile_workers": 1, "device": device}
     if "error" in res:
         log.error("cold compile of %s failed: %s", candidate, res["error"])
         return [lifecycle_row(kind, value=math.nan, unit=unit, status="failed", reason=res["error"], **common)
@@ -378,13 +374,12 @@ def compile_result_rows(
 
 
 def cold_compile(
-    family: Any, candidates: list[str], shapes: list[dict], *, device: str, timeout_s: int, workers: int = 1
+    family: Any, candidates: list[str], shapes: list[dict], *, device: str, timeout_s: int
 ) -> list[dict[str, Any]]:
     """Per candidate (sorted), its cold compile in a fresh process (:func:`compile_child`): lifecycle
     rows (:func:`compile_result_rows`). ``family``: its spec `package.module:ATTRIBUTE` (or a
     headroom.families.load result), which the child imports; ``shapes``: shape dicts, the first a
-    candidate supports is compiled; ``workers``: children side by side (lifecycle's
-    ``compile_workers``, as attention's cold compiles run: each child has its own empty cache)."""
+    candidate supports is compiled."""
     spec = getattr(family, "spec", family)
     if not isinstance(spec, str) or not SPEC.fullmatch(spec):
         raise ValueError(
@@ -392,21 +387,12 @@ def cold_compile(
         )
     if not candidates or not shapes:
         raise ValueError(f"cold_compile needs candidates and shapes, got {len(candidates)} and {len(shapes)}")
-    if type(workers) is not int or workers < 1:
-        raise ValueError(f"cold_compile needs workers >= 1 (lifecycle's compile_workers), got {workers!r}")
     hdev, fdev = devices(device)
-    ids = sorted(set(candidates))
-    workers = min(workers, len(ids))
-    requests = [
-        {"family": spec, "candidate": c, "shapes": shapes, "device": fdev, "root": os.getcwd()} for c in ids
-    ]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda r: spawned(r, timeout_s), requests))
-    return [
-        row
-        for cid, res in zip(ids, results, strict=True)
-        for row in compile_result_rows(cid, res, hdev, workers)
-    ]
+    rows = []
+    for cid in sorted(set(candidates)):
+        request = {"family": spec, "candidate": cid, "shapes": shapes, "device": fdev, "root": os.getcwd()}
+        rows += compile_result_rows(cid, spawned(request, timeout_s), hdev)
+    return rows
 
 
 # -- switching and the lifecycle stage -------------------------------------------------------------
@@ -472,14 +458,7 @@ def lifecycle(family: Any, spec: str, trace: pd.DataFrame, ids: list[str], secti
     for name, step in (
         (
             "compile",
-            lambda: cold_compile(
-                spec,
-                ids,
-                shapes,
-                device=device,
-                timeout_s=cfg["compile_timeout_s"],
-                workers=cfg["compile_workers"],
-            ),
+            lambda: cold_compile(spec, ids, shapes, device=device, timeout_s=cfg["compile_timeout_s"]),
         ),
         ("dispatch", lambda: lc.dispatch_rows(trace, sorted(ids), cfg, hdev, policies, keying)),
         ("switch", lambda: switch_rows(family, trace, ids, cfg, device)),

@@ -249,36 +249,6 @@ def test_cold_compile_timeout_and_bad_arguments():
         )
 
 
-def test_cold_compile_children_run_side_by_side_up_to_compile_workers(monkeypatch):
-    """Each child has its own empty cache, so lifecycle's compile_workers of them run at once (a
-    family's 14 children took 141 s one after another on the H200); the rows keep the sorted order."""
-    import threading
-
-    both = threading.Barrier(2, timeout=10)  # broken unless two children are running at once
-
-    def spawned(request, timeout_s):
-        both.wait()
-        return {
-            "toolchain_s": 0.1,
-            "cold_s": 0.5,
-            "warm_s": 0.1,
-            "cache_bytes": 0,
-            "shape_key": "k",
-            "pid": 1,
-        }
-
-    monkeypatch.setattr(family_runs, "spawned", spawned)
-    rows = family_runs.cold_compile("tests.measure.test_family_runs:COLD", ["slow", "broken"], [SHAPE],
-                                    device="cpu", timeout_s=10, workers=4)  # fmt: skip
-    assert [(r["kind"], r["candidate"]) for r in rows] == [
-        ("compile", "broken"), ("cache", "broken"), ("compile", "slow"), ("cache", "slow")
-    ]  # fmt: skip
-    assert {r["compile_workers"] for r in rows} == {2} and {r["status"] for r in rows} == {"ok"}
-    with pytest.raises(ValueError, match="workers >= 1"):
-        family_runs.cold_compile("tests.measure.test_family_runs:COLD", ["slow"], [SHAPE], device="cpu",
-                                 timeout_s=10, workers=0)  # fmt: skip
-
-
 # -- the lifecycle stage of a family ---------------------------------------------------------------
 
 
