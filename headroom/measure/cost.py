@@ -144,7 +144,7 @@ def read_reference(path: Path) -> Reference:
         overheads.append((len(rows), eager_calls, inner - timed))
     first = runs[0].assign(call_bytes=call_bytes(runs[0], trace))
     family = family_of(trace)
-    source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source", "synthetic")
+    source = _trace_source(path)
     env = path / "environment.parquet"
     device = str(artifacts.read(env)["device"].iloc[0]) if env.exists() else "cuda"
     return Reference(
@@ -168,6 +168,15 @@ def read_reference(path: Path) -> Reference:
         eager_method=_eager_method(first),
         family=family,
     )
+
+
+def _trace_source(path: Path) -> str:
+    """The request log a recorded study read ('synthetic': none): attention's trace records it; a
+    kernel family's trace is built from the steps artifact, whose recorded input it is."""
+    source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source")
+    if source is None and (path / "steps.parquet").exists():
+        source = next(iter(artifacts.read_provenance(path / "steps.parquet").get("inputs", {})), None)
+    return str(source or "synthetic")
 
 
 def _eager_method(rows: pd.DataFrame) -> str:

@@ -287,6 +287,18 @@ def test_attention_references_are_predicted_as_without_the_family_references():
         assert cost.reference_plan(ref, cost.fit([r for r in refs if r is not ref])).total_s == alone
 
 
+def test_a_family_references_trace_source_is_its_steps_request_log(monkeypatch):
+    # a family's trace is built from the steps artifact: the request log it read is the source a
+    # study's plan matches on, so moe-azure-conv replays the sampler on its own reference's samples
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    refs = {r.name: r for r in cost.references()}
+    log = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+    assert refs["moe-azure-conv-6x160"].source == log and refs["moe-6x160"].source == "synthetic"
+    assert refs["azure-conv-gen2-6x100"].source == log  # attention's trace records it itself
+    plan = cost.plan_study("moe-azure-conv", _study("moe-azure-conv"), cost.fit(list(refs.values())))
+    assert plan.facts["reference"] == "moe-azure-conv-6x160"
+
+
 @pytest.mark.skipif(
     not all((cost.REFERENCE_ROOT / "h200" / n).is_dir() for n in MOE_REFERENCES),
     reason="the MoE references (data/reference/h200/moe-6x160, moe-azure-conv-6x160) are not recorded here",
