@@ -229,11 +229,17 @@ def test_attention_trace_and_candidates_are_unchanged_but_for_the_family_column(
     assert list(cands.columns)[-1] == "family" and set(cands["family"]) == {"attention"}
 
 
+#: The committed references of kernel families (data/reference/h200), and the family each measured.
+FAMILY_REFERENCES = {"rmsnorm-6x160": "rmsnorm", "moe-6x160": "moe", "moe-azure-conv-6x160": "moe"}
+
+
 def test_artifacts_without_a_family_column_are_attentions():
-    # the attention references, recorded before families (the rmsnorm one is a family's; retired
-    # references, default-gen2 among them, are out of main: data/reference/retired.tsv)
+    # the attention references, recorded before families (retired references, default-gen2 among
+    # them, are out of main: data/reference/retired.tsv); the families' carry their family
     recorded = [
-        p for p in sorted((ROOT / "data" / "reference").rglob("trace.parquet")) if "rmsnorm" not in str(p)
+        p
+        for p in sorted((ROOT / "data" / "reference").rglob("trace.parquet"))
+        if p.parent.name not in FAMILY_REFERENCES
     ]
     assert {p.parent.name for p in recorded} >= {
         "default-gen2-6x160",
@@ -244,8 +250,9 @@ def test_artifacts_without_a_family_column_are_attentions():
         table = artifacts.read_table(path)
         assert "family" not in table.column_names and contracts.family_of(table) == contracts.ATTENTION
         assert replay.family_identity(artifacts.read_provenance(path)) is None
-    family = artifacts.read_table(ROOT / "data/reference/h200/rmsnorm-6x160/trace.parquet")
-    assert contracts.family_of(family) == "rmsnorm"
+    for name, family in FAMILY_REFERENCES.items():
+        table = artifacts.read_table(ROOT / "data/reference/h200" / name / "trace.parquet")
+        assert contracts.family_of(table) == family, name
     assert contracts.family_of(pd.DataFrame({"family": ["rmsnorm"] * 2})) == "rmsnorm"
     with pytest.raises(ValueError, match="mixes the rows of families 'a', 'b'"):
         contracts.family_of(pd.DataFrame({"family": ["a", "b"]}))
