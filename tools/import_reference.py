@@ -8,6 +8,11 @@ measurement artifacts are kept (environment, trace, candidates, correctness, por
 their per-call samples, lifecycle, graph_sweep, calibration) with their recorded BLAKE3, each
 verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
 not kept: `snakemake --cores 1 --config replay=DEST/NAME` regenerates it on any machine.
+
+The project source files the artifacts name as lineage inputs (a kernel family's module) are kept
+too, under sources/ with their BLAKE3, copied from this checkout, which must hold them as measured:
+a replay then verifies against them after the files have moved on (headroom.core.replay.SOURCES).
+`--keep-sources DEST/NAME` keeps them for a folder imported before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,41 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headroom.core import artifacts  # noqa: E402
-from headroom.core.replay import MANIFEST_HEADER, MEASURED, OPTIONAL, import_artifact, manifest_row  # noqa: E402
+from headroom.core.replay import (  # noqa: E402
+    MANIFEST_HEADER,
+    MEASURED,
+    OPTIONAL,
+    SOURCES,
+    import_artifact,
+    is_source,
+    manifest_row,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def keep_sources(folder: Path, root: Path = ROOT) -> list[str]:
+    """Copy into folder/sources/ (with sidecars) each project source file the folder's artifacts
+    name as a lineage input, from ``root``; SystemExit naming it when root's file is not the one
+    recorded. The sources kept."""
+    wanted: dict[str, str] = {}
+    for path in sorted(folder.rglob("*.parquet")):
+        for inp, recorded in artifacts.read_provenance(path).get("inputs", {}).items():
+            if is_source(inp):
+                wanted.setdefault(inp, recorded)
+    for inp, recorded in sorted(wanted.items()):
+        here = root / inp
+        now = artifacts.hash_file(here) if here.is_file() else "absent"
+        if now != recorded:
+            raise SystemExit(
+                f"import_reference: {inp} here has BLAKE3 {now[:16]}, the study recorded {recorded[:16]}: "
+                "import from a checkout of the commit that measured it"
+            )
+        kept = folder / SOURCES / inp
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(here, kept)
+        artifacts.record_hash(kept)
+    return sorted(wanted)
 
 
 def import_study(tarball: Path, study: str, dest: Path, log: Path | None, command: str | None) -> Path:
@@ -52,6 +91,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
             rows.append((name, digest, (out / name).stat().st_size))
         if (results / "benchmarks").is_dir():
             shutil.copytree(results / "benchmarks", out / "benchmarks")
+        keep_sources(out)
         if log:  # compressed (the tracked tree stays one transfer for an offline GPU host), no timestamp
             with open(log, "rb") as src, gzip.GzipFile(out / "snakemake.log.gz", "wb", 9, mtime=0) as dst:
                 shutil.copyfileobj(src, dst)
@@ -73,7 +113,8 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         *MANIFEST_HEADER,  # the manifest check_recorded holds a replay folder to
         *[manifest_row(n, d, b) for n, d, b in rows],
         "",
-        "`benchmarks/` holds Snakemake's per-stage wall times of the run; `snakemake.log.gz` its log.",
+        "`benchmarks/` holds Snakemake's per-stage wall times of the run; `snakemake.log.gz` its log;",
+        "`sources/` the project source files the artifacts were made from (a kernel family's module).",
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return out
@@ -81,12 +122,23 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("tarball", type=Path)
-    p.add_argument("--study", required=True)
+    p.add_argument("tarball", type=Path, nargs="?")
+    p.add_argument("--study")
     p.add_argument("--dest", type=Path, default=Path("data/reference/h200"))
     p.add_argument("--log", type=Path)
     p.add_argument("--command")
+    p.add_argument(
+        "--keep-sources", type=Path, metavar="DEST/NAME", help="only keep an imported folder's sources"
+    )
     args = p.parse_args(argv)
+    if args.keep_sources is not None:
+        kept = keep_sources(args.keep_sources)
+        print(
+            f"kept {len(kept)} source(s) in {args.keep_sources / SOURCES}: {', '.join(kept) or 'none named'}"
+        )
+        return 0
+    if args.tarball is None or args.study is None:
+        p.error("a TARBALL and --study NAME are needed (or --keep-sources DEST/NAME)")
     out = import_study(args.tarball, args.study, args.dest, args.log, args.command)
     print(f"imported {args.study} into {out}")
     return 0

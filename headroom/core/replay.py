@@ -23,6 +23,20 @@ MEASURED = ("environment", "trace", "candidates", "correctness", "lifecycle", "g
 OPTIONAL = ("steps",)
 
 
+#: A recorded folder's copies of the project source files its measured artifacts name as lineage
+#: inputs (a kernel family's module: the trace stage reads it), each with its BLAKE3 sidecar, kept at
+#: import (tools/import_reference.py) and imported beside a replay's artifacts, where
+#: :func:`lineage_input` finds them: a replayed reference verifies against the source it was measured
+#: with once that file has moved on. Attention's references name no source file.
+SOURCES = "sources"
+
+
+def is_source(recorded_input: str) -> bool:
+    """Whether a recorded lineage input is a project source file (Python), not data or an artifact."""
+    path = Path(recorded_input)
+    return path.suffix == ".py" and not path.is_absolute() and "results" not in path.parts
+
+
 class ReplayError(ValueError):
     """A recorded folder cannot be replayed; the message names the folder and the artifacts."""
 
@@ -71,21 +85,22 @@ def lineage_input(artifact: str | Path, recorded_input: str, root: str | Path) -
     artifacts, so an input recorded under results/ (results/trace.parquet in the flat layout,
     results/<study>/trace.parquet since) is looked up in the artifact's own study folder: a replayed
     artifact's recorded edges then point at the replayed copies, whatever study recorded them.
-    Other inputs (request logs) are relative to the project root."""
+    A source file a replay imported with them (:data:`SOURCES`) is that copy. Other inputs (request
+    logs, the sources of a study measured here) are relative to the project root."""
     root = Path(root)
     artifact = Path(artifact).resolve()
     parts = Path(recorded_input).parts
     results = root.resolve() / "results"
-    if (
-        "results" in parts
-        and artifact.is_relative_to(results)
-        and len(artifact.relative_to(results).parts) > 1
-    ):
+    if artifact.is_relative_to(results) and len(artifact.relative_to(results).parts) > 1:
         study_dir = results / artifact.relative_to(results).parts[0]
-        rest = parts[parts.index("results") + 1 :]
-        for tail in (rest, rest[1:]):
-            if tail and (study_dir / Path(*tail)).exists():
-                return study_dir / Path(*tail)
+        if "results" in parts:
+            rest = parts[parts.index("results") + 1 :]
+            for tail in (rest, rest[1:]):
+                if tail and (study_dir / Path(*tail)).exists():
+                    return study_dir / Path(*tail)
+        kept = study_dir / SOURCES / recorded_input
+        if is_source(recorded_input) and kept.is_file():
+            return kept
     return root / recorded_input
 
 
@@ -219,6 +234,7 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
                 mixed.append(
                     f"{name} was made from a {source} with blake3 {recorded[:16]}, the folder's has {digests[source][:16]}"
                 )
+            mixed += _kept_source_conflicts(folder, name, inp, recorded, who)
     if mixed:
         raise ReplayError(
             f"{who}replay folder {folder} mixes artifacts of different runs: "
@@ -226,6 +242,22 @@ def check_recorded(folder: str | Path, *, study: str = "") -> list[str]:
             + ". Replay a folder recorded by one study (tools/import_reference.py writes one)."
         )
     return names
+
+
+def _kept_source_conflicts(folder: Path, name: str, inp: str, recorded: str, who: str) -> list[str]:
+    """The folder's kept copy of source ``inp`` (if any) against the BLAKE3 artifact ``name`` recorded."""
+    kept = folder / SOURCES / inp
+    if not (is_source(inp) and kept.is_file()):
+        return []
+    try:
+        digest = artifacts.verify(kept)
+    except artifacts.ArtifactError as exc:
+        raise ReplayError(f"{who}replay folder {folder}: {exc}") from None
+    if digest != recorded:
+        return [
+            f"{name} was made from {inp} with blake3 {recorded[:16]}, the folder's kept copy has {digest[:16]}"
+        ]
+    return []
 
 
 def check_imported(folder: str | Path, study_dir: str | Path, *, study: str = "") -> None:
@@ -280,6 +312,15 @@ def copy_project(dest: str | Path, src: str | Path = PROJECT_ROOT) -> Path:
     return Path(dest)
 
 
-def import_artifact(recorded: str | Path, dest: str | Path) -> str:
-    """Copy `recorded` (and its hash sidecar) to `dest`, byte for byte; fail on a hash mismatch."""
-    return artifacts.copy_verified(recorded, dest)
+def import_artifact(recorded: str | Path, dest: str | Path, name: str | None = None) -> str:
+    """Copy `recorded` (and its hash sidecar) to `dest`, byte for byte; fail on a hash mismatch.
+    With ``name`` (its path in the recorded folder, e.g. portfolio/run-1.parquet), also the folder's
+    kept copies of the sources it names as lineage inputs (:data:`SOURCES`), into dest's study folder."""
+    digest = artifacts.copy_verified(recorded, dest)
+    if name is not None:
+        depth = len(Path(name).parts)
+        folder, study_dir = Path(recorded).parents[depth - 1], Path(dest).parents[depth - 1]
+        for inp in artifacts.read_provenance(dest).get("inputs", {}):
+            if is_source(inp) and (folder / SOURCES / inp).is_file():
+                artifacts.copy_verified(folder / SOURCES / inp, study_dir / SOURCES / inp)
+    return digest
