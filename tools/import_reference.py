@@ -41,10 +41,10 @@ from headroom.core.replay import (  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def keep_sources(folder: Path, root: Path = ROOT) -> list[str]:
-    """Copy into folder/sources/ (with sidecars) each project source file the folder's artifacts
-    name as a lineage input, from ``root``; SystemExit naming it when root's file is not the one
-    recorded. The sources kept."""
+def recorded_sources(folder: Path, root: Path = ROOT) -> dict[str, str]:
+    """{project source file: BLAKE3} of each source the folder's artifacts name as a lineage input;
+    SystemExit naming it when ``root``'s file is not the one recorded (checked before anything is
+    written)."""
     wanted: dict[str, str] = {}
     for path in sorted(folder.rglob("*.parquet")):
         for inp, recorded in artifacts.read_provenance(path).get("inputs", {}).items():
@@ -58,14 +58,25 @@ def keep_sources(folder: Path, root: Path = ROOT) -> list[str]:
                 f"import_reference: {inp} here has BLAKE3 {now[:16]}, the study recorded {recorded[:16]}: "
                 "import from a checkout of the commit that measured it"
             )
+    return wanted
+
+
+def keep_sources(folder: Path, root: Path = ROOT, sources: dict[str, str] | None = None) -> list[str]:
+    """Copy into folder/sources/ (with sidecars) each project source file the folder's artifacts
+    name as a lineage input (``sources``, default :func:`recorded_sources`), from ``root``."""
+    sources = recorded_sources(folder, root) if sources is None else sources
+    for inp in sorted(sources):
         kept = folder / SOURCES / inp
         kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(here, kept)
+        shutil.copyfile(root / inp, kept)
         artifacts.record_hash(kept)
-    return sorted(wanted)
+    return sorted(sources)
 
 
-def import_study(tarball: Path, study: str, dest: Path, log: Path | None, command: str | None) -> Path:
+def import_study(
+    tarball: Path, study: str, dest: Path, log: Path | None, command: str | None, root: Path = ROOT
+) -> Path:
+    """The study packed in ``tarball`` imported as dest/study; ``root``: the checkout its sources come from."""
     out = dest / study
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(tarball) as tar:
@@ -83,6 +94,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
         names += sorted(
             p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet")
         )
+        sources = recorded_sources(results, root)  # before anything is written: refused in one line
         if out.exists():
             shutil.rmtree(out)
         rows = []
@@ -91,7 +103,7 @@ def import_study(tarball: Path, study: str, dest: Path, log: Path | None, comman
             rows.append((name, digest, (out / name).stat().st_size))
         if (results / "benchmarks").is_dir():
             shutil.copytree(results / "benchmarks", out / "benchmarks")
-        keep_sources(out)
+        keep_sources(out, root, sources)
         if log:  # compressed (the tracked tree stays one transfer for an offline GPU host), no timestamp
             with open(log, "rb") as src, gzip.GzipFile(out / "snakemake.log.gz", "wb", 9, mtime=0) as dst:
                 shutil.copyfileobj(src, dst)

@@ -6,7 +6,6 @@ reference verifies after its family's module has moved on (tests/workflow/test_f
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -52,7 +51,9 @@ def test_a_kept_source_that_is_not_the_recorded_one_is_refused(tmp_path):
     with pytest.raises(replay.ReplayError, match="rmsnorm"):
         replay.check_recorded(folder)
     artifacts.record_hash(kept)  # re-hashed: the file is whole, but not what the artifacts recorded
-    with pytest.raises(replay.ReplayError, match=f"made from {SOURCE} with blake3 .*, the folder's kept copy has"):
+    with pytest.raises(
+        replay.ReplayError, match=f"made from {SOURCE} with blake3 .*, the folder's kept copy has"
+    ):
         replay.check_recorded(folder)
 
 
@@ -63,3 +64,21 @@ def test_keeping_sources_from_a_tree_that_changed_them_is_refused_naming_the_fil
     folder = shutil.copytree(RMSNORM, tmp_path / "rmsnorm")
     with pytest.raises(SystemExit, match=f"{SOURCE} here has BLAKE3 .*the commit that measured it"):
         import_reference.keep_sources(folder, root)
+
+
+def test_importing_a_study_whose_source_this_checkout_changed_writes_nothing(tmp_path):
+    import tarfile
+
+    tarball = tmp_path / "study.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(RMSNORM, arcname="results/rmsnorm")
+    root = tmp_path / "checkout"
+    (root / SOURCE).parent.mkdir(parents=True)
+    (root / SOURCE).write_text("# another version\n")
+    dest = tmp_path / "dest"
+    with pytest.raises(SystemExit, match=f"{SOURCE} here has BLAKE3"):
+        import_reference.import_study(tarball, "again", dest, None, None, root)
+    assert not (dest / "again").exists()
+    out = import_reference.import_study(tarball, "again", dest, None, None)  # this checkout holds it
+    assert (out / replay.SOURCES / SOURCE).read_bytes() == (ROOT / SOURCE).read_bytes()
+    assert replay.check_recorded(out)
