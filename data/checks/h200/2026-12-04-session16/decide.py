@@ -5,6 +5,8 @@ record different code. Same calls as scripts/decision.py (figures.study_figures,
 with the shipped `policies:`/`decision:`/`recommendation:` sections, and policy_eval's per-run
 table-versus-single-config rows. From the repository root:
     python3 data/checks/h200/2026-12-04-session16/decide.py data/checks/h200/2026-12-04-session16/moe
+Session 17 ran it on the references recorded in one lease (data/reference/h200/moe-6x160 and
+moe-azure-conv-6x160): it reads the runs replay.recorded_runs finds, not the per-call samples beside them.
 """
 
 import sys
@@ -12,14 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from headroom.core import artifacts, defaults
+from headroom.core import artifacts, defaults, replay
 from headroom.decide import decision, figures, policy_eval
 from headroom.policies import Keying
 
 folder = Path(sys.argv[1])
 read = lambda name: pd.read_parquet(folder / f"{name}.parquet")  # noqa: E731
 trace, lifecycle = read("trace"), read("lifecycle")
-runs = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("portfolio/run-*.parquet"))])
+runs = pd.concat([read(f"portfolio/run-{r}") for r in replay.recorded_runs(folder)])
 keying = Keying.of_record(artifacts.read_provenance(folder / "trace.parquet")["extra"]["family"])
 options = dict(defaults.section("policies"))
 train_fraction, seed = options.pop("train_fraction"), options.pop("seed")
