@@ -18,6 +18,7 @@ from headroom.core import config as hconfig
 from headroom.core import replay as hreplay
 from headroom.core import sources
 from headroom.families import loading as hfloading
+from headroom.families.attention import flashinfer as hflashinfer
 from headroom.trace import source as htsource
 
 hconfig.make_importable(workflow.basedir)
@@ -39,6 +40,10 @@ try:
         hconfig.check_results_dir(R)
         STUDIES = hconfig.plan_studies(config, workflow.config_settings.config, check_source=htsource.check)
         for _study in STUDIES.values():
+            try:  # a CUDA study's FlashInfer candidates need FlashInfer installed here
+                hflashinfer.require(_study)
+            except ValueError as exc:
+                raise hconfig.ConfigError(f"study {_study['name']!r}: {exc}") from None
             if _study.get("replay"):
                 hreplay.check_recorded(_study["replay"], study=_study["name"])
                 hreplay.check_imported(_study["replay"], f"{R}/{_study['name']}", study=_study["name"])

@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import blake3
@@ -67,8 +68,33 @@ def describe(device: str) -> dict[str, Any]:
         # where the GPU sits: placement, not identity (a study may span identical GPUs)
         bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
         row["bus_id"] = "{:04x}:{:02x}:{:02x}".format(*bus) if None not in bus else "unknown"
+    row.update(flashinfer_facts())
     row["environment_id"] = environment_id(row)
     return row
+
+
+def flashinfer_facts() -> dict[str, str]:
+    """FlashInfer's version, its JIT cache directory and the cache's identity (BLAKE3 of the built
+    modules' relative paths and sizes: 'empty' before its first compile), or 'none' where it is not
+    installed (the `flashinfer` extra)."""
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is None:
+        return dict.fromkeys(FLASHINFER_FACTS, "none")
+    import flashinfer
+    from flashinfer.jit import env
+
+    jit = Path(env.FLASHINFER_JIT_DIR)
+    built = sorted(jit.rglob("*.so")) if jit.is_dir() else []
+    ident = "\n".join(f"{p.relative_to(jit)}\t{p.stat().st_size}" for p in built)
+    return {
+        "flashinfer": str(flashinfer.__version__),
+        "flashinfer_jit_dir": str(jit),
+        "flashinfer_jit_blake3": blake3.blake3(ident.encode()).hexdigest()[:16] if built else "empty",
+    }
+
+
+FLASHINFER_FACTS = ("flashinfer", "flashinfer_jit_dir", "flashinfer_jit_blake3")
 
 
 #: What makes two devices interchangeable for one study's measurements: the GPU model, driver and
@@ -89,8 +115,11 @@ IDENTITY = (
 
 
 def environment_id(row: dict[str, Any]) -> str:
-    """A short stable id of the device and software, carried by every measurement's provenance."""
-    ident = "|".join(f"{k}={row[k]}" for k in IDENTITY)
+    """A short stable id of the device and software, carried by every measurement's provenance.
+    FlashInfer's version enters it where it is installed (so the ids of environments without it
+    are the ones recorded before it was a candidate)."""
+    keys = IDENTITY + (("flashinfer",) if row.get("flashinfer", "none") != "none" else ())
+    ident = "|".join(f"{k}={row[k]}" for k in keys)
     return blake3.blake3(ident.encode()).hexdigest()[:16]
 
 

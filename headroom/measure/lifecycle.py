@@ -195,6 +195,14 @@ def _alternating(fa: Callable, fb: Callable) -> Callable:
         state[0] ^= 1
         return (fa if state[0] else fb)(*args)
 
+    return _keeps_prepare(fn, fa, fb)
+
+
+def _keeps_prepare(fn: Callable, *inner: Callable) -> Callable:
+    """fn with the inner callables' untimed ``prepare`` (timing.Harness.time), if any has one."""
+    prepares = [f.prepare for f in inner if hasattr(f, "prepare")]
+    if prepares:
+        fn.prepare = lambda sets: [p(sets) for p in prepares]
     return fn
 
 
@@ -211,7 +219,7 @@ def work_between(nbytes: int, device: str) -> Callable[[Callable], Callable]:
             write()
             return f(*args)
 
-        return fn
+        return _keeps_prepare(fn, f)
 
     wrap.buffer = write.buffer  # what it writes (tests look)
     return wrap

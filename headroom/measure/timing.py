@@ -71,7 +71,9 @@ SPIN_BATCH = 64
 SPIN_MARGIN = 2.0  # the spin covers twice the host time the batch is expected to take
 SPIN_FLOOR_US = 200.0  # and never less: the first estimate of a cell comes from few calls
 SPIN_RETRIES = 6  # doublings of a spin found too short before the measurement fails
-UNTIMED = ("eager warm-up", "graph capture", "graph warm-up replays")  # Harness.untimed_s's kinds
+# Harness.untimed_s's kinds ('prepare': a callable's own untimed set-up of the input sets, e.g. a
+# native's cache layout and plan, made before its first call as a server's already are)
+UNTIMED = ("prepare", "eager warm-up", "graph capture", "graph warm-up replays")
 # Work-sized warm-up (work_us > 0): two synchronized calls (the first pays one-time work, the second
 # is the call's time) and at least one enqueued without waiting, whose host time sizes the first spin
 MIN_SIZED_WARMUP = 3
@@ -386,11 +388,18 @@ class Harness:
     def time(self, mode: str, fn: Callable, input_sets: Sequence[tuple]) -> Measurement:
         """Time ``fn(*input_sets[i % len(input_sets)])`` in ``mode`` ('eager' or 'graph'). A ``fn``
         with a ``hold`` attribute (a context: a native's attention backend) is timed inside it,
-        entered once for the whole measurement, as a server chooses its backend once."""
+        entered once for the whole measurement, as a server chooses its backend once. A ``fn`` with
+        a ``prepare`` attribute gets ``fn.prepare(input_sets)`` first, untimed (its layouts and plan:
+        nothing of it may happen inside a capture or a timed call)."""
         if mode not in self.modes:
             raise ValueError(f"mode must be one of {self.modes} on device {self.device!r}, got {mode!r}")
         if len(input_sets) == 0:
             raise ValueError("input_sets must hold at least one tuple of arguments")
+        if hasattr(fn, "prepare"):
+            t0 = self.clock()
+            fn.prepare(input_sets)
+            self._sync()
+            self.untimed_s["prepare"] += (self.clock() - t0) / 1e9
         with fn.hold() if hasattr(fn, "hold") else contextlib.nullcontext():
             return self._time(mode, fn, input_sets)
 

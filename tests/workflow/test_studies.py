@@ -136,3 +136,16 @@ def test_results_that_is_a_file_is_refused_before_any_job(tmp_path):
 def test_default_study_plans_as_before(project):
     plan = planned_rules(project)
     assert plan["portfolio"] == 3 and plan["catalog"] == 1 and plan["report"] == 1
+
+
+def test_a_cuda_study_without_flashinfer_is_refused_at_plan_time_naming_the_extra(project):
+    """The shipped default lists FlashInfer's candidates on CUDA hosts (issue 33): where FlashInfer
+    is not installed the plan stops before any job, naming the extra and the key that leaves them
+    out (a replay of such a study needs no FlashInfer: tests/workflow/test_reference.py)."""
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is not None:
+        pytest.skip("FlashInfer is installed here: nothing to refuse")
+    out = _refused(project, "--dry-run", "--config", "device=cuda", expect=["invalid configuration"])
+    assert "config key 'native_candidates': flashinfer-paged, flashinfer-ragged need FlashInfer" in out
+    assert 'pip install -e ".[pipeline,flashinfer]"' in out and "Traceback" not in out

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from headroom.core import contracts
+from headroom.families.attention.flashinfer import BACKENDS as FLASHINFER_BACKENDS
 
 COLUMNS = list(contracts.CANDIDATES.names)
 #: RoPE placements (kernels.ROPE_MODES): `fused` in the artifact is True when RoPE runs inside the
@@ -25,7 +26,8 @@ GENERATION_1_PLACEMENTS = ("unfused", "fused")
 #: (torch.compile'd once per process, causal block mask). `math` is PyTorch's reference SDPA:
 #: slow, but it runs anywhere (tests use it on the CPU).
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
-NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex")
+#: and FlashInfer's wrappers as vLLM and SGLang use them (headroom.families.attention.flashinfer)
+NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex", *FLASHINFER_BACKENDS)
 NATIVE_TILE = -1  # native candidates have no tile of ours
 #: the variable-length decode family (kernels.decode_varlen, kernels.VARLEN_GENERATION): one
 #: candidate per tile, q rotated in the kernel over a rotated cache (placement q_fused), on decode
@@ -43,7 +45,7 @@ def candidate_id(tile: int, t: dict[str, int], rope: str) -> str:
 def _native_row(name: str, generation: int) -> dict[str, Any]:
     if name not in NATIVE_BACKENDS:
         raise ValueError(f"native_candidates: {name!r} is not one of {', '.join(NATIVE_BACKENDS)}")
-    backend = "flex" if name == "flex" else f"sdpa-{name}"
+    backend = name if name in ("flex", *FLASHINFER_BACKENDS) else f"sdpa-{name}"
     return {
         "candidate": f"native-{backend}",
         "tile": NATIVE_TILE,

@@ -14,9 +14,9 @@ stage shares; its docstring lists the columns) for the built-in attention family
 - switch: pairs of candidates with different tiles (:func:`switch_plan`), timed as
   headroom.measure.lifecycle describes.
 - plan: µs to build a generation-2 candidate's plan (kernels.plan: input checks, split plan,
-  scratch buffers, compiled launchers) for each distinct trace shape, its kernels already
-  compiled. The portfolio times Plan.run only. Generation-1 and native candidates have no plan
-  (skipped rows).
+  scratch buffers, compiled launchers), or a FlashInfer candidate's ``plan()``, for each distinct
+  trace shape, its kernels already compiled. The portfolio times the run only. Generation-1
+  candidates and the other natives have no plan (skipped rows).
 """
 
 from __future__ import annotations
@@ -138,14 +138,13 @@ def _median_build_us(build: Callable, reps: int, sync: Callable) -> float:
 
 
 def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
-    """One row per (generation-2 candidate, distinct trace shape): the median µs of building its
-    plan warm (one build first compiles what the shape needs). Other candidates: one skipped row.
+    """One row per (candidate with a plan: generations 2 and 3, FlashInfer; distinct trace shape):
+    the median µs of building its plan warm (one build first compiles what the shape needs). Other candidates: one skipped row.
     One shape's inputs at a time: a long-context trace's do not fit in memory together (the Mooncake
     study's 30 decode shapes hold 5 GB each)."""
     import torch
 
-    from headroom.families.attention.candidates import placement
-    from headroom.families.attention.runner import build_plan, is_native
+    from headroom.families.attention.runner import build_plan, has_plan, is_native
     from headroom.families.attention.runner import tables as candidate_tables
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -158,7 +157,7 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
         "cuda" if device == "cuda" else "cpu",
     )
     ordered = list(candidates.sort_values("candidate").itertuples(index=False))
-    ours = [c for c in ordered if not (is_native(c) or placement(c)[1] == 1)]
+    ours = [c for c in ordered if has_plan(c)]
     built = {c.candidate: [] for c in ours}
     for inv in shapes:
         q, k, v = inputs.input_sets(inv, 1, device, seed=0)[0]

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from headroom.families.attention.candidates import SDPA_BACKENDS, VARLEN_GENERATION, placement
+from headroom.families.attention.flashinfer import BACKENDS as FLASHINFER_BACKENDS
 
 
 def is_native(cand: Any) -> bool:
@@ -181,6 +182,8 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable
     are masked past each sequence's length."""
     from kernels import rope
 
+    if backend in FLASHINFER_BACKENDS:
+        return _flashinfer_fn(backend, cos, sin, rotate_k, kv_lens)
     if backend == "flex":
         attend = _causal_flex()
     elif backend.startswith("sdpa-") and backend[5:] in SDPA_BACKENDS:
@@ -204,8 +207,8 @@ def _native_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable
 
 
 def _rope_per_sequence(cos, sin, kv_lens) -> Callable:
-    """rotate(q) for one query per sequence, q (B, H, 1, D), at positions kv_lens[b] - 1: our
-    standalone RoPE kernel (one launch, as on other rows) over q viewed (1, H, B, D), the batch
+    """rotate(q, out=None) for one query per sequence, q (B, H, 1, D), at positions kv_lens[b] - 1:
+    our standalone RoPE kernel (one launch, as on other rows) over q viewed (1, H, B, D), the batch
     axis as positions 0..B-1 of tables gathered once per lengths: row b = row kv_lens[b] - 1."""
     import torch
 
@@ -214,12 +217,33 @@ def _rope_per_sequence(cos, sin, kv_lens) -> Callable:
     positions = (kv_lens - 1).to(torch.int64)
     cos_b, sin_b = cos[positions].contiguous(), sin[positions].contiguous()  # (B, D/2)
 
-    def rotate(q):
-        out = torch.empty_like(q)
+    def rotate(q, out=None):
+        out = torch.empty_like(q) if out is None else out
         rope(q.permute(2, 1, 0, 3), cos_b, sin_b, 0, out=out.permute(2, 1, 0, 3))
         return out
 
     return rotate
+
+
+def _flashinfer_fn(backend: str, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
+    """A FlashInfer candidate (headroom.families.attention.flashinfer): RoPE by our standalone
+    kernel written into FlashInfer's layout, as for the other natives."""
+    from headroom.families.attention import flashinfer
+    from kernels import rope
+
+    if kv_lens is None:
+
+        def rope_q(q, skv, out):
+            rope(q, cos, sin, skv - q.shape[2], out=out)
+
+    else:
+        per_sequence = _rope_per_sequence(cos, sin, kv_lens)
+
+        def rope_q(q, skv, out):
+            per_sequence(q, out)
+
+    rope_k = (lambda k, out: rope(k, cos, sin, 0, out=out)) if rotate_k else None
+    return flashinfer.candidate(backend, rope_q, rope_k, kv_lens)
 
 
 def runner(cand: Any, cos, sin, rotate_k: bool, kv_lens=None) -> Callable:
@@ -294,11 +318,23 @@ def _planned_fn(tile, rope: str, cos, sin, rotate_k: bool) -> Callable:
     return fn
 
 
+def has_plan(cand: Any) -> bool:
+    """Whether the candidate builds a plan per batch shape (build_plan returns one)."""
+    if is_native(cand):
+        return str(cand.backend) in FLASHINFER_BACKENDS
+    return placement(cand)[1] != 1
+
+
 def build_plan(cand: Any, cos, sin, rotate_k: bool, q, k, v, out=None, kv_lens=None):
-    """The plan a generation-2 or -3 candidate runs for these tensors (None for generation 1 and
-    native candidates, which have no plan): what the lifecycle times as the plan's build cost.
+    """The plan a generation-2 or -3 candidate runs for these tensors, a FlashInfer candidate's
+    planned wrapper (None for generation 1 and the other natives, which have no plan): what the
+    lifecycle times as the plan's build cost.
     A generation-3 (varlen) candidate builds the varlen plan for a row with kv_lens, generation 2's
     plan of its tile and placement otherwise."""
+    if str(cand.backend) in FLASHINFER_BACKENDS:  # FlashInfer's plan(): its per-batch host step
+        from headroom.families.attention.flashinfer import plan_once
+
+        return plan_once(str(cand.backend), q, k, kv_lens)
     if is_native(cand):
         return None
     rope, generation = placement(cand)
