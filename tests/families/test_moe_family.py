@@ -57,6 +57,19 @@ def test_every_candidate_matches_the_float64_reference(smoke):
     assert results["candidate"].nunique() == len(smoke.candidates())
 
 
+def test_the_weights_are_a_seed_0_draw_made_once_per_device(smoke):
+    import math
+
+    import torch
+
+    ly = smoke.layer
+    w = smoke.weights("cpu")
+    assert smoke.weights("cpu") is w and w.dtype == torch.float16
+    g = torch.Generator().manual_seed(0)
+    want = (torch.randn(ly.experts, ly.n, ly.hidden, generator=g) / math.sqrt(ly.hidden)).half()
+    assert torch.equal(w, want)  # the CPU's stream, as before the draw moved to the device's own
+
+
 def test_routing_is_distinct_per_token_and_skewed_routing_has_hot_experts():
     import torch
 

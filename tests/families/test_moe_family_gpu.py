@@ -41,3 +41,22 @@ def test_skewed_routing_passes_too():
     family = MoEFamily(QWEN3.layer, routing="skewed")
     results = check.check(family, expand.expand(family, _steps()[:2]), device="cuda")
     assert set(results["status"]) == {"passed"}, results.to_string()
+
+
+def test_the_weights_are_drawn_on_the_gpu_once_per_process():
+    # drawn by the device's own generator: QWEN3's 402M draws from the CPU's cost every process
+    # (each portfolio run, correctness, each cold-compile child) seconds before any timing
+    import time
+
+    from headroom.families.moe.family import QWEN3, MoEFamily
+
+    family = MoEFamily(QWEN3.layer)
+    t0 = time.perf_counter()
+    w = family.weights("cuda")
+    torch.cuda.synchronize()
+    drawn_s = time.perf_counter() - t0
+    assert w.is_cuda and w.dtype == torch.bfloat16 and tuple(w.shape) == (128, 1536, 2048)
+    assert family.weights("cuda") is w  # once per device and process
+    assert abs(w[0].float().std().item() * 2048**0.5 - 1) < 0.01  # N(0, 1/K)
+    assert torch.equal(MoEFamily(QWEN3.layer).weights("cuda"), w)  # seed 0: the same weights
+    assert drawn_s < 1.0, f"drawing the weights took {drawn_s:.2f} s"
