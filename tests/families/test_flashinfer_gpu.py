@@ -81,7 +81,7 @@ def test_flashinfer_is_timed_eager_and_under_graph_replay_with_its_plan_untimed(
         for mode in ("eager", "graph"):
             fn = runner(cand, cos, sin, inputs.rotate_k(inv), lens)
             m = h.time(mode, fn, sets)
-            assert (m.samples_us > 0).all() and m.samples_us.size >= 5
+            assert (m.samples_us > 0).all() and m.samples_us.size >= (5 if mode == "eager" else 2)
         q, k, v = sets[0]
         assert build_plan(cand, cos, sin, inputs.rotate_k(inv), q, k, v, kv_lens=lens) is not None
     assert h.untimed_s["prepare"] > 0

@@ -238,7 +238,11 @@ def test_portfolio_both_modes_on_cuda():
     np.testing.assert_allclose(graph["median_us"] * 10, graph["graph_replay_us"], rtol=0.2)
     assert (rows["median_us"] > 0).all() and np.isfinite(rows["graph_launch_us"]).all()
     floors = rows.groupby("mode")["floor_us"].first()
-    assert floors["graph"] < floors["eager"]  # a launch inside a graph is cheaper than from the host
+    # Eager is GPU time with the host enqueued ahead ('spin-events'), so the empty kernel's floor is a
+    # few µs in both modes, not the host's 18-40 µs launch path (the two were 3.14 and 3.26 µs on the
+    # H200 on 2026-12-04, in either order from day to day): both under 10 µs.
+    assert set(rows.loc[rows["mode"] == "eager", "timing_method"]) == {"spin-events"}
+    assert ((floors > 0) & (floors < 10.0)).all(), floors.to_dict()
 
 
 @pytest.mark.gpu
