@@ -7,6 +7,12 @@
     table = dispatch.load("results/default", identity=here)               # the study folder: checked against it
     cand = table.choose(phase="decode", batch=5, q_len=1, kv_len=2064)   # the profile routes by step
     cand.id, cand.block_m, cand.rope           # what to plan and run (kernels.deploy.run(cand, ...))
+    cand.native                                # or a native: run cand.backend through its library
+
+A route target may be a native candidate (``Candidate.native``: a backend other than ours, e.g.
+``sdpa-cudnn``, ``flex``, FlashInfer's; no tile of ours, ``tile`` -1 and sizes 0) wherever it was the
+faster choice: a server runs it through its own library (torch, FlashInfer), after the standalone
+RoPE kernel where its ``rope`` is ``unfused``; ``kernels.deploy`` plans only ours and refuses it.
 
 What ``load`` checks, and where from:
 
@@ -68,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from headroom import policies
+from headroom.core.names import OURS_BACKENDS
 from headroom.families.attention.keying import CLUSTER_FEATURES
 from headroom.policies.shapes import Keying
 
@@ -818,6 +825,11 @@ class Candidate:
     backend: str
     fused: bool | None
     params: dict | None = field(default=None, hash=False)
+
+    @property
+    def native(self) -> bool:
+        """A native backend's candidate (a server runs it through its own library), not one of ours."""
+        return self.backend not in OURS_BACKENDS
 
 
 class Dispatch:

@@ -100,6 +100,30 @@ def timings(
     return pd.DataFrame(rows)
 
 
+def with_native(tm: pd.DataFrame, factor, backend: str = "sdpa-cudnn") -> pd.DataFrame:
+    """The timings with our candidates' backend ('triton') and a native candidate beside them,
+    'native-<backend>' (no tile: -1; unfused, RoPE by our standalone kernel): on each row t0-unfused's
+    latency times ``factor(shape_key)``."""
+    ours = tm.assign(backend="triton")
+    native = ours[ours["candidate"] == "t0-unfused"].copy()
+    scale = native["shape_key"].map(factor).astype(float)
+    for c in ("median_us", "mean_us", "p10_us", "p90_us"):
+        native[c] = native[c] * scale
+    native = native.assign(candidate=f"native-{backend}", tile=-1, fused=False, backend=backend)
+    return pd.concat([ours, native], ignore_index=True)
+
+
+def candidates_with(*backends: str) -> pd.DataFrame:
+    """``candidates()`` (backend 'triton') and a native row per backend, as with_native names them."""
+    native = [
+        {"candidate": f"native-{b}", "tile": -1, "block_m": 0, "block_n": 0, "num_warps": 0,
+         "num_stages": 0, "fused": False, "backend": b, "rope": "unfused"}
+        for b in backends
+    ]  # fmt: skip
+    ours = candidates().assign(backend="triton", rope=None)  # generation 1: placement from fused
+    return pd.concat([ours, pd.DataFrame(native)], ignore_index=True)
+
+
 BASE_US = {"A": 100.0, "B": 400.0, "C": 50.0, "D": 80.0, "A2": 90.0}
 
 

@@ -1,10 +1,13 @@
 """What the verdict ships: recommendation.parquet and dispatch.json, from the decision engine's rows.
 
 Per scope — each mode (``graph``, ``eager``) and each deployment-profile part (``<mode>@<step>``;
-a family captured by a feature: ``graph@captured`` and ``eager@uncaptured``; family ``profile``) — the decision's rows already hold the global kernel refit on all runs
-(``kernel``, ``runs_agree``) and its trace-weighted speedups with CIs over the best unfused candidate
-and each native backend (``kernel_vs_*``). The recommendation reads them; it does not recompute them.
-What it adds, per scope:
+a family captured by a feature: ``graph@captured`` and ``eager@uncaptured``; family ``profile``) —
+the decision's rows already hold the global kernel refit on all runs, chosen among every candidate
+that passed correctness, natives included where they compete (the ``gap_to_oracle`` row's
+``kernel``, ``runs_agree``), and our best kernel (the global one among ours alone) with its
+trace-weighted speedups with CIs over the best unfused kernel of ours and each native backend
+(``kernel_vs_*``: ``our_kernel``, ``alternative``, ``speedup``). The recommendation reads them; it
+does not recompute them. What it adds, per scope:
 
 * what to ship (``ship``): ``policy`` when the scope's family says ``continue`` on the policy figure
   (``policy_gain`` exceeds its threshold): the policy the runs selected most (decision's
@@ -16,7 +19,11 @@ What it adds, per scope:
   the gap threshold): phase-keyed refit on all runs, expected gain ``phase_split_gain``; otherwise
   ``kernel``, the global kernel (one candidate for every shape, expected gain 0 by definition; under
   a ``continue`` on the gap alone no deployable policy captures the headroom yet: building one is
-  what ``continue`` asks for);
+  what ``continue`` asks for); the global kernel may be a native (``backend`` says which), never on
+  eager timings that include the host's launch path (there natives do not compete:
+  ``measured.ModeData.natives_compete``);
+* the natives the shipped choice routes to (``natives_shipped``, comma-separated: the global kernel
+  where it is one, and the shipped policy's native candidates);
 * the kernel's trace-weighted latency (µs per invocation: mean over runs and the scope's invocations);
 * what each figure is worth per decoder layer (``layer_model``): the same saving as % of the time of a
   decoder layer running the shipped kernel, the layer being attention plus its GEMMs.
@@ -143,15 +150,19 @@ def what_to_ship(rows: pd.DataFrame, md, L, opts, seed: int, kernel: str) -> tup
     return "kernel", global_policy(kernel, md.keying), {"estimate": 0.0, "ci_low": np.nan, "ci_high": np.nan}
 
 
-def kernel_of(rows: pd.DataFrame, md, L) -> tuple[str, int]:
-    """(the global kernel, runs agreeing) from the decision's kernel rows; without any (no unfused arm
-    and no native candidate) the engine's own refit (``figures.kernel``), the same function."""
-    if "kernel" not in rows:  # a decision without kernel rows at all (a family's: no fused arm, no native)
-        return figures.kernel(md, L)
-    k = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS) & rows["kernel"].notna()]
+def kernel_of(rows: pd.DataFrame, md, L, among: str = "free") -> tuple[str, int]:
+    """(kernel, runs agreeing) as the decision's rows name it: the global kernel among every competing
+    candidate (``among`` 'free': its ``gap_to_oracle`` row) or our best kernel (``engine.OURS``: its
+    ``kernel_vs_*`` rows); where the rows name none, the engine's own refit (``figures.kernel``, the
+    same function); ('', 0) for our best kernel of a study without a candidate of ours."""
+    if among not in L.arm_cols:
+        return "", 0
+    figure = rows["figure"].astype(str)
+    at = figure.eq("gap_to_oracle") if among == "free" else figure.str.startswith(figures.KERNEL_ROWS)
+    k = rows[at & rows["kernel"].notna()] if "kernel" in rows else rows.iloc[0:0]
     if len(k):
         return str(k["kernel"].iloc[0]), int(k["runs_agree"].iloc[0])
-    return figures.kernel(md, L)
+    return figures.kernel(md, L, among)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,10 +201,11 @@ def _num(x) -> float:
 
 
 def scope_rows(
-    scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, worth: dict | None
+    scope: str, rows: pd.DataFrame, md, ship: tuple, kernel: tuple, worth: dict | None, ours: str
 ) -> list[dict]:
-    """One row per alternative (best unfused, each native) of one scope; ``worth`` None (a kernel
-    family: no decoder-layer model) leaves the per-layer columns null."""
+    """One row per alternative (best unfused, each native) of one scope, its speedup over our best
+    kernel ``ours``; ``worth`` None (a kernel family: no decoder-layer model) leaves the per-layer
+    columns null."""
     if worth is None:
         worth = {"attention": math.nan, "layer": math.nan, "prefill": math.nan, "decode": math.nan}
     kind, policy, gain = ship
@@ -208,6 +220,7 @@ def scope_rows(
         "ship": kind,
         "policy": policy.name,
         "kernel": name,
+        "our_kernel": ours,
         "runs_agree": agree,
         "runs": int(md.us.shape[0]),
         "latency_us": float((md.us[..., col] * _weight(md)).sum() / (_weight(md).sum() * md.us.shape[0])),
@@ -222,11 +235,9 @@ def scope_rows(
         "attention_layer_decode_pct": worth["decode"],
         "expected_gain_layer_pct": per_layer(worth, _num(gain.get("estimate"))),
         "gap_layer_pct": per_layer(worth, _num(gap.get("estimate")), of_oracle=True),
-        # eager timings recorded back to back (before decision v4): a speedup over a native compares
-        # host launch paths, not kernels, and `headroom recommend` does not state it
-        "host_included": bool(rows["host_included"].fillna(False).astype(bool).any())
-        if "host_included" in rows
-        else False,
+        # eager timings recorded back to back: a speedup over a native compares host launch paths,
+        # not kernels; no native competes there and `headroom recommend` states none
+        "host_included": md.host_included,
     }
     alts = rows[rows["figure"].astype(str).str.startswith(figures.KERNEL_ROWS)]
     out = []
@@ -245,7 +256,7 @@ def scope_rows(
                 "speedup_layer_ci_high": per_layer(worth, 100.0 * (s[2] - 1.0)),
             }
         )
-    native = faster_native(out)
+    native = None if md.host_included else faster_native(out)
     for r in out:
         r["faster_native"] = native["alternative"] if native else ""
         r["faster_native_speedup"] = native["speedup"] if native else math.nan
@@ -253,9 +264,9 @@ def scope_rows(
 
 
 def faster_native(rows: list[dict]) -> dict | None:
-    """The row of the fastest native backend that is faster than the shipped kernel (our speedup over
-    it below 1, its CI's upper end too where there is one), or None. The global kernel is chosen among
-    our kernels only, so a study can ship ours while a native runs faster: the rows say so."""
+    """The row of the fastest native backend that is faster than our best kernel (our speedup over it
+    below 1, its CI's upper end too where there is one), or None: the native the global kernel
+    usually is then (it is chosen on the runs' mean latency and plan charges, so it can differ)."""
     slower = [
         r
         for r in rows
@@ -375,12 +386,17 @@ def recommend_scope(scope: str, decision: pd.DataFrame, md, ctx) -> tuple[list[d
     L = engine.layout(md, opts, costs, train_fraction, seed)
     kernel = kernel_of(r, md, L)
     ship = what_to_ship(r, md, L, opts, seed, kernel[0])
+    ours = kernel_of(r, md, L, engine.OURS)[0]
     worth = (  # the decoder-layer model is attention's: a family's rows leave it null
         layer_model(md, list(md.names).index(kernel[0]), gemm_us(md.features, ratio, flops, bw))
         if md.keying == ATTENTION
         else None
     )
-    rows = scope_rows(scope, r, md, ship, kernel, worth)
+    rows = scope_rows(scope, r, md, ship, kernel, worth, ours)
+    natives = {md.names[c] for c in np.flatnonzero(md.native)}
+    routed = ",".join(c for c in dict.fromkeys((kernel[0], *ship[1].candidates)) if c in natives)
+    for row in rows:  # what of the shipped choice a server runs through a native library
+        row["natives_shipped"] = routed
     entry = {
         "verdict": rows[-1]["verdict"],
         "ship": ship[0],

@@ -167,7 +167,8 @@ _T = {
     "verdict": STR,
     # recommendation (what to ship; headroom/analysis/recommendation.py)
     "schema_version": INT, "study": STR, "scope": STR, "family": STR, "headline_verdict": STR, "ship": STR,
-    "kernel": STR, "runs_agree": INT, "runs": INT, "alternative": STR, "speedup": FLOAT,
+    "kernel": STR, "our_kernel": STR, "natives_shipped": STR, "runs_agree": INT, "runs": INT,
+    "alternative": STR, "speedup": FLOAT,
     "speedup_ci_low": FLOAT, "speedup_ci_high": FLOAT, "expected_gain_pct": FLOAT,
     "expected_gain_ci_low": FLOAT, "expected_gain_ci_high": FLOAT, "gap_pct": FLOAT, "gap_ci_low": FLOAT,
     "gap_ci_high": FLOAT, "attention_layer_pct": FLOAT, "attention_layer_prefill_pct": FLOAT,
@@ -277,7 +278,8 @@ DECISION = _contract("decision", "verdict reason", required="verdict reason")
 _RECOMMENDATION_KEY = "schema_version study scope verdict ship policy kernel decision_blake3 dispatch_blake3"
 RECOMMENDATION = _contract(
     "recommendation",
-    "schema_version study scope family verdict headline_verdict ship policy kernel tile block_m block_n "
+    "schema_version study scope family verdict headline_verdict ship policy kernel our_kernel natives_shipped "
+    "tile block_m block_n "
     "num_warps num_stages rope generation backend fused runs_agree runs latency_us alternative speedup "
     "speedup_ci_low speedup_ci_high expected_gain_pct expected_gain_ci_low expected_gain_ci_high gap_pct "
     "gap_ci_low gap_ci_high attention_layer_pct attention_layer_prefill_pct attention_layer_decode_pct "

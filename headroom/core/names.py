@@ -40,3 +40,27 @@ VALIDATION_NET_GAIN_VS_CATEGORY = "validation_net_gain_vs_phase_pct"
 BASE_CONFIG = "tile"
 #: The serving trace's category column: a step kind falls back to it where the trace records no step.
 TRACE_CATEGORY = "phase"
+
+#: The portfolio's backends of the candidates under study (attention's Triton kernels; a family's
+#: own): every other backend is a native peer (a torch SDPA backend, FlexAttention, FlashInfer).
+OURS_BACKENDS = ("triton", "family")
+
+#: What each native backend (a candidate's ``backend`` other than ours) is, in a serving engineer's
+#: words: what `headroom recommend` and the report call a native they ship (``native_words``).
+NATIVE_WORDS = {
+    "sdpa-cudnn": "PyTorch's cuDNN SDPA backend",
+    "sdpa-flash": "PyTorch's FlashAttention-2 SDPA backend",
+    "sdpa-efficient": "PyTorch's memory-efficient SDPA backend",
+    "sdpa-math": "PyTorch's math SDPA backend (its reference)",
+    "flex": "PyTorch's FlexAttention",
+    "flashinfer-paged": "FlashInfer over a paged KV cache, as vLLM's FlashInfer backend runs it",
+    "flashinfer-ragged": "FlashInfer's ragged prefill and tensor-core paged decode, as SGLang runs it",
+}
+
+
+def native_words(backend: str, rope: str | None = None) -> str:
+    """'PyTorch's cuDNN SDPA backend, after the standalone RoPE kernel' of a native's backend and RoPE
+    placement (``unfused``: our standalone RoPE kernel runs before it); a backend without words here
+    by its name."""
+    said = NATIVE_WORDS.get(backend) or f"the native backend {backend}"
+    return f"{said}, after the standalone RoPE kernel" if rope == "unfused" else said

@@ -2,7 +2,10 @@
 
 Read from results/<study>/recommendation.parquet (headroom/analysis/recommendation.py writes it) and
 the decision's reason; every number is written by headroom/core/format.py. Scopes shown: the
-deployment profile's parts when the study has them, else each mode.
+deployment profile's parts when the study has them, else each mode. The kernel shipped is the fastest
+candidate, ours or a native; a native is said in words (``names.native_words``) with our best kernel's
+speed against it, and every native's speedup is stated where ours is shipped (not on eager timings
+that include the host's launch path: there natives are not compared).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headroom.core import format as hfmt
-from headroom.core.names import CAPTURED, UNCAPTURED
+from headroom.core.names import CAPTURED, UNCAPTURED, native_words
 
 
 def shown_scopes(table: pd.DataFrame) -> list[str]:
@@ -28,7 +31,7 @@ def _label(scope: str) -> str:
 
 
 def _ship(r) -> str:
-    agree = f"{int(r['runs_agree'])}/{int(r['runs'])} runs agree"
+    agree = f"{int(r['runs_agree'])}/{int(r['runs'])} runs agree{_routed(r)}"
     if r["ship"] == "policy":
         return f"the {r['policy']} dispatch policy (dispatch.json; global kernel {r['kernel']}, {agree})"
     if r["ship"] == "phase-pair" and _family(r):  # a kernel family's category-keyed policy
@@ -37,21 +40,39 @@ def _ship(r) -> str:
         )
     if r["ship"] == "phase-pair":
         return f"one kernel per phase (dispatch.json; global kernel {r['kernel']}, {agree})"
-    return f"{r['kernel']} ({agree}, {hfmt.us(r['latency_us'])} per call)"
+    what = f"{r['kernel']}, {native_words(r['backend'], r.get('rope'))}" if native_shipped(r) else r["kernel"]
+    return f"{what} ({agree}, {hfmt.us(r['latency_us'])} per call)"
 
 
-def _faster_native(rows: pd.DataFrame) -> str:
-    """Where a native backend runs faster than every kernel of ours (the rows' ``faster_native``): it
-    and our speedup over it with CI; '' otherwise (and for a recommendation recorded before it)."""
-    name = rows.iloc[0].get("faster_native")
-    if not isinstance(name, str) or not name:
+def _routed(r) -> str:
+    """'; it routes shapes to native-sdpa-cudnn' where a shipped policy runs natives; '' otherwise."""
+    routed = r.get("natives_shipped")
+    if r["ship"] == "kernel" or not isinstance(routed, str) or not routed:
         return ""
-    r = rows[rows["alternative"].astype(str) == name].iloc[0]
+    return f"; it routes shapes to {routed.replace(',', ', ')}"
+
+
+def native_shipped(r) -> bool:
+    """Whether a row's global kernel is a native: not our best kernel (``our_kernel``; the global one
+    among every candidate is ours exactly when it is our best)."""
+    ours = r.get("our_kernel")
+    return isinstance(ours, str) and bool(ours) and r["kernel"] != ours
+
+
+def _ours_against(rows: pd.DataFrame) -> str:
+    """Where a native is the global kernel: our best kernel's speed against it; where ours is and a
+    native runs faster than it (the rows' ``faster_native``): that native and our speed against it;
+    '' otherwise."""
+    r0 = rows.iloc[0]
+    name = r0["kernel"] if native_shipped(r0) else r0.get("faster_native")
+    hit = rows[rows["alternative"].astype(str) == name] if isinstance(name, str) and name else rows.iloc[0:0]
+    if hit.empty:
+        return ""
+    r = hit.iloc[0]
     figure = hfmt.estimate_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x")
-    return (
-        f"; but {name} is the faster choice: ours runs at {figure} its speed "
-        "(the global kernel is chosen among our kernels only)"
-    )
+    if native_shipped(r0):
+        return f"; our best kernel, {r0['our_kernel']}, runs at {figure} its speed"
+    return f"; but {name} runs faster than our best kernel: ours runs at {figure} its speed"
 
 
 def _family(r) -> bool:
@@ -72,18 +93,17 @@ def _speedup(r) -> str:
 
 
 def _sure(rows: pd.DataFrame) -> str:
-    """The speedups over the best unfused and over the strongest native, and the expected gain."""
+    """Our best kernel's speedups over the best unfused and over each native, and the expected gain."""
     r0 = rows.iloc[0]
     alts = rows[rows["alternative"].astype(str) != ""]
-    picks = alts[alts["alternative"] == "best_unfused"]
-    natives = alts[alts["alternative"] != "best_unfused"]
+    natives = alts["alternative"] != "best_unfused"
     flag = r0.get("host_included", False)
     host = bool(pd.notna(flag) and flag)
-    if len(natives) and not host:
-        picks = pd.concat([picks, natives.loc[[natives["speedup"].idxmin()]]])
-    said = [_speedup(r) for _, r in picks.iterrows()]
-    if len(natives) and host:  # a native's host path against ours is no kernel comparison
+    said = [_speedup(r) for _, r in (alts[~natives] if host else alts).iterrows()]
+    if natives.any() and host:  # a native's host path against ours is no kernel comparison
         said.append("natives not compared: these eager timings include the host's launch path")
+    if said and native_shipped(r0):  # the speedups are our best kernel's, not the shipped one's
+        said[0] = f"our best kernel {r0['our_kernel']}: {said[0]}"
     if r0["ship"] != "kernel":
         gain = f"{hfmt.pct(r0['expected_gain_pct'])} {hfmt.pct_ci(r0['expected_gain_ci_low'], r0['expected_gain_ci_high'])}"
         said.append(f"expected gain {gain}{_layer(r0, 'expected_gain_layer_pct')}")
@@ -96,7 +116,7 @@ def lines(table: pd.DataFrame, reason: str) -> list[str]:
     first = reason.split(". ")[0].rstrip(".") if isinstance(reason, str) and reason else ""
     scopes = shown_scopes(table)
     by = {s: table[table["scope"].astype(str) == s] for s in scopes}
-    ship = "; ".join(f"{_label(s)}: {_ship(by[s].iloc[0])}{_faster_native(by[s])}" for s in scopes)
+    ship = "; ".join(f"{_label(s)}: {_ship(by[s].iloc[0])}{_ours_against(by[s])}" for s in scopes)
     sure = "; ".join(f"{_label(s)}: {_sure(by[s])}" for s in scopes)
     said = f"{first}." if first else verdict  # the reason's first sentence names the verdict
     return [f"Verdict: {said}", f"Ship: {ship}", f"How sure: {sure}"]

@@ -43,7 +43,9 @@ from headroom.decide import interval, measured, registry
 from headroom.decide.costs import LifecycleCosts, charge
 from headroom.decide.measured import ModeData, Options
 
-ARMS = ("off", "on", "free")
+ARMS = measured.FUSION_ARMS
+# The column set of our candidates alone (natives out): not an arm, what ``kernel_vs_*`` compares.
+OURS = "ours"
 BASELINES = ("global", CATEGORY_KEYED)  # the policy figure's baseline: the better of them on validation
 RUNTIME_DISPATCH = "needs runtime dispatch inside the graph"
 
@@ -66,8 +68,8 @@ class Layout:
     policies: tuple[str, ...]  # every policy policy_eval scores (registry.policies_of the family's keying)
     base: np.ndarray  # (C,) each candidate's base config (``ModeData.base``)
     native: np.ndarray
-    cols: dict  # arm -> columns of us (the decided arms with at least one candidate)
-    arm_cols: dict  # every arm with a candidate, the native one (ours and the natives) included
+    cols: dict  # arm -> columns of us (the arms with at least one candidate; `free`: every competing one)
+    arm_cols: dict  # every column set a policy is fitted in: the arms, and OURS where we have candidates
     deployable: tuple[str, ...]  # selected from in this mode
     runtime: tuple[str, ...]  # graph mode: policies keyed beyond capture (they need runtime dispatch)
     keys: dict  # (window, policy) -> Keys; window 'train' (scores test) or 'fit' (scores validation)
@@ -149,8 +151,8 @@ def layout(
         policies,
         md.base,
         md.native,
-        {a: md.arm_cols(a) for a in ARMS if len(md.arm_cols(a))},
         {a: md.arm_cols(a) for a in md.arms()},
+        {**{a: md.arm_cols(a) for a in md.arms()}, **({OURS: md.ours()} if len(md.ours()) else {})},
         deployable,
         runtime if graph else (),
         keys,
@@ -277,9 +279,10 @@ def _stacked(picks: dict, names: list, index: np.ndarray):
 
 def _fusion_within_category(L: Layout, ut: np.ndarray, category_choice: np.ndarray) -> np.ndarray:
     """Per test invocation, fused or not (chosen on the same run's test) at the category-keyed
-    candidate's base config."""
+    candidate's base config; a native category-keyed choice has no fusion arm: itself."""
+    choice = category_choice[..., None]  # (S, R, n_test, 1)
     ours = ~L.native
-    mask = ours[None, None, None, :] & (L.base[None, None, None, :] == L.base[category_choice][..., None])
+    mask = (ours & ours[choice] & (L.base == L.base[choice])) | (np.arange(len(L.base)) == choice)
     return np.argmin(np.where(mask, ut, np.inf), axis=-1)
 
 
@@ -296,6 +299,9 @@ def choices(L: Layout, b: Batch) -> tuple[dict, list, np.ndarray, np.ndarray]:
         picks.setdefault(f"{p}@free", fit(L, b, "train", p, "free"))
     picks["category"] = fit(L, b, "train", CATEGORY_KEYED, "free")
     picks["global"] = picks["global@free"]
+    if OURS in L.arm_cols:  # our best global kernel, what kernel_vs_* compares (free's where it is ours)
+        same = np.array_equal(L.arm_cols[OURS], L.cols["free"])
+        picks[f"global@{OURS}"] = picks["global"] if same else fit(L, b, "train", "global", OURS)
     ut = b.us[:, :, nt:]
     zero = np.zeros(ut.shape[:-1])
     free = L.cols["free"]
@@ -358,11 +364,14 @@ def specs(L: Layout, picks: dict) -> dict:
             if (L.category[L.n_train :] == code).any():
                 fn = lambda G, N: G["off@category"] / G["on@category"]  # noqa: E731
                 out[f"fusion_speedup_{name}"] = (fn, code)
+    if OURS not in L.arm_cols:  # natives alone: no kernel of ours to compare
+        return out
+    ours = f"global@{OURS}"
     if {"off", "on"} <= set(L.cols):  # without a fused arm the best unfused is the kernel itself
-        out["kernel_vs_best_unfused"] = (lambda G, N: G["global@off"] / G["global@free"], None)
+        out["kernel_vs_best_unfused"] = (lambda G, N: G["global@off"] / G[ours], None)
     for k in picks:
         if k.startswith("native:"):
-            out[f"kernel_vs_{k[7:]}"] = (lambda G, N, k=k: G[k] / G["global@free"], None)
+            out[f"kernel_vs_{k[7:]}"] = (lambda G, N, k=k: G[k] / G[ours], None)
     return out
 
 

@@ -7,9 +7,14 @@ Decided (``headroom.decide.rule``): ``gap_to_oracle`` (it holds on ``gap_to_orac
 figure against each baseline, the richer policy families (``richer_gain_<policy>``, each with what
 deploying it needs), which shapes carry the gap (``gap_carried_by``), the fusion speedups, the same-run
 gap, the decomposition of the gap (``made_of_*``, % of the oracle's latency, adding up to the cross-run
-gap), the switch-penalty sensitivity and the **kernel recommendation** rows (``kernel_vs_*``: the one
-global kernel to ship, refit on every run's whole trace, ``runs_agree`` how many runs pick it alone;
-speedups of the alternatives' summed latency over its own, cross-run).
+gap), the switch-penalty sensitivity and the **kernel recommendation** rows (``kernel_vs_*``: our
+best kernel, the global one among our candidates alone, against the best unfused kernel of ours and
+each native: the alternative's summed latency over its own, cross-run).
+
+The global kernel, the oracle and every policy choose among the `free` arm's candidates: every one
+that passed correctness, natives included where they compete (``ModeData.natives_compete``). The
+``gap_to_oracle`` row names that global kernel (``kernel``: the kernel to ship, refit on every run's
+whole trace; ``runs_agree`` how many runs pick it alone); a ``kernel_vs_*`` row names our best kernel.
 
 Deployment profile (config ``decision.deployment``: step kind -> mode): each step kind is a part,
 ``<mode>@<step kind>``, fitted and scored on its own invocations with its own chronological split
@@ -115,12 +120,14 @@ def study_figures(
     return pd.DataFrame(rows)
 
 
-def kernel(md: ModeData, L: engine.Layout) -> tuple[str, int]:
-    """(the global kernel refit on every run's whole trace, how many runs pick it on their own)."""
-    free = L.cols["free"]
-    cost = (md.us[..., free] + L.plan[None][..., free]) * L.weight[None, :, None]
-    pooled = free[int(np.argmin(cost.sum(axis=(0, 1))))]
-    per_run = free[np.argmin(cost.sum(axis=1), axis=-1)]
+def kernel(md: ModeData, L: engine.Layout, among: str = "free") -> tuple[str, int]:
+    """(the global kernel refit on every run's whole trace, how many runs pick it on their own),
+    among the candidates of ``among``: the `free` arm (every competing candidate, natives included:
+    the kernel to ship) or ``engine.OURS`` (our best kernel)."""
+    cols = L.arm_cols[among]
+    cost = (md.us[..., cols] + L.plan[None][..., cols]) * L.weight[None, :, None]
+    pooled = cols[int(np.argmin(cost.sum(axis=(0, 1))))]
+    per_run = cols[np.argmin(cost.sum(axis=1), axis=-1)]
     return md.names[pooled], int((per_run == pooled).sum())
 
 
@@ -142,16 +149,19 @@ def mode_figures(
     selected = Counter(f"{order[i][0]} ({order[i][1]})" for i in f["selected"][0]) if order else Counter()
     baseline = Counter(engine.BASELINES[i] for i in f["baseline"][0])
     name, agree = kernel(md, L)
+    ours = kernel(md, L, engine.OURS) if engine.OURS in L.arm_cols else (None, 0)
     rows = []
     for fig in engine.specs(L, _probe(L)):
         decided = fig in rule.DECIDED
-        detail = _detail(fig, md.mode, selected, baseline, name, agree, len(md.runs), said)
+        detail = _detail(fig, md.mode, selected, baseline, ours, len(md.runs), said)
         rows.append(_row(md, n - n_train, fig, f, decided, detail))
         threshold = thresholds.get(rule.THRESHOLD_OF.get(fig, ""), np.nan)
         rows[-1]["p_value"] = float(interval.p_above(f[fig + "_boot"], threshold)[0]) if decided else np.nan
         rows[-1]["hold_high"] = float(f[rule.HOLD_BY.get(fig, fig) + "_hi"][0]) if decided else np.nan
-        if fig.startswith(KERNEL_ROWS):
+        if fig == "gap_to_oracle":  # the global kernel the gap is measured from: the kernel to ship
             rows[-1].update(kernel=name, runs_agree=agree)
+        if fig.startswith(KERNEL_ROWS):  # our best kernel, against each alternative
+            rows[-1].update(kernel=ours[0], runs_agree=ours[1])
         if fig == "policy_gain" and order:  # what the runs selected most (ties: the first in order)
             top = max(range(len(order)), key=lambda i: ((f["selected"][0] == i).sum(), -i))
             rows[-1].update(selected_policy=order[top][0], selected_fusion=order[top][1])
@@ -213,7 +223,7 @@ def _probe(L: engine.Layout) -> dict:
     return names
 
 
-def _detail(fig, mode, selected, baseline, name, agree, runs, said: words.Words) -> str:
+def _detail(fig, mode, selected, baseline, ours, runs, said: words.Words) -> str:
     if fig.startswith("richer_gain_"):
         policy = fig[len("richer_gain_") :]
         return f"{policy} over the baseline; deploying it needs {registry.needs(policy, mode, said)}"
@@ -223,7 +233,7 @@ def _detail(fig, mode, selected, baseline, name, agree, runs, said: words.Words)
         extra = f"; {engine.RUNTIME_DISPATCH}" if fig == "policy_gain_runtime_dispatch" else ""
         return f"selected: {chosen}; baseline: {base}{extra}"
     if fig.startswith(KERNEL_ROWS):
-        return f"kernel {name} (refit on all runs; {agree} of {runs} runs agree)"
+        return f"our best kernel {ours[0]} (refit on all runs; {ours[1]} of {runs} runs agree)"
     return ""
 
 

@@ -19,17 +19,15 @@ import numpy as np
 import pandas as pd
 
 from headroom.core import contracts, defaults
-from headroom.core.names import BASE_CONFIG, CAPTURED, TRACE_CATEGORY, UNCAPTURED
+from headroom.core.names import BASE_CONFIG, CAPTURED, OURS_BACKENDS, TRACE_CATEGORY, UNCAPTURED
 from headroom.decide.costs import LifecycleCosts, lifecycle_costs
 from headroom.policies.shapes import Keying, builtin
 from headroom.trace.requests import STEP_KIND
 from headroom.trace.requests import STEP_KIND_OF_PHASE as STEP_OF_CATEGORY
 
+# The fusion arms: `off` and `on` our unfused and fused candidates (RoPE fusion is ours: natives have
+# none), `free` every candidate that competes (``ModeData.natives_compete``), natives included.
 FUSION_ARMS = ("off", "on", "free")
-# The portfolio's backends of the candidates under study (attention's Triton kernels; a family's
-# own): every other backend is a native peer, timed beside them in the `native` arm.
-OURS_BACKENDS = ("triton", "family")
-NATIVE_ARM = "native"
 # The trace contract's columns the analysis reads (all but dtype).
 TRACE_COLUMNS = tuple(c for c in contracts.TRACE_COLUMNS if c != "dtype")
 TIMING_COLUMNS = ("run", "invocation", "candidate", "fused", "median_us")
@@ -92,12 +90,11 @@ class Options:
         return opts
 
 
-def in_arm(arm: str, fused: bool, native: bool) -> bool:
-    """Whether a candidate takes part in a fusion arm (native candidates only in ``native``)."""
-    if arm == NATIVE_ARM:
-        return True
+def in_arm(arm: str, fused: bool, native: bool, natives: bool = True) -> bool:
+    """Whether a candidate takes part in a fusion arm: a native only in ``free`` and only where
+    ``natives`` compete; ours in ``free`` and in the arm of its fused flag."""
     if native:
-        return False
+        return arm == "free" and natives
     return arm == "free" or fused == (arm == "on")
 
 
@@ -138,14 +135,25 @@ class ModeData:
         """Eager timings whose figures include the host's launch path (recorded back to back)."""
         return self.mode == "eager" and HOST_INCLUDED in self.timing
 
+    @property
+    def natives_compete(self) -> bool:
+        """Whether the natives are candidates of the `free` arm: not where the figures include the
+        host's launch path (``host_included``: a native's host path against ours is no kernel
+        comparison), so neither the global kernel nor a policy picks one on such figures."""
+        return not self.host_included
+
     def arms(self) -> tuple[str, ...]:
         """The arms with at least one admitted candidate."""
-        arms = FUSION_ARMS + ((NATIVE_ARM,) if self.native.any() else ())
-        return tuple(a for a in arms if len(self.arm_cols(a)))
+        return tuple(a for a in FUSION_ARMS if len(self.arm_cols(a)))
 
     def arm_cols(self, arm: str) -> np.ndarray:
-        ok = [in_arm(arm, bool(f), bool(n)) for f, n in zip(self.fused, self.native, strict=True)]
+        compete = self.natives_compete
+        ok = [in_arm(arm, bool(f), bool(n), compete) for f, n in zip(self.fused, self.native, strict=True)]
         return np.flatnonzero(ok)
+
+    def ours(self) -> np.ndarray:
+        """The columns of our candidates (natives out): what ``kernel_vs_*`` holds against the rest."""
+        return np.flatnonzero(~self.native)
 
 
 def _pivot(group: pd.DataFrame, column: str) -> pd.DataFrame:

@@ -6,9 +6,10 @@ registry (``headroom.decide.registry``), fitted on the first ``train_fraction`` 
 invocations (in trace order, never shuffled) and scored on the rest. T, a policy's test latency, is
 the weighted sum of the ``median_us`` of the candidates it picks on the test invocations (weights: the
 trace's ``weight``, 1 unless the sampler stratified). Arms: ``off`` (our unfused candidates), ``on``
-(the fused ones; attention: RoPE in the attention kernel), ``free`` (all of ours) and, when the
-timings hold native candidates, ``native`` (ours and the natives together). ``random`` is scored as its expectation (the mean over the
-arm's candidates), ``oracle`` as the per-invocation best of the arm (it needs the future). A family
+(the fused ones; attention: RoPE in the attention kernel) and ``free`` (every candidate that passed
+correctness, the natives included where they compete: ``measured.ModeData.natives_compete``).
+``random`` is scored as its expectation (the mean over the arm's candidates), ``oracle`` as the
+per-invocation best of the arm (it needs the future). A family
 with a config table also gets ``config-table`` rows (``registry.policies_of``): the table's fixed
 choices, nearest-M lookup, scored as the others are and never selected.
 
@@ -44,7 +45,6 @@ from headroom.decide import engine, interval, measured
 from headroom.decide.costs import LifecycleCosts, charge, lifecycle_costs
 from headroom.decide.measured import (
     FUSION_ARMS,
-    NATIVE_ARM,
     TIMING_COLUMNS,
     TRACE_COLUMNS,
     ModeData,
@@ -58,7 +58,6 @@ from headroom.policies.shapes import Keying
 __all__ = [
     "DEPLOYABLE",
     "FUSION_ARMS",
-    "NATIVE_ARM",
     "POLICIES",
     "TIMING_COLUMNS",
     "TRACE_COLUMNS",
@@ -123,7 +122,7 @@ def _picks(L: engine.Layout, b: engine.Batch, md: ModeData) -> dict:
     ut = b.us[:, :, L.n_train :]
     category, plan, _ = engine._test_view(L, b)
     picks = {}
-    for arm, cols in L.arm_cols.items():
+    for arm, cols in L.cols.items():
         for p in keyed_of(md.keying):
             picks[f"{p}@{arm}"] = engine.fit(L, b, "train", p, arm)
         oracle = cols[np.argmin(ut[..., cols], axis=-1)]
@@ -167,7 +166,7 @@ def mode_rows(md: ModeData, costs: LifecycleCosts, opts: Options, train_fraction
     rows = []
     for r in range(R):
         same = _same_run(L, b, picks, md, r)
-        for arm in L.arm_cols:
+        for arm in L.cols:
             for policy in L.policies:
                 row = {"run": md.runs[r], "mode": md.mode, "policy": policy, "fusion": arm}
                 row.update(same[(policy, arm)])
@@ -199,7 +198,7 @@ def _same_run(L, b, picks, md, r) -> dict:
     w = L.weight[L.n_train :]
     boot = L.boot * w  # (B, n): each resample's weights
     out = {}
-    for arm in L.arm_cols:
+    for arm in L.cols:
         lat = {p: _latency(L, b, picks[f"{p}@{arm}"], r) for p in L.policies}
         T = {p: float((v * w).sum()) for p, (v, _) in lat.items()}
         TB = {p: boot @ v for p, (v, _) in lat.items()}
@@ -224,7 +223,7 @@ def _same_run(L, b, picks, md, r) -> dict:
 
 def _facts(L, md, picks, policy, arm, r, costs, opts) -> dict:
     """The fitted facts behind a row: what it used, what it costs, how the CI was made."""
-    cols = L.arm_cols[arm]
+    cols = L.cols[arm]
     ch, co = picks[f"{policy}@{arm}"][:2]
     category = L.category[L.n_train :]
     same = category[1:] == category[:-1]
@@ -272,7 +271,7 @@ def _facts(L, md, picks, policy, arm, r, costs, opts) -> dict:
 def _cross(L, b, picks, md) -> dict:
     """{(policy, arm): cross-run columns}, from the engine's pair scoring and interval."""
     figure_specs = {}
-    for arm in L.arm_cols:
+    for arm in L.cols:
         for policy in L.policies:
             for stem, make in CROSS.items():
                 a, c, kind = make(policy, arm)
@@ -288,7 +287,7 @@ def _cross(L, b, picks, md) -> dict:
                 figure_specs[f"{stem}|{policy}|{arm}"] = (fn, None)
     if len(md.runs) < 2:  # no pair of runs: no cross-run figure
         nan = {f"{stem}{x}": np.nan for stem in CROSS for x in ("_pct", "_ci_low", "_ci_high")}
-        return {(p, a): dict(nan) for a in L.arm_cols for p in L.policies}
+        return {(p, a): dict(nan) for a in L.cols for p in L.policies}
     f = engine.score(L, b, picks, figure_specs)
     out = {}
     for name in figure_specs:

@@ -28,7 +28,7 @@ LABELS = {
     "richer_gain_bucketed": "a table per power-of-two shape bucket: its net gain",
     "gap_carried_by": "the share of the gap its largest shape carries",
     "fusion_speedup": "the trace-weighted fusion speedup (global unfused / global fused)",
-    "kernel_vs_best_unfused": "the kernel to ship against the best unfused kernel",
+    "kernel_vs_best_unfused": "our best kernel against our best unfused kernel",
     "policy_gain_switch_0x": "the policy figure with no switch penalty",
     "policy_gain_switch_2x": "the policy figure at twice the measured switch penalty",
     "fusion_speedup_sweep": "the fusion speedup of the graph sweep (two fixed shapes)",
@@ -76,7 +76,7 @@ class Words:
 
     def label(self, figure: str) -> str:
         if figure.startswith("kernel_vs_"):
-            return f"the kernel to ship against {figure[len('kernel_vs_') :]}"
+            return f"our best kernel against {figure[len('kernel_vs_') :]}"
         return self.labels.get(figure, LABELS.get(figure, figure))
 
     def describe(self, r, where: bool = False) -> str:

@@ -3,8 +3,10 @@
 The source, in order: ``recommendation.parquet`` (the `recommendation` stage); for a study recorded
 before it, the decision's kernel-recommendation rows (``kernel_vs_best_unfused``, ``kernel_vs_<native>``);
 before those, ``policy_eval.global_candidate`` (the global kernel each run chose, as "k of n runs").
-``Ship.source`` says which one a line came from. Nothing is recomputed here. Also the candidate
-family of a candidate id (``family``), which the report's figures group by.
+``Ship.source`` says which one a line came from. Nothing is recomputed here. The kernel shipped is the
+fastest candidate, ours or a native (``native``: its words); the speedups (``versus``) are our best
+kernel's (``our_kernel``). Also the candidate family of a candidate id (``family``), which the report's
+figures group by.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from headroom.core.names import native_words
 
 KERNEL = "kernel_vs_"
 SOURCES = {
@@ -26,7 +30,7 @@ SOURCES = {
 @dataclass
 class Versus:
     alternative: str  # 'best unfused' or a native candidate id
-    speedup: float  # the alternative's trace-weighted latency / the shipped kernel's
+    speedup: float  # the alternative's trace-weighted latency / our best kernel's
     ci_low: float
     ci_high: float
     layer_pct: float = float("nan")  # the same saving as % of a decoder layer's time (recommendation)
@@ -45,6 +49,14 @@ class Ship:
     versus: list[Versus] = field(default_factory=list)
     source: str = "recommendation"
     faster_native: Versus | None = None  # a native backend faster than every kernel of ours (recommendation)
+    our_kernel: str = ""  # our best kernel, what ``versus`` compares ('' where not recorded: the kernel)
+    native: str = ""  # the shipped native's words (``names.native_words``; '' for ours, or not recorded)
+    natives_shipped: str = ""  # the natives the shipped choice routes to, comma-separated (recommendation)
+
+    @property
+    def native_shipped(self) -> bool:
+        """Whether the kernel shipped is a native: not our best kernel."""
+        return bool(self.our_kernel) and self.kernel != self.our_kernel
 
 
 def family(candidate: str, backend: str | None = None) -> str:
@@ -66,7 +78,8 @@ def what_to_ship(
     if decision is not None and {"figure", "kernel"} <= set(decision.columns):
         rows = decision[decision["figure"].astype(str).str.startswith(KERNEL) & decision["kernel"].notna()]
         if not rows.empty:
-            return _from_decision(rows)
+            gap = decision[(decision["figure"] == "gap_to_oracle") & decision["kernel"].notna()]
+            return _from_decision(rows, {r.mode: (r.kernel, r.runs_agree) for r in gap.itertuples()})
     if policy_eval is not None and {"global_candidate", "policy"} <= set(policy_eval.columns):
         return _from_policy_eval(policy_eval)
     return []
@@ -99,6 +112,9 @@ def _from_recommendation(rec: pd.DataFrame) -> list[Ship]:
             if pd.notna(getattr(r, "alternative", None)) and str(r.alternative)
         ]
         native = str(first.get("faster_native") or "") if pd.notna(first.get("faster_native", None)) else ""
+        ours = first.get("our_kernel")
+        ours = ours if isinstance(ours, str) else ""
+        shipped_native = bool(ours) and ours != str(first.get("kernel", ""))
         out.append(
             Ship(
                 scope=str(scope),
@@ -112,6 +128,11 @@ def _from_recommendation(rec: pd.DataFrame) -> list[Ship]:
                 versus=versus,
                 source="recommendation",
                 faster_native=next((v for v in versus if v.alternative == native), None) if native else None,
+                our_kernel=ours,
+                natives_shipped=str(first.get("natives_shipped") or "")
+                if pd.notna(first.get("natives_shipped"))
+                else "",
+                native=native_words(first.get("backend"), first.get("rope")) if shipped_native else "",
             )
         )
     return out
@@ -121,10 +142,13 @@ def _alt(name) -> str:
     return "best unfused" if str(name) in ("best_unfused", "best unfused") else str(name)
 
 
-def _from_decision(rows: pd.DataFrame) -> list[Ship]:
+def _from_decision(rows: pd.DataFrame, shipped: dict) -> list[Ship]:
+    """From the kernel rows (our best kernel's) and ``shipped`` {mode: (the global kernel its gap row
+    names, runs agreeing)} (a decision recorded before it names none: the kernel rows' is shipped)."""
     out = []
     for scope, g in rows.groupby("mode", sort=False):
         first = g.iloc[0]
+        kernel, agree = shipped.get(scope, (first["kernel"], first.get("runs_agree")))
         versus = [
             Versus(_alt(str(r.figure)[len(KERNEL) :]), float(r.estimate), float(r.ci_low), float(r.ci_high))
             for r in g.itertuples()
@@ -132,11 +156,12 @@ def _from_decision(rows: pd.DataFrame) -> list[Ship]:
         out.append(
             Ship(
                 scope=str(scope),
-                kernel=str(first["kernel"]),
-                runs_agree=_int(first.get("runs_agree")),
+                kernel=str(kernel),
+                runs_agree=_int(agree),
                 runs=_int(first.get("runs")),
                 versus=versus,
                 source="decision",
+                our_kernel=str(first["kernel"]),
             )
         )
     return out

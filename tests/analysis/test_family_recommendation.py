@@ -137,7 +137,11 @@ def test_an_attention_record_is_the_attention_table(made):
 
 def test_a_decision_without_kernel_rows_ships_the_engines_global_kernel(made):
     _, d, table, _ = made
-    assert "kernel" not in d.columns  # no fused arm, no native: the decision has no kernel_vs_ rows
+    # no fused arm, no native: no kernel_vs_ rows; the gap's row names the global kernel
+    assert not d["figure"].str.startswith("kernel_vs_").any()
+    gap = d[(d["mode"] == "graph@decode-only") & (d["figure"] == "gap_to_oracle")].iloc[0]
+    assert (gap["kernel"], gap["runs_agree"]) == (F.SMALL, 3)
+    assert d.loc[d["figure"] != "gap_to_oracle", "kernel"].isna().all()
     row = _scope(table, "graph@decode-only")
     assert (row["ship"], row["kernel"], row["runs_agree"]) == ("kernel", F.SMALL, 3)
     assert row["alternative"] == "" and row["faster_native"] == ""  # no alternative to compare with

@@ -47,8 +47,9 @@ def test_the_split_is_chronological_with_validation_at_the_end_of_train():
 
 def test_arms_and_seeded_draws():
     assert measured.in_arm("on", fused=True, native=False) and not measured.in_arm("off", True, False)
-    assert measured.in_arm("free", fused=False, native=False) and not measured.in_arm("free", False, True)
-    assert measured.in_arm(measured.NATIVE_ARM, fused=False, native=True)
+    assert measured.in_arm("free", fused=False, native=False) and measured.in_arm("free", False, True)
+    assert not measured.in_arm("off", fused=False, native=True)  # RoPE fusion is ours: natives have none
+    assert not measured.in_arm("free", False, True, natives=False)  # where natives do not compete
     a, b = measured.group_seed(0, "graph", 1).random(3), measured.group_seed(0, "graph", 1).random(3)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, measured.group_seed(0, "graph", 2).random(3))

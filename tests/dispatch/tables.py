@@ -22,6 +22,12 @@ CANDIDATES = {
     "t0-unfused": {**TILE, "rope": "unfused", "generation": 2, "backend": "triton", "fused": False},
     "g1-t0-fused": {**TILE, "rope": None, "generation": 1, "backend": "triton", "fused": True},
 }
+#: A native candidate as the recommendation writes one (no tile of ours: -1, sizes 0; RoPE by the
+#: standalone kernel before it)
+NATIVE = {
+    "native-sdpa-cudnn": {"tile": -1, "block_m": 0, "block_n": 0, "num_warps": 0, "num_stages": 0,
+                          "rope": "unfused", "generation": 2, "backend": "sdpa-cudnn", "fused": False},
+}  # fmt: skip
 
 
 def scope(policy: dict, gain=(0.0, None, None)) -> dict:

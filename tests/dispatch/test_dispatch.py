@@ -172,6 +172,28 @@ def test_a_table_of_one_scope_and_no_profile_loads_that_scope(tmp_path):
         dispatch.load(path)
 
 
+def test_a_native_candidate_is_a_route_target(tmp_path):
+    """Issue 33, item 3: a table that routes decodes to a native (cuDNN SDPA) and prefills to ours
+    loads and chooses each; the chosen candidate says it is native (a server runs it through torch)."""
+    policy = {"policy": "phase-keyed", "candidates": ["t0-q_fused", "native-sdpa-cudnn"], "fallback": 0,
+              "table": [["prefill", 0], ["decode", 1]]}  # fmt: skip
+    entry = {**tables.scope(policy), "kernel": "native-sdpa-cudnn"}
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(tables.table({"eager": entry}, {**tables.CANDIDATES, **tables.NATIVE})))
+    table = dispatch.load(path)
+    native, ours = table.choose(phase="decode", batch=8), table.choose(phase="prefill", batch=1)
+    assert (native.id, native.native, native.backend, native.tile, native.rope) == (
+        "native-sdpa-cudnn", True, "sdpa-cudnn", -1, "unfused"
+    )  # fmt: skip
+    assert (ours.id, ours.native) == ("t0-q_fused", False)
+    claimed = {**tables.NATIVE["native-sdpa-cudnn"], "backend": "triton"}  # one of ours needs a tile
+    path.write_text(
+        json.dumps(tables.table({"eager": entry}, {**tables.CANDIDATES, "native-sdpa-cudnn": claimed}))
+    )
+    with pytest.raises(dispatch.DispatchError, match="tile: -1 is less than the minimum of 0"):
+        dispatch.load(path)
+
+
 def _set(*keys, value):
     """An edit of the table: the value at keys (a key None: the first key there) set to value."""
 

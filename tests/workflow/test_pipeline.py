@@ -92,12 +92,18 @@ def test_the_cpu_study_ships_a_dispatch_table_that_repeats_the_engines_choices(p
     assert proc.stdout.startswith("Verdict: ") and "not GPU measurements" in proc.stdout.splitlines()[0]
     # issue 31, case 21: the folder loads (verified against it), a CPU study's one scope or its profile
     assert dispatch.load(pipeline_run / "results/default").study == "default"
-    # case 29: on the interpreter a native (torch on the CPU) runs faster than every kernel of ours
+    # case 29, issue 33 item 3: on the interpreter a native (torch on the CPU) runs faster than every
+    # kernel of ours: it is the global kernel, shipped, and our best kernel's speed against it is said
     native = rec[rec["faster_native"] != ""]
     assert len(native) and (native["faster_native_speedup"] < 1).all(), rec.to_dict("records")
-    assert "is the faster choice: ours runs at" in proc.stdout.splitlines()[1]
+    assert (native["kernel"] == native["faster_native"]).all() and (
+        native["kernel"] != native["our_kernel"]
+    ).all()
+    assert set(native["backend"]) == {"sdpa-math"} and set(native["tile"]) == {-1}
+    said = proc.stdout.splitlines()[1]
+    assert "native-sdpa-math" in said and "; our best kernel, " in said and " its speed" in said, said
     report = (pipeline_run / "results/default/report/report.md").read_text()
-    assert f"But {native['faster_native'].iloc[0]} is the faster choice in " in report
+    assert "native-sdpa-math" in report and "Our best kernel, " in report
 
 
 def test_lineage_walks_back_to_the_trace(pipeline_run):

@@ -23,12 +23,15 @@ EXPECTED = {
     # part's policy interval is wider than its threshold; the eager mixed part, host charged where
     # the decoder-layer model says the host bounds the layer, likewise
     "default-gen2-6x160": ("no-decision", 4),
-    "azure-conv-gen2-6x100": ("no-decision", 4),  # likewise
+    # its eager mixed part includes the host's launch path (reported, not decided); with the natives
+    # among the candidates (issue 33, item 3), in graph decode-only steps cuDNN SDPA is the faster
+    # kernel at padded batches 16-32 and ours at 40: a batch-keyed policy over both exceeds its threshold
+    "azure-conv-gen2-6x100": ("continue", 3),
     "mooncake-conv": ("no-decision", 4),  # 3 x 30: 15 test invocations, fewer than the 30 a part needs
 }
 REASON = {
     "default-gen2-6x160": "noise-floor",
-    "azure-conv-gen2-6x100": "straddles",
+    "azure-conv-gen2-6x100": "exceeds",
     "mooncake-conv": "too-few-invocations",
 }
 

@@ -85,16 +85,27 @@ def ship_line(x: Ship, fam: FamilyView | None = None) -> str:
         head = f"Ship {fam.policy('phase-keyed')} (the phase-keyed policy; dispatch.json) in {x.scope}{agree}"
     elif x.ship == "phase-pair":
         head = f"Ship the phase pair {x.kernel} in {x.scope}{agree}"
+    elif x.native_shipped:
+        head = f"Ship {x.kernel}{f' ({x.native})' if x.native else ''} in {x.scope}{agree}"
     else:
         head = f"Ship {x.kernel} in {x.scope}{agree}"
+    if x.ship != "kernel" and x.natives_shipped:
+        head += f"; it routes shapes to {x.natives_shipped.replace(',', ', ')}"
     latency = f", {fmt(x.latency_us)} µs per invocation (trace-weighted)" if pd.notna(x.latency_us) else ""
+    if x.native_shipped:  # the speedups are our best kernel's
+        said = [
+            estimate_ci(v.speedup, v.ci_low, v.ci_high, "x") for v in x.versus if v.alternative == x.kernel
+        ]
+        speed = f" runs at {said[0]} its speed" if said else ""
+        return f"{head}{latency}. Our best kernel, {x.our_kernel},{speed}" + (
+            f"; its trace-weighted speedup {vs}." if vs else "."
+        )
     line = f"{head}{latency}" + (f": trace-weighted speedup {vs}." if vs else ".")
     if x.faster_native is not None:
         v = x.faster_native
         line += (
-            f" But {v.alternative} is the faster choice in {x.scope}: {x.kernel} runs at "
-            f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} its speed (the global kernel is chosen among "
-            "our kernels only)."
+            f" But {v.alternative} runs faster than our best kernel in {x.scope}: {x.kernel} runs at "
+            f"{estimate_ci(v.speedup, v.ci_low, v.ci_high, 'x')} its speed."
         )
     return line
 

@@ -4,8 +4,9 @@ and batch per phase (one line per candidate family).
 Computed here from the portfolio's columns (median_us per run, invocation and candidate) and the
 trace's (phase, batch, kv_len per invocation): trace-weighted = the mean over the phase's
 invocations of each invocation's median, per run; the table gives the median over runs and the
-run-to-run range. "Ours" is the kernel the answer ships in that mode; where none is stated, the
-Triton candidate with the lowest trace-weighted latency (said so in the table).
+run-to-run range. "Ours" is our best kernel as the answer states it in that mode (the kernel it
+ships, unless that is a native); where none is stated, the Triton candidate with the lowest
+trace-weighted latency (said so in the table).
 """
 
 from __future__ import annotations
@@ -58,8 +59,12 @@ def weighted(p: pd.DataFrame) -> pd.DataFrame:
 def ours_of(w: pd.DataFrame, mode: str, ships: list[Ship]) -> tuple[str, str]:
     """(candidate, how it was chosen) for a mode."""
     for x in ships:
-        if x.scope == mode and x.ship == "kernel" and x.kernel in set(w["candidate"]):
-            return x.kernel, "the shipped kernel"
+        ours = x.our_kernel or x.kernel
+        if x.scope == mode and x.ship == "kernel" and ours in set(w["candidate"]):
+            return (
+                ours,
+                "our best kernel; the shipped one is native" if x.native_shipped else "the shipped kernel",
+            )
     tri = w[(w["mode"] == mode) & w["family"].str.startswith("triton")]
     best = tri.groupby("candidate")["us"].mean().idxmin()
     return str(best), "fastest Triton candidate over the trace (no shipped kernel stated for this mode)"

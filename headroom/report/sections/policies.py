@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.core.names import CONFIG_TABLE
-from headroom.decide.policy_eval import FUSION_ARMS, NATIVE_ARM, POLICIES
+from headroom.decide.policy_eval import FUSION_ARMS, POLICIES
 from headroom.report.family import FamilyView
 from headroom.report.model import (
     LABEL_PT,
@@ -58,7 +58,7 @@ def section(pe: pd.DataFrame | None, why: str, fam: FamilyView | None = None) ->
 def gains_figure(pe: pd.DataFrame) -> Figure:
     """gain_vs_global_pct per policy with its bootstrap CI, one panel per mode x arm, one dot per run."""
     modes = sorted(pe["mode"].unique())
-    arms = [a for a in (*FUSION_ARMS, NATIVE_ARM) if a in set(pe["fusion"])]
+    arms = [a for a in FUSION_ARMS if a in set(pe["fusion"])]
     shown = [p for p in POLICIES if p != "random"]  # random's loss would squash the scale
     shown += [CONFIG_TABLE] if CONFIG_TABLE in set(pe["policy"]) else []  # a family's config table
     fig, axes = plt.subplots(
