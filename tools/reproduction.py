@@ -29,7 +29,7 @@ from headroom.decide import rule  # noqa: E402
 
 # The committed references, in the table's order, with the column heads the table gives them.
 STUDIES = {
-    "default-gen2-6x160": "H200 default trace, 6 × 160 (decision v4's design)",
+    "default-flashinfer-6x160": "H200 default trace, 6 × 160 (decision v4's design), FlashInfer in the portfolio",
     "azure-conv-gen2-6x100": "H200 Azure conv trace, 6 × 100",
     "mooncake-conv": "H200 Mooncake conv trace, 3 × 30",
 }
@@ -186,12 +186,14 @@ INTRO = [
     "run, scored on another, pooled over the ordered pairs of runs) with the two-way bootstrap's 95%",
     f"interval, decided under `{rule.RULE_VERSION}`; the same-run figure (chosen and scored on one run's",
     "test split, biased up by the winner's curse) is given as the min–max over runs. The references",
-    "but default-gen2-6x160 were recorded before eager calls were timed on a busy GPU: their eager figures include",
-    "the host's launch path, so their eager mode and mixed part are reported, not decided",
+    "but default-flashinfer-6x160 were recorded before eager calls were timed on a busy GPU: their eager figures",
+    "include the host's launch path, so their eager mode and mixed part are reported, not decided",
     "(`host-included`). Earlier rules' verdicts and the retired references:",
     "docs/history/REPRODUCTION-decision-v3.md. The default trace at 3 × 48 (`default-gen2`, retired from",
     "main since: `python3 tools/restore_reference.py default-gen2`) had a column here under `decision-v4`;",
-    "`git show c11eeb5:REPRODUCTION.md` shows it.",
+    "`git show c11eeb5:REPRODUCTION.md` shows it. The default trace at 6 × 160 without FlashInfer",
+    "(`default-gen2-6x160`, retired when default-flashinfer-6x160 re-recorded it) had the first column:",
+    "docs/history/default-gen2-6x160.md.",
 ]
 
 

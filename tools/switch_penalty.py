@@ -1,6 +1,6 @@
 """The switch penalty with and without work between the two kernels, on one GPU (issue 18 item 2).
 
-    python3 tools/switch_penalty.py --reference data/reference/h200/default-gen2-6x160 --out DIR \
+    python3 tools/switch_penalty.py --reference data/reference/h200/default-flashinfer-6x160 --out DIR \
         [--work-l2 0 1 2] [--invocations 8] [--pairs 3] [--reps 200]
 
 The lifecycle stage times a switch as the per-call time of A,B,A,B,... minus the mean of A,A,...

@@ -14,7 +14,7 @@ import pytest
 from headroom.core import defaults
 from headroom.decide import decision, engine, figures, measured, power, rule
 
-REFERENCE = "data/reference/h200/default-gen2-6x160"
+REFERENCE = "data/reference/h200/default-flashinfer-6x160"
 POL = defaults.section("policies")
 TF, SEED = POL["train_fraction"], POL["seed"]
 
