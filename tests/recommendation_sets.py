@@ -59,8 +59,10 @@ def write_study(folder: Path, d, table, content) -> Path:
     return folder
 
 
-def _engine_scopes(folder: Path, policies: dict, deployment=None):
-    """(opts, costs, {scope: ModeData}) of a study folder, as the recommendation stage reads it."""
+def _engine_scopes(folder: Path, policies: dict, deployment=None, intermediate_ratio=None):
+    """(opts, costs, {scope: ModeData}) of a study folder, as the recommendation stage reads it: with
+    ``intermediate_ratio`` (its params) and the calibration, eager figures carry the host time a
+    decoder layer exposes, as the stage charges them (headroom.families.attention.layer.host_bound)."""
     import glob
 
     import pandas as pd
@@ -73,7 +75,10 @@ def _engine_scopes(folder: Path, policies: dict, deployment=None):
     train_fraction = options.pop("train_fraction")
     options.pop("seed", None)
     read = lambda n: artifacts.read(folder / f"{n}.parquet")  # noqa: E731
-    opts, costs, modes = checked_modes(read("trace"), portfolio, read("lifecycle"), train_fraction, options)
+    calibration = read("calibration") if (folder / "calibration.parquet").is_file() else None
+    opts, costs, modes = checked_modes(
+        read("trace"), portfolio, read("lifecycle"), train_fraction, options, calibration, intermediate_ratio
+    )
     deployment = figures.deployment_profile(deployment)
     return opts, costs, recommendation.scopes_of({m.mode: m for m in modes}, read("decision"), deployment)
 
@@ -92,7 +97,8 @@ def assert_study_ships(folder: Path) -> pd.DataFrame:  # noqa: F821
     assert set(rec["dispatch_blake3"]) == {artifacts.verify(path)} == {prov["extra"]["dispatch"]["blake3"]}
     assert set(rec["decision_blake3"]) == {artifacts.recorded_hash(folder / "decision.parquet")}
     policies = prov["params"]["policies"]
-    opts, costs, scopes = _engine_scopes(folder, policies, prov["params"]["decision"].get("deployment"))
+    ratio = (prov["params"].get("recommendation") or {}).get("intermediate_ratio")
+    opts, costs, scopes = _engine_scopes(folder, policies, prov["params"]["decision"].get("deployment"), ratio)
     assert set(rec["scope"]) == set(scopes)
     for scope, md in scopes.items():
         r = rec[rec["scope"] == scope].iloc[0]
