@@ -16,9 +16,9 @@ sqrt(1 + 1/R) over the R recorded runs. The engine's CI of ``policy_gain_vs_glob
 runs of the fit-on-one-run, score-on-another procedure) is printed beside it: it is an interval for a
 mean and is not expected to hold one run (on the H200, 2026-12-01, a first version's single run lay
 0.5 pp outside it).
-The reference is default-gen2-6x160 (6 runs, 80 held-out invocations); the sessions of 2026-12-01 to
-2026-12-03 ran this test on default-gen2 (3 runs, 24 held out; retired, `python3
-tools/restore_reference.py default-gen2`), where it took ~30 s.
+The reference is default-flashinfer-6x160 (6 runs, 80 held-out invocations, natives included: the
+table may route to one); earlier sessions ran this test on default-gen2-6x160 and default-gen2
+(both retired: `python3 tools/restore_reference.py --list`).
 Run on the H200: ``python -m pytest -m gpu tests/dispatch/test_gpu_heldout.py``.
 """
 
@@ -35,7 +35,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT / "data/reference/h200/default-gen2-6x160"
+REFERENCE = ROOT / "data/reference/h200/default-flashinfer-6x160"
 MODE = "graph"
 
 pytestmark = pytest.mark.gpu
@@ -114,13 +114,20 @@ def _regime(portfolio: pd.DataFrame) -> tuple[dict, dict]:
 
 
 def _time_us(harness, cand, row, cos, sin, n_sets: int) -> float:
+    """One held-out cell: ours planned by kernels.deploy, a native (a table may route to one, as the
+    study chose among every candidate) by the runner every stage times it with."""
     from headroom.families.attention import inputs
+    from headroom.families.attention.runner import runner
     from kernels import deploy
 
     sets = inputs.input_sets(row, n_sets, "cuda", seed=int(row.invocation))
-    rotate_k = row.phase == "prefill"
-    plan = deploy.plan_for(cand, *sets[0], cos, sin, rotate_k=rotate_k)
-    m = harness.time(MODE, lambda q, k, v: plan.run(q, k, v, cos, sin), sets)
+    rotate_k = inputs.rotate_k(row)
+    if cand.native:
+        fn = runner(cand, cos, sin, rotate_k, inputs.kv_lens_tensor(row, "cuda"))
+    else:
+        plan = deploy.plan_for(cand, *sets[0], cos, sin, rotate_k=rotate_k)
+        fn = lambda q, k, v: plan.run(q, k, v, cos, sin)  # noqa: E731
+    m = harness.time(MODE, fn, sets)
     return float(np.median(m.samples_us))
 
 
