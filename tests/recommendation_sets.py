@@ -98,7 +98,9 @@ def assert_study_ships(folder: Path) -> pd.DataFrame:  # noqa: F821
     assert set(rec["decision_blake3"]) == {artifacts.recorded_hash(folder / "decision.parquet")}
     policies = prov["params"]["policies"]
     ratio = (prov["params"].get("recommendation") or {}).get("intermediate_ratio")
-    opts, costs, scopes = _engine_scopes(folder, policies, prov["params"]["decision"].get("deployment"), ratio)
+    opts, costs, scopes = _engine_scopes(
+        folder, policies, prov["params"]["decision"].get("deployment"), ratio
+    )
     assert set(rec["scope"]) == set(scopes)
     for scope, md in scopes.items():
         r = rec[rec["scope"] == scope].iloc[0]
