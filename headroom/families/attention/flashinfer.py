@@ -31,7 +31,8 @@ timed eager and under graph replay; one wrapper per (candidate, wrapper, shape) 
 process, as a server keeps one per captured batch size.
 
 FlashInfer compiles its kernels on first use into its JIT cache (``FLASHINFER_WORKSPACE_BASE``,
-default the home directory): :func:`environment` records the version, the cache and its identity.
+default the home directory): the environment stage builds the study's modules there (:func:`warm`)
+and records the version, the cache and its identity (headroom.measure.environment.flashinfer_facts).
 """
 
 from __future__ import annotations
@@ -278,8 +279,8 @@ def candidate(backend: str, rope_q: Callable, rope_k: Callable | None, kv_lens=N
 def warm(partition: dict[str, Any], backends: list[str], rope_base: float) -> float:
     """Build FlashInfer's JIT modules the study's candidates run (a prefill, a chunk over a cache and a
     ragged decode on small shapes of the partition), once per environment, into its JIT cache;
-    returns the seconds (about one when the cache already holds them: JIT compiling them took 96 s
-    on the H200). The environment stage runs it, so no measuring stage pays the JIT."""
+    returns the seconds (149 s on the H200 with an empty cache, 0.0 s from it: data/checks/h200/
+    2026-12-04-session18). The environment stage runs it, so no measuring stage pays the JIT."""
     import time
     from types import SimpleNamespace
 
