@@ -55,6 +55,17 @@ except (hconfig.ConfigError, hreplay.ReplayError) as exc:
     raise WorkflowError(f"invalid configuration: {exc}")
 
 
+def flashinfer_warm(wildcards):
+    """The FlashInfer candidates of an attention study on CUDA, with the partition their JIT modules
+    are built for (the environment stage builds them once: headroom.families.attention.flashinfer.warm);
+    None where there are none."""
+    study = STUDIES[wildcards.study]
+    names = [n for n in study.get("native_candidates") or () if n in hflashinfer.BACKENDS]
+    if study.get("family") is not None or study["device"] != "cuda" or not names:
+        return None
+    return {"backends": names, "partition": study["partition"]}
+
+
 def one_of(names):
     """A wildcard constraint matching exactly these study names (none: matches nothing)."""
     return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
