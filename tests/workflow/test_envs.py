@@ -20,6 +20,7 @@ CONDA_NAME = {
     "pynvml": "nvidia-ml-py",
     "matplotlib": "matplotlib-base",
     "PIL": "pillow",
+    "flashinfer": "flashinfer-python",  # from PyPI, the env's pip section
 }
 # pytorch-gpu brings triton's runtime only with its own pin; we name triton explicitly anyway.
 LOCAL = {"headroom", "kernels", "snakemake"}  # snakemake runs the rules; it is not a rule dependency
@@ -33,6 +34,12 @@ def _env(name):
     data = yaml.safe_load((ROOT / "envs" / name).read_text())
     deps = set()
     for d in data["dependencies"]:
+        if isinstance(d, dict) and set(d) == {"pip"}:  # PyPI packages, pinned with ==
+            for req in d["pip"]:
+                pkg, _, version = req.partition("==")
+                assert version, f"envs/{name}: pip {pkg} is not pinned"
+                deps.add(pkg)
+            continue
         assert isinstance(d, str), f"envs/{name}: unexpected entry {d!r}"
         pkg, _, version = d.partition("=")
         assert version, f"envs/{name}: {pkg} is not pinned"

@@ -14,7 +14,6 @@ from typing import Any
 import pandas as pd
 
 from headroom.core import contracts
-from headroom.families.attention.flashinfer import BACKENDS as FLASHINFER_BACKENDS
 
 COLUMNS = list(contracts.CANDIDATES.names)
 #: RoPE placements (kernels.ROPE_MODES): `fused` in the artifact is True when RoPE runs inside the
@@ -26,7 +25,9 @@ GENERATION_1_PLACEMENTS = ("unfused", "fused")
 #: (torch.compile'd once per process, causal block mask). `math` is PyTorch's reference SDPA:
 #: slow, but it runs anywhere (tests use it on the CPU).
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")
-#: and FlashInfer's wrappers as vLLM and SGLang use them (headroom.families.attention.flashinfer)
+#: and FlashInfer's wrappers as vLLM (paged) and SGLang (ragged) use them
+#: (headroom.families.attention.flashinfer, which imports FlashInfer only when a candidate runs)
+FLASHINFER_BACKENDS = ("flashinfer-paged", "flashinfer-ragged")
 NATIVE_BACKENDS = (*SDPA_BACKENDS, "flex", *FLASHINFER_BACKENDS)
 NATIVE_TILE = -1  # native candidates have no tile of ours
 #: the variable-length decode family (kernels.decode_varlen, kernels.VARLEN_GENERATION): one

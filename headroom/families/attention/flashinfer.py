@@ -43,7 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-BACKENDS = ("flashinfer-paged", "flashinfer-ragged")
+from headroom.families.attention.candidates import FLASHINFER_BACKENDS as BACKENDS
+
 EXTRA = "flashinfer"  # pyproject's optional dependency group that installs it
 PAGE_SIZE = 16  # tokens per page: vLLM's default block size
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended float workspace (split-KV partials)

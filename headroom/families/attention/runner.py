@@ -26,8 +26,12 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from headroom.families.attention.candidates import SDPA_BACKENDS, VARLEN_GENERATION, placement
-from headroom.families.attention.flashinfer import BACKENDS as FLASHINFER_BACKENDS
+from headroom.families.attention.candidates import (
+    FLASHINFER_BACKENDS,
+    SDPA_BACKENDS,
+    VARLEN_GENERATION,
+    placement,
+)
 
 
 def is_native(cand: Any) -> bool:
