@@ -73,6 +73,10 @@ def describe(device: str) -> dict[str, Any]:
     return row
 
 
+#: The environment's FlashInfer columns ('none' where it is not installed).
+FLASHINFER_FACTS = ("flashinfer", "flashinfer_jit_dir", "flashinfer_jit_blake3")
+
+
 def flashinfer_facts() -> dict[str, str]:
     """FlashInfer's version, its JIT cache directory and the cache's identity (BLAKE3 of the built
     modules' relative paths and sizes: 'empty' before its first compile), or 'none' where it is not
@@ -92,9 +96,6 @@ def flashinfer_facts() -> dict[str, str]:
         "flashinfer_jit_dir": str(jit),
         "flashinfer_jit_blake3": blake3.blake3(ident.encode()).hexdigest()[:16] if built else "empty",
     }
-
-
-FLASHINFER_FACTS = ("flashinfer", "flashinfer_jit_dir", "flashinfer_jit_blake3")
 
 
 #: What makes two devices interchangeable for one study's measurements: the GPU model, driver and
