@@ -80,7 +80,9 @@ def test_every_candidate_on_every_distinct_shape_passes(good):
     assert good["passed"].all(), good[["candidate", "shape_key", "reason"]]
     assert (good["nan_count"] == 0).all() and (good["unwritten_count"] == 0).all()
     assert (good["rel_err"] < 1e-3).all() and (good["rel_err"] > 0).all()
-    assert good["input_seed"].nunique() == len(good)  # fresh inputs for every check
+    # fresh inputs for every shape, the same for every candidate on it (one float64 answer a shape)
+    assert (good.groupby("shape_key")["input_seed"].nunique() == 1).all()
+    assert good["input_seed"].nunique() == good["shape_key"].nunique()
     assert list(good["rotate_k"]) == [p == "prefill" for p in good["phase"]]
     assert (
         correctness.admitted(candidates(), good)["candidate"].tolist() == candidates()["candidate"].tolist()
@@ -122,6 +124,38 @@ def test_unwritten_elements_are_caught():
     assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
     assert (bad["nan_count"] > 0).all() and (bad["unwritten_count"] == bad["nan_count"]).all()
     assert bad["reason"].str.contains("unwritten").all()
+
+
+def test_a_call_that_writes_its_inputs_fails_and_the_next_candidates_see_the_drawn_ones():
+    def scribbler(fn):
+        def scribble(q, k, v, out=None):
+            res = fn(q, k, v, out=out)
+            k.mul_(2.0)  # a kernel writing the cache it reads
+            return res
+
+        return scribble
+
+    res = run(_wrap(scribbler))
+    bad = res[~res["passed"]]
+    assert set(bad["candidate"]) == {candidates()["candidate"].iloc[1]}
+    assert (bad["status"] == "failed").all()
+    assert bad["reason"].str.contains(r"the call wrote its inputs \(k\)").all(), bad["reason"]
+    # its own copy was written: the candidates after it were checked on the drawn inputs
+    assert res[res["candidate"] != candidates()["candidate"].iloc[1]]["passed"].all()
+
+
+def test_the_float64_answer_is_computed_once_per_shape_and_layout(monkeypatch):
+    calls = []
+    real = attention.reference
+
+    def counted(q, k, v, cos, sin, *, rotate_k, kv_lens=None):
+        calls.append(kv_lens is None)
+        return real(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
+
+    monkeypatch.setattr(attention, "reference", counted)
+    res = run()
+    assert res["passed"].all()
+    assert calls == [True, True]  # 2 distinct shapes, 4 candidates each, padded layout only
 
 
 def _raising(exc):

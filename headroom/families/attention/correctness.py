@@ -1,14 +1,19 @@
 """Attention's correctness gate: every candidate on every distinct shape of the trace, against
 float64 (its tolerances, seeds, verdicts and the gate itself: headroom.measure.correctness).
 
-One check = (candidate, shape_key): fresh random inputs (seeded per check, never zeros), the
-candidate run twice into poisoned output buffers -- NaN first, then a finite sentinel no valid
-output can hold -- and compared with `kernels.reference_attention`:
+One check = (candidate, shape_key): the shape's random inputs (never zeros), drawn once per shape
+from its own seed and shared by every candidate's check, as a kernel family's gate does
+(headroom.families.check), each candidate given its own copy; the candidate run twice into
+poisoned output buffers -- NaN first, then a finite sentinel no valid output can hold -- and
+compared with the shape's float64 answer, `kernels.reference_attention`, computed once per shape
+(and per layout, padded or ragged) rather than once per check:
     rel_err = ||out - ref|| / ||ref||,  max_abs_err = max |out - ref|   (float64)
     nan_count = NaN elements after the NaN-poisoned run
     unwritten_count = elements still equal to the sentinel after the second run
-A check passes when it ran, nothing is NaN or unwritten, rel_err <= tolerance and
-max_abs_err <= abs_tolerance (per dtype, config `correctness.tolerances`).
+A check passes when it ran, nothing is NaN or unwritten, rel_err <= tolerance,
+max_abs_err <= abs_tolerance (per dtype, config `correctness.tolerances`) and its copy of the
+inputs is unchanged after both calls (a call that writes q, k or v would corrupt every timed call
+after it, where input sets are reused).
 
 A backend or tile that cannot run a shape is not a wrong answer: a native SDPA backend with no
 kernel for it ("No available kernel", "No viable backend") or a tile that needs more resources
@@ -163,6 +168,39 @@ def _not_run(row: dict, exc: Exception, *, native: bool) -> dict:
     return row
 
 
+class ShapeInputs:
+    """One distinct shape's check inputs: q, k, v drawn once from `seed`, the rotary tables, and its
+    float64 answers, each computed on first use and kept (the padded problem, and the ragged one for
+    candidates that read kv_lens)."""
+
+    def __init__(self, shape: Any, seed: int, device: str, rope_base: float):
+        self.seed = seed
+        self.device = _torch_device(device)
+        self.rotate_k = rotate_k_for(shape.phase, int(shape.q_len), int(shape.kv_len))
+        self.q, self.k, self.v, self.cos, self.sin = check_inputs(shape, seed, self.device, rope_base)
+        self._answers: dict = {}
+
+    def copies(self):
+        """A candidate's own q, k, v: equal to the shape's, so that a call writing them is seen."""
+        return self.q.clone(), self.k.clone(), self.v.clone()
+
+    def written(self, q, k, v) -> list[str]:
+        """The names of the copies a call changed."""
+        import torch
+
+        pairs = (("q", q, self.q), ("k", k, self.k), ("v", v, self.v))
+        return [name for name, got, drawn in pairs if not torch.equal(got, drawn)]
+
+    def answer(self, kv_lens=None):
+        """The float64 answer for these inputs (ragged when kv_lens is given), computed once."""
+        key = None if kv_lens is None else tuple(int(n) for n in kv_lens.tolist())
+        if key not in self._answers:
+            self._answers[key] = reference(
+                self.q, self.k, self.v, self.cos, self.sin, rotate_k=self.rotate_k, kv_lens=kv_lens
+            )
+        return self._answers[key]
+
+
 def check_one(
     fn: Callable,
     shape: Any,
@@ -174,25 +212,35 @@ def check_one(
     native: bool = False,
     kv_lens=None,
 ) -> dict[str, Any]:
-    """Run one check (see the module docstring); returns the measured columns. `native`: fn is a
-    native backend, whose "no kernel for this shape" error makes the check 'unsupported'.
-    kv_lens: the (B,) lengths fn answers for (a ragged decode), None for the padded problem."""
+    """Run one check on inputs of its own (see the module docstring); returns the measured columns.
+    `native`: fn is a native backend, whose "no kernel for this shape" error makes the check
+    'unsupported'. kv_lens: the (B,) lengths fn answers for (a ragged decode), None for the padded
+    problem."""
+    inputs = ShapeInputs(shape, seed, device, rope_base)
+    return judge(fn, inputs, tol=tol, native=native, kv_lens=kv_lens)
+
+
+def judge(
+    fn: Callable, inputs: ShapeInputs, *, tol: tuple[float, float], native: bool = False, kv_lens=None
+) -> dict[str, Any]:
+    """One candidate's check on a shape's shared inputs: its measured columns."""
     import torch
 
-    tdev = _torch_device(device)
-    rotate_k = rotate_k_for(shape.phase, int(shape.q_len), int(shape.kv_len))
-    q, k, v, cos, sin = check_inputs(shape, seed, tdev, rope_base)
     row = dict(
         rel_err=math.nan, max_abs_err=math.nan, nan_count=-1, unwritten_count=-1, status="error", reason=""
     )
+    q, k, v = inputs.copies()
     try:
-        out, nan_count, unwritten = _run_poisoned(fn, q, k, v, tdev)
+        out, nan_count, unwritten = _run_poisoned(fn, q, k, v, inputs.device)
     except Exception as exc:  # cannot run this shape: unsupported; any other failure: an error
         return _not_run(row, exc, native=native)
-    ref = reference(q, k, v, cos, sin, rotate_k=rotate_k, kv_lens=kv_lens)
+    ref = inputs.answer(kv_lens)
     diff = out.to(torch.float64) - ref
     rel, max_abs = float(diff.norm() / ref.norm()), float(diff.abs().max())
     found = problems(rel, max_abs, nan_count, unwritten, tol)
+    written = inputs.written(q, k, v)
+    if written:
+        found.append(f"the call wrote its inputs ({', '.join(written)})")
     row.update(
         rel_err=rel,
         max_abs_err=max_abs,
@@ -332,38 +380,39 @@ def check(
                 "decode would never run (it would time generation 2's q_fused plan twice): drop "
                 "varlen_decode from the study or use a trace with kv_summary: per_sequence"
             )
-    ctx = dict(device=device, seed=seed, rope_base=rope_base, make_fn=make_fn, inject_fault=inject_fault)
     rows = []
     progress = Progress(log, "correctness", len(shape_list) * len(candidates), "checks")
     for shape in shape_list:
         tol = _tolerance(tolerances_by_dtype, str(shape.dtype), shape.shape_key)
+        inputs = ShapeInputs(shape, shape_seed(seed, shape.shape_key), device, rope_base)
         for cand in candidates.itertuples(index=False):
-            result = _check_pair(cand, shape, tol, **ctx)
+            faulty = cand.candidate == inject_fault
+            result = _check_pair(cand, shape, inputs, tol, device=device, make_fn=make_fn, faulty=faulty)
             rows.append(result)
             _log_result(log, cand, shape, result)
             progress.step()
+        del inputs
         if tdev == "cuda":
             torch.cuda.empty_cache()
     return _frame(rows)
 
 
-def _check_pair(cand, shape, tol, *, device, seed, rope_base, make_fn, inject_fault) -> dict:
+def shape_seed(seed: int, shape_key: str) -> int:
+    """The seed of a shape's inputs: the one a kernel family's gate draws for it (headroom.families.check)."""
+    from headroom.families.attention.family import NAME
+
+    return input_seed(seed, NAME, shape_key)
+
+
+def _check_pair(cand, shape, inputs: ShapeInputs, tol, *, device, make_fn, faulty: bool) -> dict:
     """One (candidate, shape) check as its correctness row."""
     from headroom.families.attention.inputs import kv_lens_tensor
     from headroom.families.attention.runner import is_native, takes_lengths
-    from headroom.families.attention.runner import tables as candidate_tables
 
-    tdev = _torch_device(device)
-    rotate_k = rotate_k_for(shape.phase, int(shape.q_len), int(shape.kv_len))
-    cos, sin = candidate_tables(int(shape.kv_len), int(shape.head_dim), str(shape.dtype), rope_base, tdev)
     lens = kv_lens_tensor(shape, device) if takes_lengths(cand) else None
-    seed_i = input_seed(seed, cand.candidate, shape.shape_key)
-    fn = _candidate_fn(make_fn, cand, cos, sin, rotate_k, lens, faulty=cand.candidate == inject_fault)
-    native = is_native(cand)
-    result = check_one(
-        fn, shape, seed=seed_i, device=device, tol=tol, rope_base=rope_base, native=native, kv_lens=lens
-    )
-    return _row(cand, shape, result, tol, rotate_k=rotate_k, seed=seed_i)
+    fn = _candidate_fn(make_fn, cand, inputs.cos, inputs.sin, inputs.rotate_k, lens, faulty=faulty)
+    result = judge(fn, inputs, tol=tol, native=is_native(cand), kv_lens=lens)
+    return _row(cand, shape, result, tol, rotate_k=inputs.rotate_k, seed=inputs.seed)
 
 
 def _candidate_fn(
