@@ -3,7 +3,7 @@
     from headroom import dispatch
     here = {"gpu_name": "NVIDIA H200", "sm_count": 132, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
             "dtype": "bfloat16", "kernel_source_blake3": dispatch.kernel_source_blake3(dispatch.current_kernel_code()),
-            "torch": torch_version}                                         # what this server is
+            "torch": torch_version, "flashinfer": dispatch.flashinfer_version()}  # what this server is
     table = dispatch.load("results/default", identity=here)               # the study folder: checked against it
     cand = table.choose(phase="decode", batch=5, q_len=1, kv_len=2064)   # the profile routes by step
     cand.id, cand.block_m, cand.rope           # what to plan and run (kernels.deploy.run(cand, ...))
@@ -32,7 +32,12 @@ What ``load`` checks, and where from:
 * with ``identity``, what the table is valid for (``check``): another GPU model or SM count, another
   partition (heads, head_dim) or dtype, or another kernel source hash is refused (``DispatchRefused``,
   naming each difference; values compare with their type: 132 is not "132"); another driver, torch or
-  Triton version only warns (``VersionWarning``: servers pin their own).
+  Triton version only warns (``VersionWarning``: servers pin their own), as does another FlashInfer
+  version where both the table and the identity name one (``SOFT_OPTIONAL``: ``identity.soft.flashinfer``
+  is the version the study's environment recorded, absent from older tables and from studies without
+  FlashInfer); a table that routes a scope to a FlashInfer candidate (``flashinfer_routes``) is refused
+  where the identity says FlashInfer is absent (``flashinfer`` given as None, "" or "none":
+  ``flashinfer_version`` gives None on a host without it), naming the version the table was timed with.
 
 Every scope's policy is read into ``headroom.policies``' objects (the one lookup implementation: the
 same code the decision fitted and scored). Neither loading nor choosing imports torch.
@@ -83,6 +88,16 @@ HARD = ("gpu_name", "sm_count", "heads_q", "heads_kv", "head_dim", "dtype", "ker
 #: its artifacts record it (provenance ``family``: name, version, source BLAKE3).
 FAMILY_HARD = ("gpu_name", "sm_count", "family", "family_version", "family_source_blake3")
 SOFT = ("driver", "torch", "triton")
+#: Versions a table's soft identity holds only where its study recorded them: FlashInfer's, from the
+#: environment stage (``environment.parquet`` column ``flashinfer``) of a study where it was installed.
+#: Older tables and studies without FlashInfer lack it; a kernel family's table never holds it.
+SOFT_OPTIONAL = ("flashinfer",)
+#: What says FlashInfer is absent: an identity's None or "", and the environment stage's "none"
+#: (headroom.measure.environment.flashinfer_facts)
+ABSENT = (None, "", "none")
+#: FlashInfer's PyPI distributions (the ``flashinfer`` extra installs the first), whose metadata holds
+#: its version: the environment stage records ``flashinfer.__version__``, the same string for a wheel
+FLASHINFER_DISTRIBUTIONS = ("flashinfer-python", "flashinfer")
 SCHEMA_VERSIONS = (1,)
 WHAT = {
     "gpu_name": "GPU model",
@@ -129,7 +144,7 @@ class DispatchRefused(DispatchError):
 
 
 class VersionWarning(UserWarning):
-    """A driver, torch or Triton version other than the study's."""
+    """A driver, torch, Triton or FlashInfer version other than the study's."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,7 +475,8 @@ SCHEMA = {
                 "hard": {"type": "object"},  # attention's HARD_SCHEMA, a family's FAMILY_HARD_SCHEMA
                 "soft": {
                     "type": "object",
-                    "required": list(SOFT),
+                    "required": list(SOFT),  # not SOFT_OPTIONAL: older tables lack FlashInfer's
+                    "properties": {k: _NAME for k in SOFT_OPTIONAL},
                     "additionalProperties": {"type": "string"},
                 },
             },
@@ -687,7 +703,7 @@ def load(
     scope of a table without one). ``path`` is a study folder or a dispatch.json; a study folder, or a
     dispatch.json with recommendation.parquet beside it, is checked against the folder (``check_folder``).
     With ``study``, a table recorded for another study is refused; with ``identity`` (keys HARD,
-    optionally SOFT), a table recorded for another machine (``check``)."""
+    optionally SOFT and SOFT_OPTIONAL), a table recorded for another machine (``check``)."""
     table, scopes = read_table(path, identity=identity, study=study)
     path = Path(path) / DISPATCH_NAME if Path(path).is_dir() else Path(path)
     cands = {cid: Candidate(id=cid, **facts) for cid, facts in table["candidates"].items()}
@@ -720,10 +736,38 @@ def hard_keys(table: dict) -> tuple[str, ...]:
     return FAMILY_HARD if "family" in table else HARD
 
 
+def flashinfer_version() -> str | None:
+    """This host's FlashInfer version (an identity's ``flashinfer``), None where it is not installed:
+    read from its distribution's metadata, without importing it (the import takes seconds and loads
+    torch); "unknown" where it is importable with no distribution metadata (a source checkout)."""
+    import importlib.util
+    from importlib import metadata
+
+    if importlib.util.find_spec("flashinfer") is None:
+        return None
+    for name in FLASHINFER_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def flashinfer_routes(table: dict) -> list[str]:
+    """The FlashInfer candidates (backend in ``FLASHINFER_BACKENDS``) some scope's policy routes to."""
+    from headroom.families.attention.candidates import FLASHINFER_BACKENDS
+
+    facts = table.get("candidates") or {}
+    routed = {c for entry in (table.get("scopes") or {}).values() for c in entry["policy"]["candidates"]}
+    return sorted(c for c in routed if (facts.get(c) or {}).get("backend") in FLASHINFER_BACKENDS)
+
+
 def check(table: dict, identity: dict) -> None:
     """Refuse (``DispatchRefused``, every difference named) a table recorded for another GPU model,
     SM count, partition, dtype or kernel source (a family's table: another family, family version or
-    family source); warn (``VersionWarning``) on other versions."""
+    family source), or one that routes to FlashInfer where ``identity`` says it is absent (key
+    ``flashinfer`` None, "" or "none": ``ABSENT``); warn (``VersionWarning``) on other versions
+    (FlashInfer's where both the table and the identity name one)."""
     recorded = table.get("identity") or {}
     hard, soft = recorded.get("hard", {}), recorded.get("soft", {})
     keys = hard_keys(table)
@@ -741,9 +785,16 @@ def check(table: dict, identity: dict) -> None:
         return f"{WHAT[k]}: the table is for {a!r}, this is {b!r}{types}"
 
     wrong = [said(k) for k in keys if not _same(hard.get(k), identity[k])]
+    if "flashinfer" in identity and identity["flashinfer"] in ABSENT and (routes := flashinfer_routes(table)):
+        timed = soft.get("flashinfer") or "(version not recorded)"
+        wrong.append(
+            f"FlashInfer: the table routes to {routes}, timed with FlashInfer {timed}; this host has no FlashInfer"
+        )
     if wrong:
         raise DispatchRefused(f"dispatch table of study {table.get('study')!r} refused: " + "; ".join(wrong))
-    for k in SOFT:
+    for k in (*SOFT, *SOFT_OPTIONAL):
+        if k in SOFT_OPTIONAL and (identity.get(k) in ABSENT or soft.get(k) in ABSENT):
+            continue  # only where both the table and the identity name a version
         if k in identity and str(soft.get(k)) != str(identity[k]):
             warnings.warn(
                 f"{k} {identity[k]!r} differs from the study's {soft.get(k)!r}: the choices were timed there",

@@ -60,7 +60,7 @@ from headroom.core.names import CATEGORY_KEYED, CATEGORY_SPLIT_GAIN
 from headroom.decide import engine, figures, measured, registry
 from headroom.decide.decision import figure_row, pure_category_split
 from headroom.decide.measured import checked_modes
-from headroom.dispatch import CANDIDATE_FIELDS, FAMILY_HARD, HARD, SOFT, validate
+from headroom.dispatch import ABSENT, CANDIDATE_FIELDS, FAMILY_HARD, HARD, SOFT, validate
 from headroom.families.attention.keying import ATTENTION
 from headroom.families.attention.layer import gemm_us, rates
 from headroom.policies.shapes import Keying
@@ -352,7 +352,9 @@ def family_record(family: dict) -> dict:
 
 
 def identity(trace: pd.DataFrame, environment: pd.DataFrame, kernel_source_blake3: str) -> dict:
-    """{'hard': what the table is valid for only, 'soft': versions a server may differ in}."""
+    """{'hard': what the table is valid for only, 'soft': versions a server may differ in}: the
+    environment's driver, torch and Triton, and its FlashInfer (``flashinfer``) where it recorded one
+    (a study without FlashInfer, or whose environment predates the column, has none)."""
     env = environment.iloc[0] if environment is not None and len(environment) else pd.Series(dtype=object)
     part = {c: sorted(set(trace[c].tolist())) for c in ("heads_q", "heads_kv", "head_dim", "dtype")}
     mixed = {c: v for c, v in part.items() if len(v) != 1}
@@ -364,7 +366,11 @@ def identity(trace: pd.DataFrame, environment: pd.DataFrame, kernel_source_blake
         sm_count=int(env.get("sm_count", 0) or 0),
         kernel_source_blake3=str(kernel_source_blake3),
     )
-    return {"hard": {k: hard[k] for k in HARD}, "soft": {k: str(env.get(k, "unknown")) for k in SOFT}}
+    soft = {k: str(env.get(k, "unknown")) for k in SOFT}
+    flashinfer = env.get("flashinfer")  # the environment stage's (its 'none': not installed)
+    if isinstance(flashinfer, str) and flashinfer not in ABSENT:
+        soft["flashinfer"] = flashinfer
+    return {"hard": {k: hard[k] for k in HARD}, "soft": soft}
 
 
 def _plain(value):

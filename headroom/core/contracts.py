@@ -175,7 +175,7 @@ _T = {
     "attention_layer_decode_pct": FLOAT, "speedup_layer_pct": FLOAT, "speedup_layer_ci_low": FLOAT,
     "speedup_layer_ci_high": FLOAT, "expected_gain_layer_pct": FLOAT, "gap_layer_pct": FLOAT,
     "faster_native": STR, "faster_native_speedup": FLOAT, "decision_blake3": STR, "dispatch_blake3": STR, "kernel_source_blake3": STR, "driver": STR,
-    "torch": STR, "triton": STR, "kernel_family": STR, "family_version": STR, "family_source_blake3": STR,
+    "torch": STR, "triton": STR, "flashinfer": STR, "kernel_family": STR, "family_version": STR, "family_source_blake3": STR,
 }  # fmt: skip
 
 _TRACE = "invocation phase batch q_len kv_len heads_q heads_kv head_dim dtype shape_key"
@@ -275,6 +275,8 @@ DECISION = _contract("decision", "verdict reason", required="verdict reason")
 #: its speedups over each alternative, what they are worth per decoder layer, and what it is valid for.
 #: kernel_family, family_version, family_source_blake3 and params came with kernel families (issue 32):
 #: a family's rows only (its attention columns null); `family` is the decision's figure family.
+#: flashinfer (the version dispatch.json's identity.soft records) came with FlashInfer (issue 33):
+#: absent where the study's environment recorded none.
 _RECOMMENDATION_KEY = "schema_version study scope verdict ship policy kernel decision_blake3 dispatch_blake3"
 RECOMMENDATION = _contract(
     "recommendation",
@@ -285,7 +287,7 @@ RECOMMENDATION = _contract(
     "gap_ci_low gap_ci_high attention_layer_pct attention_layer_prefill_pct attention_layer_decode_pct "
     "speedup_layer_pct speedup_layer_ci_low speedup_layer_ci_high expected_gain_layer_pct gap_layer_pct "
     "faster_native faster_native_speedup decision_blake3 dispatch_blake3 gpu_name sm_count heads_q heads_kv head_dim dtype kernel_source_blake3 "
-    "driver torch triton kernel_family family_version family_source_blake3 params",
+    "driver torch triton flashinfer kernel_family family_version family_source_blake3 params",
     required=_RECOMMENDATION_KEY,
 )
 
