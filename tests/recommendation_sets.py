@@ -18,14 +18,24 @@ FAST = {"bootstrap_resamples": 300, "random_draws": 20}
 META = {"study": "hand", "decision_blake3": "d" * 64, "kernel_source_blake3": "e" * 64}
 
 
-def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, deployment=None, native=None):
+def recommend(
+    latency,
+    seq: str,
+    modes=("graph",),
+    out: Path | None = None,
+    deployment=None,
+    native=None,
+    environment=None,
+):
     """(trace, decision, recommendation table, dispatch content); with ``out``, dispatch.json there;
-    with ``native`` (shape_key -> factor), a native candidate beside ours (``S.with_native``)."""
+    with ``native`` (shape_key -> factor), a native candidate beside ours (``S.with_native``); with
+    ``environment``, that environment table instead of ``S.environment()``."""
     tr = S.trace(seq)
     tm = S.timings(tr, latency, modes=modes)
     tm = tm if native is None else S.with_native(tm, native)
+    environment = S.environment() if environment is None else environment
     figs = figures.study_figures(tr, tm, deployment=deployment, **FAST)
-    d = decision.decide(figs, None, S.environment(), deployment=deployment, min_test_invocations=5)
+    d = decision.decide(figs, None, environment, deployment=deployment, min_test_invocations=5)
     table, content = recommendation.build(
         d,
         tr,
@@ -33,7 +43,7 @@ def recommend(latency, seq: str, modes=("graph",), out: Path | None = None, depl
         None,
         S.candidates() if native is None else S.candidates_with("sdpa-cudnn"),
         S.calibration(),
-        S.environment(),
+        environment,
         meta=META,
         policies={"train_fraction": 0.5, **FAST},
         deployment=deployment,

@@ -28,6 +28,11 @@ NATIVE = {
     "native-sdpa-cudnn": {"tile": -1, "block_m": 0, "block_n": 0, "num_warps": 0, "num_stages": 0,
                           "rope": "unfused", "generation": 2, "backend": "sdpa-cudnn", "fused": False},
 }  # fmt: skip
+#: FlashInfer's candidates as the recommendation writes them (backends in FLASHINFER_BACKENDS)
+FLASHINFER = {
+    f"native-{b}": {**NATIVE["native-sdpa-cudnn"], "backend": b}
+    for b in ("flashinfer-paged", "flashinfer-ragged")
+}
 
 
 def scope(policy: dict, gain=(0.0, None, None)) -> dict:

@@ -464,3 +464,162 @@ def test_a_table_alone_is_checked_for_its_recorded_study(studies, tmp_path):
     assert dispatch.load(away, mode="graph", study="other").study == "other"
     with pytest.raises(dispatch.DispatchRefused, match="the dispatch table of study 'other', not of 'hand'"):
         dispatch.load(away, mode="graph", study="hand")
+
+
+# -- FlashInfer's version in the identity (issue 33) ------------------------------------------------
+FLASHINFER_VERSION = "0.7.2.post1"  # what the environment stage recorded on the H200
+
+
+@pytest.fixture(scope="module")
+def with_flashinfer():
+    """(recommendation table, dispatch content) of the ``content`` study, its environment recording
+    FlashInfer's version as the environment stage does (column ``flashinfer``)."""
+    from tests import analysis_sets as S
+
+    env = S.environment().assign(flashinfer=FLASHINFER_VERSION, flashinfer_jit_blake3="empty")
+    return recommend(_surface, "ADCC" * 6, environment=env)[2:]
+
+
+def test_a_table_records_the_flashinfer_version_its_environment_recorded(content, with_flashinfer):
+    """identity.soft.flashinfer is the environment's column; a study whose environment has none (the
+    stage's 'none', or an environment recorded before the column) writes no key, as before."""
+    from headroom.analysis import recommendation
+    from tests import analysis_sets as S
+
+    rows, table = with_flashinfer
+    assert table["identity"]["soft"] == {**content["identity"]["soft"], "flashinfer": FLASHINFER_VERSION}
+    assert set(rows["flashinfer"]) == {FLASHINFER_VERSION}  # recommendation.parquet's identity columns
+    dispatch.validate(table)
+    assert "flashinfer" not in content["identity"]["soft"]  # S.environment() has no flashinfer column
+    trace = S.trace("ADCC")
+    for absent in ("none", None, float("nan")):
+        soft = recommendation.identity(trace, S.environment().assign(flashinfer=absent), "e" * 64)["soft"]
+        assert soft == dict.fromkeys(dispatch.SOFT, "unknown"), absent
+
+
+def test_an_older_table_without_flashinfer_still_loads_quietly(content, tmp_path):
+    """The schema does not require the key: a table written before it (or from a study without
+    FlashInfer) loads, with or without a FlashInfer on the host, and warns of no version."""
+    assert "flashinfer" not in content["identity"]["soft"]
+    path = _write(tmp_path, content)
+    for host in (FLASHINFER_VERSION, None, ""):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            table = dispatch.load(path, mode="graph", identity={**_identity(content), "flashinfer": host})
+        assert table.choose(phase="decode", batch=8).tile == 2
+
+
+def test_the_schema_takes_a_flashinfer_version_only_as_a_string(content, tmp_path):
+    for bad, says in ((7, "7 is not of type 'string'"), ("", "'' should be non-empty")):
+        forged = copy.deepcopy(content)
+        forged["identity"]["soft"]["flashinfer"] = bad
+        with pytest.raises(
+            dispatch.DispatchError, match=re.escape(f"field identity.soft.flashinfer: {says}")
+        ):
+            dispatch.load(_write(tmp_path, forged), mode="graph")
+
+
+def test_another_flashinfer_version_only_warns(with_flashinfer, tmp_path):
+    table = with_flashinfer[1]
+    path = _write(tmp_path, table)
+    here = {**_identity(table), "flashinfer": "0.6.0"}
+    with pytest.warns(
+        dispatch.VersionWarning,
+        match=re.escape(f"flashinfer '0.6.0' differs from the study's '{FLASHINFER_VERSION}'"),
+    ):
+        loaded = dispatch.load(path, mode="graph", identity=here)
+    assert loaded.choose(phase="decode", batch=8).tile == 2
+    with warnings.catch_warnings():  # the same version, or an identity that names none: quiet
+        warnings.simplefilter("error")
+        dispatch.load(path, mode="graph", identity=_identity(table))
+        dispatch.load(path, mode="graph", identity={k: v for k, v in here.items() if k != "flashinfer"})
+
+
+def _routes_to_flashinfer(policy: dict, version: str | None = FLASHINFER_VERSION) -> dict:
+    """A table of one scope around ``policy`` over our candidates and FlashInfer's, recording
+    FlashInfer's ``version`` (None: a table that records none)."""
+    soft = {**tables.IDENTITY["soft"], **({"flashinfer": version} if version else {})}
+    identity = {**tables.IDENTITY, "soft": soft}
+    return tables.table(
+        {"eager": tables.scope(policy)}, {**tables.CANDIDATES, **tables.FLASHINFER}, identity=identity
+    )
+
+
+ROUTES = {  # decodes to FlashInfer's paged decode, prefills to ours; FlashInfer's ragged everywhere
+    "phase-keyed": {"policy": "phase-keyed", "candidates": ["t0-q_fused", "native-flashinfer-paged"],
+                    "fallback": 0, "table": [["prefill", 0], ["decode", 1]]},
+    "global": {"policy": "global", "candidates": ["native-flashinfer-ragged"], "fallback": 0,
+               "table": [[None, 0]]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", sorted(ROUTES))
+@pytest.mark.parametrize("host", [None, ""])
+def test_a_table_routing_to_flashinfer_is_refused_on_a_host_without_it(tmp_path, policy, host):
+    """A table that routes a shape to a FlashInfer candidate cannot be served without FlashInfer: one
+    line naming FlashInfer, the candidates and the version the table was timed with."""
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(_routes_to_flashinfer(ROUTES[policy])))
+    here = {**tables.IDENTITY["hard"], **tables.IDENTITY["soft"]}
+    with pytest.raises(dispatch.DispatchRefused) as refused:
+        dispatch.load(path, identity={**here, "flashinfer": host})
+    message = str(refused.value)
+    assert "\n" not in message
+    assert re.search(rf"FlashInfer: the table routes to \[.*'native-flashinfer-\w+'\], timed with FlashInfer "
+                     rf"{re.escape(FLASHINFER_VERSION)}; this host has no FlashInfer", message), message  # fmt: skip
+    with warnings.catch_warnings():  # a host with that FlashInfer serves it, quietly
+        warnings.simplefilter("error")
+        table = dispatch.load(path, identity={**here, "flashinfer": FLASHINFER_VERSION})
+    assert table.choose(phase="decode", batch=8).id.startswith("native-flashinfer-")
+    dispatch.load(path, identity=here)  # an identity that does not say: not refused (as before)
+
+
+def test_a_refusal_of_an_older_table_routing_to_flashinfer_says_its_version_is_not_recorded(tmp_path):
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(_routes_to_flashinfer(ROUTES["global"], version=None)))
+    here = {**tables.IDENTITY["hard"], **tables.IDENTITY["soft"], "flashinfer": None}
+    with pytest.raises(dispatch.DispatchRefused, match=r"timed with FlashInfer \(version not recorded\)"):
+        dispatch.load(path, identity=here)
+
+
+def test_a_table_not_routing_to_flashinfer_loads_on_a_host_without_it(with_flashinfer, tmp_path):
+    """A study measured with FlashInfer installed whose table ships ours (or another native) only: a
+    host without FlashInfer serves it, quietly."""
+    table = with_flashinfer[1]
+    assert dispatch.flashinfer_routes(table) == []
+    path = _write(tmp_path, table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = dispatch.load(path, mode="graph", identity={**_identity(table), "flashinfer": None})
+    assert loaded.choose(phase="decode", batch=8).tile == 2
+    # FlashInfer described among the candidates but routed to by no scope's policy: not refused either
+    policy = {"policy": "global", "candidates": ["t0-q_fused"], "fallback": 0, "table": [[None, 0]]}
+    path = tmp_path / "unrouted.json"
+    path.write_text(json.dumps(_routes_to_flashinfer(policy)))
+    dispatch.load(path, identity={**tables.IDENTITY["hard"], "flashinfer": ""})
+
+
+def test_the_hosts_flashinfer_version_is_read_without_importing_it(monkeypatch):
+    """``flashinfer_version``: None where FlashInfer is not importable; else its distribution's version
+    (the string the environment stage records), and flashinfer is never imported."""
+    import importlib.util
+    from importlib import metadata
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a)
+    )
+    assert dispatch.flashinfer_version() is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    versions = {"flashinfer-python": FLASHINFER_VERSION}
+
+    def version(name):
+        if name not in versions:
+            raise metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert dispatch.flashinfer_version() == FLASHINFER_VERSION
+    versions.clear()
+    assert dispatch.flashinfer_version() == "unknown"  # importable, no distribution metadata
+    assert "flashinfer" not in sys.modules
