@@ -363,7 +363,12 @@ def _headline(
         return "no-decision", "no-interval", "No decision: no figure could be measured."
     verdict, code, left_out = rule.headline({u: (v, c) for u, (v, c, _, _) in parts.items()})
     open_ = [(c, st) for u, (v, c, _, st) in parts.items() if v == "no-decision" and u not in left_out]
-    said = _sentence(*open_[0], words) if verdict == "no-decision" and open_ else words.reason(code)
+    if verdict == "no-decision" and open_:
+        said = _sentence(*open_[0], words)
+    elif verdict == "no-decision" and left_out:  # each part's own numbers are in its sentence below
+        said = "no part of it could be decided"
+    else:
+        said = words.reason(code)
     first = f"{VERDICT_WORD[verdict]} {scope}: {said}"
     if left_out:
         first += "; not decided: " + ", ".join(f"{u} ({parts[u][1]})" for u in left_out)

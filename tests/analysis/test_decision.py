@@ -160,6 +160,10 @@ def test_a_part_with_too_few_test_invocations_is_reported_and_the_headline_is_de
         "no-decision",
         "too-few-invocations",
     )
+    # no part decided: the headline says so and names them; the counts are each part's own
+    said = at_default["reason"].iloc[0]
+    assert ": no part of it could be decided; not decided: " in said, said
+    assert "(0 < 0)" not in said and "fewer test invocations than the decision needs (4 < 30)" in said
 
 
 def test_eager_timings_that_include_the_host_are_reported_not_decided():
