@@ -31,7 +31,7 @@ from headroom.decide import rule  # noqa: E402
 STUDIES = {
     "default-flashinfer-6x160": "H200 default trace, 6 × 160 (decision v4's design), FlashInfer in the portfolio",
     "azure-conv-gen2-6x100": "H200 Azure conv trace, 6 × 100",
-    "mooncake-conv": "H200 Mooncake conv trace, 3 × 30",
+    "mooncake-conv-flashinfer-3x30": "H200 Mooncake conv trace, 3 × 30",
 }
 REFERENCE = ROOT / "data" / "reference" / "h200"
 

@@ -280,7 +280,7 @@ def test_snakemake_refuses_a_replay_folder_named_against_the_rule_and_leaves_res
     results.mkdir()
     (results / "keep.txt").write_text("untouched")
     recorded = tmp_path / "wé ird;$(touch PWNED)"
-    shutil.copytree(ROOT / "data/reference/h200/mooncake-conv", recorded)
+    shutil.copytree(ROOT / "data/reference/h200/mooncake-conv-flashinfer-3x30", recorded)
     proc = snakemake(project, "--config", f"replay={recorded}", check=False, timeout=300)
     assert proc.returncode != 0 and "config key 'replay'" in proc.stdout + proc.stderr
     assert sorted(p.name for p in results.iterdir()) == ["keep.txt"]

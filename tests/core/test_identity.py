@@ -155,7 +155,7 @@ def _recorded_copy(tmp_path: Path, study: str) -> Path:
 
 
 def test_replay_refuses_a_generation1_calibration_in_a_generation2_folder(tmp_path):
-    folder = _recorded_copy(tmp_path, "mooncake-conv")
+    folder = _recorded_copy(tmp_path, "mooncake-conv-flashinfer-3x30")
     assert replay.check_recorded(folder)  # the folder as recorded replays
     copy_artifact(GEN1 / "calibration.parquet", folder / "calibration.parquet")
     with pytest.raises(replay.ReplayError, match="mixes artifacts of different runs") as err:
@@ -166,7 +166,7 @@ def test_replay_refuses_a_generation1_calibration_in_a_generation2_folder(tmp_pa
 def test_replay_refuses_an_environment_of_another_run(tmp_path):
     """A calibration records the environment it was measured in (rules/measure.smk): a replay folder
     whose environment is another run's is refused naming both hashes."""
-    folder = _recorded_copy(tmp_path, "mooncake-conv")
+    folder = _recorded_copy(tmp_path, "mooncake-conv-flashinfer-3x30")
     (folder / "README.md").unlink()  # a results folder replayed as it is: no import manifest
     env = artifacts.verify(folder / "environment.parquet")
     prov = artifacts.read_provenance(folder / "calibration.parquet")
@@ -185,14 +185,14 @@ def test_replay_refuses_an_environment_of_another_run(tmp_path):
 def test_replay_refuses_a_generation1_environment_in_a_generation2_reference(tmp_path):
     """The committed references predate the environment edge; their README's table, written at
     import from the verified artifacts, names the environment that belongs there."""
-    folder = _recorded_copy(tmp_path, "mooncake-conv")
+    folder = _recorded_copy(tmp_path, "mooncake-conv-flashinfer-3x30")
     copy_artifact(GEN1 / "environment.parquet", folder / "environment.parquet")
     with pytest.raises(replay.ReplayError) as err:
         replay.check_recorded(folder)
     gen1 = artifacts.recorded_hash(GEN1 / "environment.parquet")
-    gen2 = artifacts.recorded_hash(REFERENCE / "mooncake-conv/environment.parquet")
+    gen2 = artifacts.recorded_hash(REFERENCE / "mooncake-conv-flashinfer-3x30/environment.parquet")
     assert f"environment.parquet has BLAKE3 {gen1[:16]}" in str(err.value)
-    assert f"mooncake-conv's README.md recorded {gen2[:16]}" in str(err.value)
+    assert f"mooncake-conv-flashinfer-3x30's README.md recorded {gen2[:16]}" in str(err.value)
 
 
 def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
@@ -200,7 +200,7 @@ def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
 
     from tools import import_reference
 
-    src = _recorded_copy(tmp_path, "mooncake-conv")
+    src = _recorded_copy(tmp_path, "mooncake-conv-flashinfer-3x30")
     tarball = tmp_path / "study.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(src, arcname="results/mooncake-conv")
@@ -210,7 +210,7 @@ def test_import_reference_writes_the_manifest_the_replay_check_reads(tmp_path):
 
 
 def test_replay_refuses_an_artifact_of_the_wrong_kind(tmp_path):
-    folder = _recorded_copy(tmp_path, "mooncake-conv")
+    folder = _recorded_copy(tmp_path, "mooncake-conv-flashinfer-3x30")
     copy_artifact(folder / "graph_sweep.parquet", folder / "calibration.parquet")
     with pytest.raises(replay.ReplayError, match="calibration.parquet holds a 'graph_sweep' artifact"):
         replay.check_recorded(folder)
@@ -362,14 +362,19 @@ def test_the_plan_refuses_a_generation1_calibration_in_a_generation2_replay(tmp_
     from tests.pipeline import copy_project, snakemake
 
     project = copy_project(tmp_path / "p")
-    study_dir = project / "results/replay-h200-mooncake-conv"
-    _imported(REFERENCE / "mooncake-conv", study_dir)
+    study_dir = project / "results/replay-h200-mooncake-conv-flashinfer-3x30"
+    _imported(REFERENCE / "mooncake-conv-flashinfer-3x30", study_dir)
     copy_artifact(GEN1 / "calibration.parquet", study_dir / "calibration.parquet")
     before = (study_dir / "calibration.parquet").read_bytes()
     proc = snakemake(
-        project, "-n", "--config", "studies=[replay-h200-mooncake-conv]", check=False, timeout=300
+        project,
+        "-n",
+        "--config",
+        "studies=[replay-h200-mooncake-conv-flashinfer-3x30]",
+        check=False,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "holds artifacts of another run" in out, out[-2000:]
-    assert "replay-h200-mooncake-conv/calibration.parquet has BLAKE3" in out
+    assert "replay-h200-mooncake-conv-flashinfer-3x30/calibration.parquet has BLAKE3" in out
     assert (study_dir / "calibration.parquet").read_bytes() == before

@@ -41,13 +41,19 @@ def test_command_line_values_win_over_the_overlay():
 
 
 def test_replay_names_map_to_recorded_folders():
-    studies = _plan(studies=["replay-h200-mooncake-conv", "replay-h200-azure-conv-gen2-6x100"])
-    assert studies["replay-h200-mooncake-conv"]["replay"].endswith("data/reference/h200/mooncake-conv")
+    studies = _plan(
+        studies=["replay-h200-mooncake-conv-flashinfer-3x30", "replay-h200-azure-conv-gen2-6x100"]
+    )
+    assert studies["replay-h200-mooncake-conv-flashinfer-3x30"]["replay"].endswith(
+        "data/reference/h200/mooncake-conv-flashinfer-3x30"
+    )
     assert {s["device"] for s in studies.values()} == {"replay"}
 
 
 def test_replay_shorthand_is_one_replay_study():
-    assert list(_plan(replay="data/reference/h200/mooncake-conv")) == ["replay-h200-mooncake-conv"]
+    assert list(_plan(replay="data/reference/h200/mooncake-conv-flashinfer-3x30")) == [
+        "replay-h200-mooncake-conv-flashinfer-3x30"
+    ]
 
 
 def test_recorded_devices_win_over_this_machine():
@@ -112,14 +118,14 @@ def test_gpu_assignment_spreads_studies_over_local_gpus():
 
 
 def test_recorded_reference_folders_verify_and_hold_together():
-    for study in ("mooncake-conv", "azure-conv-gen2-6x100"):
+    for study in ("mooncake-conv-flashinfer-3x30", "azure-conv-gen2-6x100"):
         names = replay.check_recorded(REFERENCE / study)
         assert "trace.parquet" in names and "portfolio/run-3-samples.parquet" in names
 
 
 def test_replay_folder_mixing_two_studies_is_refused_naming_the_artifacts(tmp_path):
     mixed = tmp_path / "mixed"
-    shutil.copytree(REFERENCE / "mooncake-conv", mixed)
+    shutil.copytree(REFERENCE / "mooncake-conv-flashinfer-3x30", mixed)
     for name in ("trace.parquet", "trace.parquet.blake3"):
         shutil.copyfile(REFERENCE / "azure-conv-gen2-6x100" / name, mixed / name)
     with pytest.raises(replay.ReplayError) as exc:
@@ -130,7 +136,7 @@ def test_replay_folder_mixing_two_studies_is_refused_naming_the_artifacts(tmp_pa
 
 def test_replay_folder_whose_hash_does_not_verify_is_refused(tmp_path):
     bad = tmp_path / "bad"
-    shutil.copytree(REFERENCE / "mooncake-conv", bad)
+    shutil.copytree(REFERENCE / "mooncake-conv-flashinfer-3x30", bad)
     data = bytearray((bad / "lifecycle.parquet").read_bytes())
     data[len(data) // 2] ^= 0xFF
     (bad / "lifecycle.parquet").write_bytes(bytes(data))

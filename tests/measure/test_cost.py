@@ -76,8 +76,8 @@ def test_a_backend_one_trace_cannot_run_is_still_planned_where_the_closest_refer
     # contexts; a model that knows it still plans flash on the default trace, as default-flashinfer-6x160
     # ran it (the closest: the default's trace source and today's eager timing, spin-events)
     refs = cost.references()
-    assert "mooncake-conv" not in {r.name for r in refs}
-    mooncake = cost.read_reference(cost.REFERENCE_ROOT / "h200" / "mooncake-conv")
+    assert "mooncake-conv-flashinfer-3x30" not in {r.name for r in refs}
+    mooncake = cost.read_reference(cost.REFERENCE_ROOT / "h200" / "mooncake-conv-flashinfer-3x30")
     assert {"native-sdpa-flash", "native-sdpa-efficient"} <= cost._dropped(mooncake)
     plan = cost.plan_study("default", _study("default"), cost.fit([*refs, mooncake]))
     assert plan.facts["reference"] == "default-flashinfer-6x160" and plan.facts["candidates"] == 20
@@ -106,7 +106,7 @@ def test_a_family_study_is_planned_on_its_own_candidates_and_calls(model, monkey
 
 
 def test_plan_verb_prints_each_study_and_names_bad_input(capsys, tmp_path):
-    assert cli.main(["plan", "default", "replay-h200-mooncake-conv", "--device", "cuda"]) == 0
+    assert cli.main(["plan", "default", "replay-h200-mooncake-conv-flashinfer-3x30", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
     assert "study default (cuda: --device cuda): 160 invocations" in out
     assert "6 runs" in out and "timed cells 38,400" in out  # 6 x 2 modes x 160 x 20 timed candidates

@@ -132,7 +132,7 @@ def test_noise_section_replays_a_recorded_reference_without_sampler_columns():
     # the references recorded before the adaptive sampler are retired (default-gen2, the last, with
     # tools/restore_reference.py): a committed one stands in with the columns the sampler added
     # taken out, which leaves exactly the columns default-gen2's runs had
-    ref = Path(__file__).resolve().parents[2] / "data/reference/h200/mooncake-conv/portfolio"
+    ref = Path(__file__).resolve().parents[2] / "data/reference/h200/mooncake-conv-flashinfer-3x30/portfolio"
     rows = pd.concat([artifacts.read(ref / f"run-{r}.parquet") for r in (1, 2, 3)], ignore_index=True)
     rows = rows.drop(columns=["rse_pct", "stop_reason", "cell_wall_s"])
     s = section.section(rows, None, "")

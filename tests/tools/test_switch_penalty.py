@@ -11,7 +11,7 @@ import pytest
 from tools import switch_penalty
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT / "data/reference/h200/mooncake-conv"
+REFERENCE = ROOT / "data/reference/h200/mooncake-conv-flashinfer-3x30"
 
 
 def _rows(work: float, values: list[float]) -> pd.DataFrame:

@@ -29,12 +29,15 @@ EXPECTED = {
     # among the candidates (issue 33, item 3), in graph decode-only steps cuDNN SDPA is the faster
     # kernel at padded batches 16-32 and ours at 40: a batch-keyed policy over both exceeds its threshold
     "azure-conv-gen2-6x100": ("continue", 3),
-    "mooncake-conv": ("no-decision", 4),  # 3 x 30: 15 test invocations, fewer than the 30 a part needs
+    "mooncake-conv-flashinfer-3x30": (
+        "no-decision",
+        4,
+    ),  # 3 x 30: 15 test invocations, fewer than the 30 a part needs
 }
 REASON = {
     "default-flashinfer-6x160": "exceeds",
     "azure-conv-gen2-6x100": "exceeds",
-    "mooncake-conv": "too-few-invocations",
+    "mooncake-conv-flashinfer-3x30": "too-few-invocations",
 }
 
 
@@ -72,8 +75,10 @@ def test_reference_replay_ships_a_recommendation_and_dispatch_table_that_load(re
 
 def test_replay_shorthand_is_its_own_study(tmp_path):
     project = copy_project(tmp_path / "headroom")
-    plan = snakemake(project, "--dry-run", "--config", "replay=data/reference/h200/mooncake-conv").stdout
-    assert "results/replay-h200-mooncake-conv/decision.parquet" in plan
+    plan = snakemake(
+        project, "--dry-run", "--config", "replay=data/reference/h200/mooncake-conv-flashinfer-3x30"
+    ).stdout
+    assert "results/replay-h200-mooncake-conv-flashinfer-3x30/decision.parquet" in plan
     assert "results/default/" not in plan
 
 

@@ -174,7 +174,7 @@ def test_smoke_and_replay_studies_run_as_slurm_jobs(slurm, tmp_path):
     profile = _test_profile(project)
     tiny = project / "config/studies/tiny.yaml"
     tiny.write_text(tiny.read_text() + f"\nslurm:\n  constraint: {FEATURE}\n")
-    studies = ["tiny", "replay-h200-mooncake-conv"]
+    studies = ["tiny", "replay-h200-mooncake-conv-flashinfer-3x30"]
     start = time.time()
     proc = subprocess.run(
         [*SNAKEMAKE, "--profile", str(profile), "--jobs", "2", "--max-threads", "1"]

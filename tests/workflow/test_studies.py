@@ -38,7 +38,10 @@ def _jobs(plan: str) -> list[dict[str, str]]:
 
 def test_two_studies_and_a_replay_plan_into_their_own_folders_with_one_catalog(project):
     proc = snakemake(
-        project, "--dry-run", "--config", "studies=[default,azure-conv,replay-h200-mooncake-conv]"
+        project,
+        "--dry-run",
+        "--config",
+        "studies=[default,azure-conv,replay-h200-mooncake-conv-flashinfer-3x30]",
     )
     jobs = _jobs(proc.stdout)
     for job in jobs:
@@ -50,8 +53,8 @@ def test_two_studies_and_a_replay_plan_into_their_own_folders_with_one_catalog(p
     assert {"trace", "correctness", "portfolio", "report"} <= by_study["default"]
     assert by_study["azure-conv"] == by_study["default"]
     assert (
-        "replay" in by_study["replay-h200-mooncake-conv"]
-        and "portfolio" not in by_study["replay-h200-mooncake-conv"]
+        "replay" in by_study["replay-h200-mooncake-conv-flashinfer-3x30"]
+        and "portfolio" not in by_study["replay-h200-mooncake-conv-flashinfer-3x30"]
     )
     assert [j["rule"] for j in jobs].count("catalog") == 1
 
@@ -61,7 +64,7 @@ def test_local_gpus_give_each_study_its_own_gpu_and_never_share_it(project):
         project,
         "--dry-run",
         "--config",
-        "studies=[default,azure-conv,replay-h200-mooncake-conv]",
+        "studies=[default,azure-conv,replay-h200-mooncake-conv-flashinfer-3x30]",
         "local_gpus=[0,1]",
     )
     gpu_of = {}
@@ -116,7 +119,7 @@ def test_overlay_with_a_yaml_syntax_error_names_file_and_line(tmp_path):
 
 def test_replay_folder_that_does_not_verify_is_refused(tmp_path):
     project = copy_project(tmp_path / "p")
-    shutil.copytree(ROOT / "data/reference/h200/mooncake-conv", project / "recorded")
+    shutil.copytree(ROOT / "data/reference/h200/mooncake-conv-flashinfer-3x30", project / "recorded")
     path = project / "recorded/trace.parquet"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
