@@ -31,7 +31,7 @@ from headroom.decide import rule  # noqa: E402
 STUDIES = {
     "default-flashinfer-6x160": "H200 default trace, 6 × 160 (decision v4's design), FlashInfer in the portfolio",
     "azure-conv-gen2-6x100": "H200 Azure conv trace, 6 × 100",
-    "mooncake-conv-flashinfer-3x30": "H200 Mooncake conv trace, 3 × 30",
+    "mooncake-conv-flashinfer-3x30": "H200 Mooncake conv trace, 3 × 30, FlashInfer in the portfolio",
 }
 REFERENCE = ROOT / "data" / "reference" / "h200"
 
@@ -186,10 +186,11 @@ INTRO = [
     "run, scored on another, pooled over the ordered pairs of runs) with the two-way bootstrap's 95%",
     f"interval, decided under `{rule.RULE_VERSION}`; the same-run figure (chosen and scored on one run's",
     "test split, biased up by the winner's curse) is given as the min–max over runs. The references",
-    "but default-flashinfer-6x160 were recorded before eager calls were timed on a busy GPU: their eager figures",
-    "include the host's launch path, so their eager mode and mixed part are reported, not decided",
-    "(`host-included`). Earlier rules' verdicts and the retired references:",
-    "docs/history/REPRODUCTION-decision-v3.md. The default trace at 3 × 48 (`default-gen2`, retired from",
+    "with FlashInfer in the portfolio were recorded with eager calls timed on a busy GPU; azure-conv-gen2-6x100",
+    "was recorded before: its eager figures include the host's launch path, so its eager mode and mixed part",
+    "are reported, not decided (`host-included`). Earlier rules' verdicts and the retired references:",
+    "docs/history/REPRODUCTION-decision-v3.md; the first Mooncake recording: docs/history/mooncake-conv.md.",
+    "The default trace at 3 × 48 (`default-gen2`, retired from",
     "main since: `python3 tools/restore_reference.py default-gen2`) had a column here under `decision-v4`;",
     "`git show c11eeb5:REPRODUCTION.md` shows it. The default trace at 6 × 160 without FlashInfer",
     "(`default-gen2-6x160`, retired when default-flashinfer-6x160 re-recorded it) had the first column:",
