@@ -43,7 +43,7 @@ from headroom.core.names import (
 )
 from headroom.decide import rule
 from headroom.decide.figures import deployment_profile, profile_words
-from headroom.decide.words import VERDICT_WORD, Words
+from headroom.decide.words import NO_PART_DECIDED, VERDICT_WORD, Words
 from headroom.decide.words import of as words_of
 from headroom.policies.shapes import Keying
 
@@ -366,7 +366,7 @@ def _headline(
     if verdict == "no-decision" and open_:
         said = _sentence(*open_[0], words)
     elif verdict == "no-decision" and left_out:  # each part's own numbers are in its sentence below
-        said = "no part of it could be decided"
+        said = NO_PART_DECIDED
     else:
         said = words.reason(code)
     first = f"{VERDICT_WORD[verdict]} {scope}: {said}"

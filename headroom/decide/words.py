@@ -59,6 +59,8 @@ REASONS = {
     "were timed on a busy GPU): reported, not decided",
 }
 VERDICT_WORD = {"stop": "Stop", "continue": "Continue", "no-decision": "No decision"}
+#: A headline none of whose parts could be decided (each part says why, with its own counts)
+NO_PART_DECIDED = "no part of it could be decided"
 
 
 @dataclass(frozen=True)
