@@ -180,6 +180,31 @@ def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:
     raise TypeError(f"an artifact is a pandas DataFrame or a pyarrow Table, not {type(data).__name__}")
 
 
+def _parquet(table: pa.Table, floats_split: bool) -> bytes:
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    if floats_split:  # each float's bytes grouped by significance, so zstd finds the repeats
+        others = [f.name for f in table.schema if f.name not in floats]
+        options = {"use_dictionary": others, "use_byte_stream_split": floats}
+    else:
+        options = {"use_dictionary": True}
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_statistics=True, **options)
+    return sink.getvalue().to_pybytes()
+
+
+def encode(table: pa.Table) -> bytes:
+    """The Parquet bytes of `table`: zstd, dictionary-encoded columns, and, where a table has float
+    columns, the smaller of that and floats written byte-stream-split (a portfolio run's summaries
+    are about a fifth smaller so; a low-cardinality float column is smaller as a dictionary). The
+    values read back are the same either way. Fixed settings and a fixed choice: identical data
+    gives identical bytes."""
+    plain = _parquet(table, floats_split=False)
+    if not any(pa.types.is_floating(f.type) for f in table.schema):
+        return plain
+    split = _parquet(table, floats_split=True)
+    return split if len(split) < len(plain) else plain
+
+
 def write(
     data: pd.DataFrame | pa.Table, path: str | os.PathLike, *, kind: str, provenance: dict[str, Any]
 ) -> str:
@@ -201,8 +226,8 @@ def write(
     fd, tmp = _mkstemp(path)
     os.close(fd)
     with _into_place(tmp, path):
-        # Fixed writer settings: identical data gives identical bytes.
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=True, write_statistics=True)
+        with open(tmp, "wb") as fh:
+            fh.write(encode(table))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         digest = hash_file(tmp)
