@@ -214,10 +214,13 @@ def check_environments(stage: Stage) -> None:
 
 def check_inputs(stage: Stage) -> None:
     """Every artifact a job reads is what its name and study folder say (headroom/core/identity.py):
-    its kind, its study, and the inputs it was made from are the files beside it."""
+    its kind, its study, and the inputs it was made from are the files beside it. Its bytes are
+    checked against its BLAKE3 first: a changed file fails naming both hashes, not in the parser of
+    whichever of its bytes changed (a flipped byte in the footer's schema)."""
     found = []
     for path in _files(stage.smk.input):
         if path.endswith(".parquet") and artifacts.sidecar(path).exists():
+            artifacts.verify(path)
             found += identity.problems(path, Path.cwd())
     if found:
         raise identity.IdentityError(f"study {stage.study!r}: " + "; ".join(found))
