@@ -191,6 +191,15 @@ def configure_device(device: str, resources: Any = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(k.split("_", 1)[1] for k in held)
 
 
+def verify_inputs(stage: Stage) -> None:
+    """Every input artifact's bytes are the ones its sidecar's BLAKE3 records, checked before any of
+    them is parsed: a changed file fails naming both hashes, not in the parser of whichever of its
+    bytes changed (a flipped byte in the footer's schema)."""
+    for path in _files(stage.smk.input):
+        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
+            artifacts.verify(path)
+
+
 def check_environments(stage: Stage) -> None:
     """All device artifacts a job of one study reads come from one environment (GPU model, driver,
     versions); name the artifacts that do not. A rule over every study (the catalog) reads studies
@@ -214,13 +223,10 @@ def check_environments(stage: Stage) -> None:
 
 def check_inputs(stage: Stage) -> None:
     """Every artifact a job reads is what its name and study folder say (headroom/core/identity.py):
-    its kind, its study, and the inputs it was made from are the files beside it. Its bytes are
-    checked against its BLAKE3 first: a changed file fails naming both hashes, not in the parser of
-    whichever of its bytes changed (a flipped byte in the footer's schema)."""
+    its kind, its study, and the inputs it was made from are the files beside it."""
     found = []
     for path in _files(stage.smk.input):
         if path.endswith(".parquet") and artifacts.sidecar(path).exists():
-            artifacts.verify(path)
             found += identity.problems(path, Path.cwd())
     if found:
         raise identity.IdentityError(f"study {stage.study!r}: " + "; ".join(found))
@@ -250,6 +256,7 @@ def run_stage(smk: Any, main: Callable[[Stage], Any], *, device: Any = None) -> 
     try:
         if device is not None:
             device.check(stage.study, stage.device)
+        verify_inputs(stage)
         check_environments(stage)
         check_inputs(stage)
         clean_outputs(stage)
