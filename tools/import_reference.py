@@ -5,8 +5,8 @@
 
 STUDY.tar.gz is what tools/reference_study.sh packed (the run's results/<study>/ folder). Only the
 measurement artifacts are kept (environment, trace, candidates, correctness, portfolio runs and
-their per-call samples, lifecycle, graph_sweep, calibration) with their recorded BLAKE3, each
-verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
+their per-call samples, lifecycle, graph_sweep, calibration; a family study's engine steps, which
+its trace was made from) with their recorded BLAKE3, each verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
 not kept: `snakemake --cores 1 --config replay=DEST/NAME` regenerates it on any machine.
 
 The project source files the artifacts name as lineage inputs (a kernel family's module) are kept
@@ -73,6 +73,22 @@ def keep_sources(folder: Path, root: Path = ROOT, sources: dict[str, str] | None
     return sorted(sources)
 
 
+def optional_inputs(results: Path, names: list[str]) -> list[str]:
+    """The OPTIONAL artifacts in ``results`` that a kept artifact (``names``) names as a lineage
+    input: a family study's engine steps, its trace's input. An attention study writes steps too,
+    from its request log, but nothing measured was made from them: not kept (its replay has none,
+    as the attention references recorded before the steps stage existed; `snakemake` on the log
+    makes them again)."""
+    named = {
+        Path(inp).name
+        for name in names
+        for inp in artifacts.read_provenance(results / name).get("inputs", {})
+    }
+    return [
+        f"{n}.parquet" for n in OPTIONAL if f"{n}.parquet" in named and (results / f"{n}.parquet").is_file()
+    ]
+
+
 def import_study(
     tarball: Path, study: str, dest: Path, log: Path | None, command: str | None, root: Path = ROOT
 ) -> Path:
@@ -90,10 +106,10 @@ def import_study(
         if not (results / "trace.parquet").is_file() and len(studies) == 1:
             results = studies[0]
         names = [f"{n}.parquet" for n in MEASURED]
-        names += [f"{n}.parquet" for n in OPTIONAL if (results / f"{n}.parquet").is_file()]
         names += sorted(
             p.relative_to(results).as_posix() for p in (results / "portfolio").glob("run-*.parquet")
         )
+        names += optional_inputs(results, names)
         sources = recorded_sources(results, root)  # before anything is written: refused in one line
         if out.exists():
             shutil.rmtree(out)

@@ -82,3 +82,26 @@ def test_importing_a_study_whose_source_this_checkout_changed_writes_nothing(tmp
     out = import_reference.import_study(tarball, "again", dest, None, None)  # this checkout holds it
     assert (out / replay.SOURCES / SOURCE).read_bytes() == (ROOT / SOURCE).read_bytes()
     assert replay.check_recorded(out)
+
+
+def test_an_attention_studys_steps_are_not_kept_a_familys_are(tmp_path):
+    """Steps are kept where the trace was made from them (a family study), not beside an attention
+    trace made from the request log (nothing measured names them)."""
+    import tarfile
+
+    from tests.pipeline import ROOT as root
+
+    mooncake = root / "data/reference/h200/mooncake-conv-flashinfer-3x30"
+    for folder, kept in ((RMSNORM, True), (mooncake, False)):
+        tarball = tmp_path / f"{folder.name}.tar.gz"
+        with tarfile.open(tarball, "w:gz") as tar:
+            tar.add(folder, arcname=f"results/{folder.name}")
+            if not (folder / "steps.parquet").exists():  # an attention study's results hold steps
+                tar.add(RMSNORM / "steps.parquet", arcname=f"results/{folder.name}/steps.parquet")
+                tar.add(
+                    RMSNORM / "steps.parquet.blake3", arcname=f"results/{folder.name}/steps.parquet.blake3"
+                )
+        out = import_reference.import_study(tarball, f"again-{folder.name}", tmp_path / "dest", None, None)
+        assert (out / "steps.parquet").exists() is kept
+        assert ("steps.parquet" in replay.manifest(out)) is kept
+        assert replay.check_recorded(out)
