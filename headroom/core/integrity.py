@@ -34,11 +34,12 @@ def _contract_problems(path: Path) -> list[str]:
     return []
 
 
-def _gzipped_as(inp_path: Path, recorded: str) -> bool:
+def gzipped_as(inp_path: Path, recorded: str) -> bool:
     """Whether an input recorded as a plain file is now shipped gzipped beside its name (a request
     log: conversation_trace.jsonl -> conversation_trace.jsonl.gz, `gzip -9 -n`) with the very bytes
     recorded once decompressed: the lineage edge still holds (a reference recorded from the plain
-    file keeps verifying)."""
+    file keeps verifying; the plan matches its request log on the shipped name,
+    headroom.measure.cost)."""
     packed = inp_path.with_name(inp_path.name + ".gz")
     if not packed.exists():
         return False
@@ -60,7 +61,7 @@ def artifact_problems(path: Path, root: Path, current: dict[str, str]) -> list[s
     for inp, recorded in sorted(prov.get("inputs", {}).items()):
         inp_path = lineage_input(path, inp, root).resolve()
         if not inp_path.exists():
-            if _gzipped_as(inp_path, recorded):
+            if gzipped_as(inp_path, recorded):
                 continue
             found.append(f"{path}: lineage input {inp} no longer exists (recorded BLAKE3 {recorded})")
             continue

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.core import artifacts
+from headroom.core import artifacts, integrity
 from headroom.core.contracts import ATTENTION, family_of
 from headroom.families.attention import job_plan
 from headroom.measure import timing
@@ -169,13 +169,25 @@ def read_reference(path: Path) -> Reference:
     )
 
 
-def _trace_source(path: Path) -> str:
+def _trace_source(path: Path, root: Path = PROJECT_ROOT) -> str:
     """The request log a recorded study read ('synthetic': none): attention's trace records it; a
-    kernel family's trace is built from the steps artifact, whose recorded input it is."""
-    source = artifacts.read_provenance(path / "trace.parquet").get("extra", {}).get("source")
+    kernel family's trace is built from the steps artifact, whose recorded input it is. A log
+    recorded as a plain file that is now shipped gzipped beside its name, the recorded bytes once
+    decompressed (integrity.gzipped_as: AzureLLMInferenceTrace_conv.csv -> .csv.gz), is named as
+    shipped, the name a study's trace.source gives: the plan matches it (closest)."""
+    prov = artifacts.read_provenance(path / "trace.parquet")
+    inputs, extra = prov.get("inputs", {}), prov.get("extra", {})
+    source = extra.get("source")
     if source is None and (path / "steps.parquet").exists():
-        source = next(iter(artifacts.read_provenance(path / "steps.parquet").get("inputs", {})), None)
-    return str(source or "synthetic")
+        inputs, extra = artifacts.read_provenance(path / "steps.parquet").get("inputs", {}), {}
+        source = next(iter(inputs), None)
+    if not source:
+        return "synthetic"
+    recorded = inputs.get(source) or extra.get("source_blake3")
+    log = root / str(source)
+    if recorded and not log.exists() and integrity.gzipped_as(log, recorded):
+        return f"{source}.gz"
+    return str(source)
 
 
 def _eager_method(rows: pd.DataFrame) -> str:

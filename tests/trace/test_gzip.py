@@ -233,3 +233,38 @@ def test_a_lineage_edge_to_a_plain_log_holds_once_the_log_is_shipped_gzipped(tmp
         gz.write_bytes(other)
         (problem,) = integrity.artifact_problems(art, tmp_path, {})
         assert "lineage input data/log.jsonl no longer exists" in problem
+
+
+@pytest.mark.parametrize("kind", ["attention", "family"])
+def test_a_references_plain_log_now_shipped_gzipped_is_named_as_shipped(tmp_path, kind):
+    # `headroom plan`: a reference recorded from data/log.csv (attention: its trace records the
+    # source; a family: its steps artifact's input) matches a study naming data/log.csv.gz once the
+    # log is shipped gzipped, the recorded bytes once decompressed (as verify's lineage rule above);
+    # another content keeps the recorded name
+    import pandas as pd
+
+    from headroom.core import artifacts
+    from headroom.measure import cost
+
+    log = tmp_path / "data" / "log.csv"
+    log.parent.mkdir()
+    log.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,16,1\n")
+    inputs = {"data/log.csv": artifacts.hash_file(log)}
+    ref = tmp_path / "ref"
+    frame = pd.DataFrame({"a": [1]})
+    if kind == "attention":
+        extra = {"source": "data/log.csv", "source_blake3": inputs["data/log.csv"]}
+        artifacts.write(
+            frame, ref / "trace.parquet", kind="scratch", provenance={"inputs": inputs, "extra": extra}
+        )
+    else:
+        artifacts.write(frame, ref / "trace.parquet", kind="scratch", provenance={"inputs": {}})
+        artifacts.write(frame, ref / "steps.parquet", kind="scratch", provenance={"inputs": inputs})
+    assert cost._trace_source(ref, tmp_path) == "data/log.csv"
+    gz = log.with_name("log.csv.gz")
+    gz.write_bytes(gzip.compress(log.read_bytes(), 9, mtime=0))
+    assert cost._trace_source(ref, tmp_path) == "data/log.csv"  # the plain log is still there
+    log.unlink()
+    assert cost._trace_source(ref, tmp_path) == "data/log.csv.gz"
+    gz.write_bytes(gzip.compress(b"other bytes"))
+    assert cost._trace_source(ref, tmp_path) == "data/log.csv"
