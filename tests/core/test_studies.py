@@ -28,7 +28,7 @@ def test_default_run_is_the_default_study():
 def test_overlay_study_merges_onto_the_default_and_keeps_its_name():
     studies = _plan(studies=["default", "azure-conv"])
     assert list(studies) == ["default", "azure-conv"]
-    assert studies["azure-conv"]["trace"]["source"].endswith("AzureLLMInferenceTrace_conv.csv")
+    assert studies["azure-conv"]["trace"]["source"].endswith("AzureLLMInferenceTrace_conv.csv.gz")
     assert studies["default"]["trace"]["source"] == "synthetic"
     assert studies["azure-conv"]["name"] == "azure-conv"
 

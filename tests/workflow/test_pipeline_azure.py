@@ -24,7 +24,7 @@ def test_azure_trace_smoke_run_verifies(tmp_path):
     )
     trace = artifacts.read(project / "results/azure-conv/trace.parquet")
     prov = artifacts.read_provenance(project / "results/azure-conv/trace.parquet")
-    log = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+    log = "data/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv.gz"
     assert prov["inputs"][log] == artifacts.hash_file(project / log)  # the log's BLAKE3 is in the lineage
     assert set(trace.phase) == {"prefill", "decode"} and trace.kv_len.max() <= 64
     checked = artifacts.read(project / "results/azure-conv/correctness.parquet")
