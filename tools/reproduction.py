@@ -30,7 +30,7 @@ from headroom.decide import rule  # noqa: E402
 # The committed references, in the table's order, with the column heads the table gives them.
 STUDIES = {
     "default-flashinfer-6x160": "H200 default trace, 6 × 160 (decision v4's design), FlashInfer in the portfolio",
-    "azure-conv-gen2-6x100": "H200 Azure conv trace, 6 × 100",
+    "azure-conv-flashinfer-6x160": "H200 Azure conv trace, 6 × 160, FlashInfer in the portfolio",
     "mooncake-conv-flashinfer-3x30": "H200 Mooncake conv trace, 3 × 30, FlashInfer in the portfolio",
 }
 REFERENCE = ROOT / "data" / "reference" / "h200"
@@ -151,7 +151,10 @@ class Study:
         failed = c[~c.passed & (status != "unsupported")]
         text = f"{int(c.passed.sum())} of {len(c)} checks ({c.candidate.nunique()} candidates × {c.shape_key.nunique()} shapes)"
         if len(unsupported):
-            text += f"; unsupported (no kernel for these shapes), not timed: {', '.join(sorted(unsupported.candidate.unique()))}"
+            shapes = c.shape_key.nunique()
+            counts = unsupported.groupby("candidate").shape_key.nunique()
+            named = ", ".join(f"{name} ({n} of {shapes} shapes)" for name, n in counts.items())
+            text += f"; unsupported (no kernel for some shapes), so not timed: {named}"
         if len(failed):
             text += f"; failed and excluded: {', '.join(sorted(failed.candidate.unique()))}"
         return text
@@ -185,11 +188,11 @@ INTRO = [
     "published ones of the study note this project grew from. H200 figures are cross-run (chosen on one",
     "run, scored on another, pooled over the ordered pairs of runs) with the two-way bootstrap's 95%",
     f"interval, decided under `{rule.RULE_VERSION}`; the same-run figure (chosen and scored on one run's",
-    "test split, biased up by the winner's curse) is given as the min–max over runs. The references",
-    "with FlashInfer in the portfolio were recorded with eager calls timed on a busy GPU; azure-conv-gen2-6x100",
-    "was recorded before: its eager figures include the host's launch path, so its eager mode and mixed part",
-    "are reported, not decided (`host-included`). Earlier rules' verdicts and the retired references:",
-    "docs/history/REPRODUCTION-decision-v3.md; the first Mooncake recording: docs/history/mooncake-conv.md.",
+    "test split, biased up by the winner's curse) is given as the min–max over runs. Each reference",
+    "has FlashInfer in the portfolio and was recorded with eager calls timed on a busy GPU. Earlier",
+    "rules' verdicts and the retired references: docs/history/REPRODUCTION-decision-v3.md; the first",
+    "Mooncake recording: docs/history/mooncake-conv.md; the Azure conv trace at 6 × 100 without",
+    "FlashInfer (`azure-conv-gen2-6x100`, host-included eager): docs/history/azure-conv-gen2-6x100.md.",
     "The default trace at 3 × 48 (`default-gen2`, retired from",
     "main since: `python3 tools/restore_reference.py default-gen2`) had a column here under `decision-v4`;",
     "`git show c11eeb5:REPRODUCTION.md` shows it. The default trace at 6 × 160 without FlashInfer",

@@ -42,7 +42,7 @@ def test_command_line_values_win_over_the_overlay():
 
 def test_replay_names_map_to_recorded_folders():
     studies = _plan(
-        studies=["replay-h200-mooncake-conv-flashinfer-3x30", "replay-h200-azure-conv-gen2-6x100"]
+        studies=["replay-h200-mooncake-conv-flashinfer-3x30", "replay-h200-azure-conv-flashinfer-6x160"]
     )
     assert studies["replay-h200-mooncake-conv-flashinfer-3x30"]["replay"].endswith(
         "data/reference/h200/mooncake-conv-flashinfer-3x30"
@@ -118,7 +118,7 @@ def test_gpu_assignment_spreads_studies_over_local_gpus():
 
 
 def test_recorded_reference_folders_verify_and_hold_together():
-    for study in ("mooncake-conv-flashinfer-3x30", "azure-conv-gen2-6x100"):
+    for study in ("mooncake-conv-flashinfer-3x30", "azure-conv-flashinfer-6x160"):
         names = replay.check_recorded(REFERENCE / study)
         assert "trace.parquet" in names and "portfolio/run-3-samples.parquet" in names
 
@@ -127,7 +127,7 @@ def test_replay_folder_mixing_two_studies_is_refused_naming_the_artifacts(tmp_pa
     mixed = tmp_path / "mixed"
     shutil.copytree(REFERENCE / "mooncake-conv-flashinfer-3x30", mixed)
     for name in ("trace.parquet", "trace.parquet.blake3"):
-        shutil.copyfile(REFERENCE / "azure-conv-gen2-6x100" / name, mixed / name)
+        shutil.copyfile(REFERENCE / "azure-conv-flashinfer-6x160" / name, mixed / name)
     with pytest.raises(replay.ReplayError) as exc:
         replay.check_recorded(mixed, study="replay-mixed")
     msg = str(exc.value)

@@ -243,7 +243,7 @@ def test_attention_references_read_as_attention_with_or_without_a_family_column(
     ]
     assert {p.parent.name for p in recorded} >= {
         "default-flashinfer-6x160",
-        "azure-conv-gen2-6x100",
+        "azure-conv-flashinfer-6x160",
         "mooncake-conv-flashinfer-3x30",
     }
     for path in recorded:  # the later ones carry the column and the identity: attention's

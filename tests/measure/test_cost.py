@@ -26,7 +26,7 @@ def _study(name: str, overrides: dict | None = None) -> dict:
 
 
 def test_the_model_predicts_each_recorded_reference_within_20_percent(model):
-    """In-sample fit over the committed references (two, default-flashinfer-6x160 and azure-conv-gen2-6x100,
+    """In-sample fit over the committed references (two, default-flashinfer-6x160 and azure-conv-flashinfer-6x160,
     both of the adaptive sampler, since default-gen2 and the earlier ones were retired:
     tools/restore_reference.py); a stage of ``cost.UNEXPLAINED`` (left out of the fit) is left out of
     both sides here, and shown to be one the model still misses."""
@@ -227,13 +227,24 @@ def test_plan_says_whether_each_study_fits_a_budget_and_by_how_much(capsys):
         assert "--budget-s must be a number of seconds > 0" in capsys.readouterr().err
 
 
-def test_the_long_shape_term_explains_azure_convs_correctness(model):
-    # 83 of azure-conv's 94 shapes check against the chunked float64 reference (~3 s a check): the
-    # model that charges them predicts its 271 s, which a shape count alone put at ~60 s
-    azure = next(r for r in model.refs if r.name == "azure-conv-gen2-6x100")
-    assert azure.long_shapes == 83 and not cost.UNEXPLAINED
-    predicted = model.linear_s("correctness", azure.candidates, azure.shapes, azure.long_shapes)
-    assert predicted == pytest.approx(azure.stage_s["correctness"], rel=0.1)
+def test_correctness_is_planned_within_fifteen_percent_on_each_attention_reference(model):
+    # the gate draws a shape's inputs and float64 answer once (session 19): azure-conv's 124 shapes,
+    # 89 of them long (chunked reference), took 69 s, where 94 took 271 s when each check computed
+    # its own answer (azure-conv-gen2-6x100, retired)
+    attention = [r for r in model.refs if r.family == "attention"]
+    azure = next(r for r in attention if r.name == "azure-conv-flashinfer-6x160")
+    assert azure.long_shapes == 89 and not cost.UNEXPLAINED
+    for ref in attention:
+        predicted = model.linear_s("correctness", ref.candidates, ref.shapes, ref.long_shapes)
+        assert predicted == pytest.approx(ref.stage_s["correctness"], rel=0.15), ref.name
+
+
+def test_each_attention_reference_is_planned_within_fifteen_percent_by_the_others():
+    # issue 36, item 4: a study the model was not fitted on, predicted within 15% in total
+    refs = cost.references()
+    for ref in (r for r in refs if r.family == "attention"):
+        line = cost.held_out_line(ref, refs)
+        assert abs(float(line.split("s, ")[1].split("%")[0])) <= 15, line
 
 
 def test_validate_states_each_reference_as_predicted_by_a_model_fitted_without_it(capsys):
