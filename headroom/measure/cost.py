@@ -8,10 +8,12 @@ stage with the terms that drive it:
 
 - fixed stages (environment, calibrate, steps, trace, candidates, graph_sweep and the analysis
   stages): their mean over the references that ran them (steps: a family's only);
-- correctness: a + b * candidates + c * candidates * shapes + d * candidates * long shapes (one check
-  per candidate and distinct shape, one JIT compile per candidate's kernels; a long shape is one
-  whose float64 reference runs chunked (headroom.families.attention.job_plan.long_shapes):
-  azure-conv's 83 of 94 decode shapes, where each check took ~3 s; a family has none);
+- correctness: a + b * candidates + c * candidates * shapes + d * long shapes (one check per
+  candidate and distinct shape, one JIT compile per candidate's kernels; a long shape is one whose
+  float64 reference runs chunked (headroom.families.attention.job_plan.long_shapes), computed once
+  per shape since the gate draws a shape's inputs and answer once: azure-conv checked its 124
+  shapes, 89 long, in 69 s, where each check computing its own answer took 271 s for 94; a family
+  has none);
 - lifecycle: a + b * candidates + c * candidates * shapes (a cold-compile child per candidate, a plan
   build per generation-2 candidate and shape);
 - a portfolio run: start + cells * (overhead + timed), cells = modes * invocations * candidates.
@@ -31,8 +33,8 @@ Coefficients are non-negative least squares (scipy.optimize.nnls) over the refer
 What the references allow (``plan --validate``): each MoE study held out within 5% in total, its
 runs within 7% and lifecycle within 6%; its correctness (13-19 s for the same checks) is not within
 15%; nor is rmsnorm held out, the one other family recorded (its correctness: 36 s for 212 checks
-where MoE's 742 took 13-19 s, -87%; its runs +49%; its total within 1% by their sum), nor are
-attention's two references, each predicted from the other alone (-34% and +23%).
+where MoE's 742 took 13-19 s, -87%; its runs +49%; its total within 1% by their sum). Attention's
+two references, each predicted from the other alone, are within 15% in total (+1% and -9%).
 """
 
 from __future__ import annotations
@@ -240,7 +242,7 @@ class Model:
 def linear_terms(stage: str, candidates: int, shapes: int, long: int) -> np.ndarray:
     """The terms of a linear stage (module docstring): correctness also pays per long shape."""
     terms = [1.0, candidates, candidates * shapes]
-    return np.array(terms + [candidates * long] if stage == "correctness" else terms, dtype=np.float64)
+    return np.array(terms + [long] if stage == "correctness" else terms, dtype=np.float64)
 
 
 def fit(refs: list[Reference]) -> Model:
