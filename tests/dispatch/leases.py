@@ -2,9 +2,9 @@
 spread is measured between machine leases, not only between the runs of one lease.
 
 A reference's runs are recorded in one lease; the test runs on another. On the H200 the table's
-held-out gain moved more between leases (the reference's six runs 0.74-0.79%; two fresh leases
-+0.819% and +0.852%) than between one lease's runs, so an interval built from one lease's runs
-(mean +/- t(R-1) sd sqrt(1 + 1/R)) covered neither fresh lease. Here each lease is one value: the
+held-out gain moved more between leases (the reference's six runs 0.74-0.79%; three fresh leases
++0.819%, +0.852% and +0.843%) than between one lease's runs, so an interval built from one lease's
+runs (mean +/- t(R-1) sd sqrt(1 + 1/R)) covered none of the fresh leases. Here each lease is one value: the
 reference lease its runs' mean, each fresh lease its measured gain (`heldout_leases.tsv`, one row per
 lease, the test's output named in it). The 95% interval for one new lease is the usual one for one
 new draw from k such values, mean +/- t(k-1) sd sqrt(1 + 1/k): a one-way layout's lease effect with

@@ -15,7 +15,8 @@ the test runs on a lease of its own. The measured gain must lie in the 95% predi
 one new lease (`tests/dispatch/leases.py`), built from the reference lease's runs and the gains fresh
 leases measured before (`data/checks/h200/heldout_leases.tsv`; a session that runs this test adds its
 lease's row: pytest shows the measured gain of a passing test with `-rP`). The one-run interval of the reference's runs alone, mean ± t(R-1) · sd · sqrt(1 + 1/R),
-is printed beside it: two fresh leases lay above it (+0.819% and +0.852% against [+0.709, +0.804]%). The engine's CI of ``policy_gain_vs_global`` (the mean over
+is printed beside it: three fresh leases lay above it (+0.819%, +0.852% and +0.843% against
+[+0.709, +0.804]%). The engine's CI of ``policy_gain_vs_global`` (the mean over
 runs of the fit-on-one-run, score-on-another procedure) is printed beside it: it is an interval for a
 mean and is not expected to hold one run (on the H200, 2026-12-01, a first version's single run lay
 0.5 pp outside it).

@@ -28,6 +28,14 @@ def test_the_interval_covers_the_fresh_leases_the_one_lease_interval_missed():
     assert lo > 0.0
 
 
+def test_each_recorded_lease_lay_inside_the_interval_of_the_leases_before_it():
+    # out of sample: each lease after the first two was measured after its interval was built
+    gains = leases.fresh_gains("default-flashinfer-6x160")
+    for k in range(leases.MIN_FRESH, len(gains)):
+        lo, hi = leases.interval(RUNS, gains[:k])
+        assert lo <= gains[k] <= hi, (k, gains[k], lo, hi)
+
+
 def test_too_few_fresh_leases_is_one_line_naming_the_record():
     with pytest.raises(ValueError, match=r"1 fresh lease\(s\) recorded, at least 2 .*heldout_leases.tsv"):
         leases.interval(RUNS, [0.819])
