@@ -6,8 +6,9 @@
 STUDY.tar.gz is what tools/reference_study.sh packed (the run's results/<study>/ folder). Only the
 measurement artifacts are kept (environment, trace, candidates, correctness, portfolio runs and
 their per-call samples, lifecycle, graph_sweep, calibration; a family study's engine steps, which
-its trace was made from) with their recorded BLAKE3, each verified first, plus the per-stage wall times (benchmarks/) and the Snakemake log. The analysis is
-not kept: `snakemake --cores 1 --config replay=DEST/NAME` regenerates it on any machine.
+its trace was made from) with their recorded BLAKE3, each verified first, plus the per-stage wall
+times (benchmarks/) and the Snakemake log. The analysis is not kept: `snakemake --cores 1 --config
+replay=DEST/NAME` regenerates it on any machine.
 
 The project source files the artifacts name as lineage inputs (a kernel family's module) are kept
 too, under sources/ with their BLAKE3, copied from this checkout, which must hold them as measured:
