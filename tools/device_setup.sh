@@ -29,6 +29,16 @@ export PYTHONPYCACHEPREFIX=/tmp/pycache
 # does at install time; every later process reads the bytecode from there.
 if [ ! -f /tmp/pycache/.compiled ]; then
     mkdir -p /tmp/pycache
-    python3 -m compileall -q -j 0 /tmp/site $(python3 -c "import os, torch, triton; print(os.path.dirname(torch.__file__), os.path.dirname(triton.__file__))") > /dev/null 2>&1
+    # and the host's own numpy, pandas, scipy and pyarrow, which every stage imports: compiled in the
+    # first process that imports scipy.stats, they cost that stage ~3 s (2.9 s of compile() in the
+    # decision stage's profile on a fresh machine, data/checks/h200/2026-12-04-session20)
+    python3 -m compileall -q -j 0 /tmp/site $(python3 -c "
+import importlib, os
+for name in ('torch', 'triton', 'numpy', 'pandas', 'scipy', 'pyarrow'):
+    try:
+        print(os.path.dirname(importlib.import_module(name).__file__))
+    except ImportError:
+        pass
+") > /dev/null 2>&1
     touch /tmp/pycache/.compiled
 fi
