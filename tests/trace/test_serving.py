@@ -305,22 +305,11 @@ MOONCAKE = "data/traces/mooncake-fast25/conversation_trace.jsonl.gz"
 def test_the_shipped_mooncake_log_is_the_file_its_notice_names():
     # shipped gzipped (gzip -9 -n): the notice gives the gzip's BLAKE3 and, for what gunzip gives
     # back, the upstream file's SHA-256, BLAKE3 and size
-    import gzip
-    import hashlib
+    from tests.trace.notices import assert_shipped_as_its_notice_says
 
-    import blake3
-
-    notice = (ROOT / "data/traces/mooncake-fast25/NOTICE.md").read_text()
-    packed = (ROOT / MOONCAKE).read_bytes()
-    data = gzip.decompress(packed)
-    assert f"SHA-256 `{hashlib.sha256(data).hexdigest()}`" in notice
-    assert f"BLAKE3 `{blake3.blake3(data).hexdigest()}`" in notice
-    assert f"BLAKE3 `{artifacts.hash_file(ROOT / MOONCAKE)}`" in notice
-    assert packed[:4] == b"\x1f\x8b\x08\x00" and packed[4:8] == bytes(4)  # -n: no name, no time stamp
-    assert (
-        f"{len(data):,} bytes" in notice
-        and f"{len(packed):,} bytes" in notice
-        and (ROOT / "data/traces/mooncake-fast25/LICENSE-APACHE-2.0.txt").exists()
+    folder = ROOT / "data/traces/mooncake-fast25"
+    assert_shipped_as_its_notice_says(
+        ROOT / MOONCAKE, folder / "NOTICE.md", folder / "LICENSE-APACHE-2.0.txt"
     )
 
 

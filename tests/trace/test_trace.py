@@ -125,21 +125,13 @@ def test_relative_source_resolves_against_base_dir(tmp_path):
 def test_the_shipped_azure_log_is_the_file_its_notice_names():
     # shipped gzipped (gzip -9 -n): the notice gives the gzip's SHA-256, BLAKE3 and size and, for
     # what gunzip gives back (the upstream CSV byte for byte), the upstream file's
-    import gzip
     import hashlib
 
-    import blake3
+    from tests.trace.notices import assert_shipped_as_its_notice_says
 
-    notice = (ROOT / "data/traces/azure-2023-conv/NOTICE.md").read_text()
-    packed = (ROOT / AZURE).read_bytes()
-    data = gzip.decompress(packed)
-    for blob in (packed, data):
-        assert f"SHA-256 `{hashlib.sha256(blob).hexdigest()}`" in notice
-        assert f"BLAKE3 `{blake3.blake3(blob).hexdigest()}`" in notice
-        assert f"{len(blob):,} bytes" in notice
-    assert f"BLAKE3 `{artifacts.hash_file(ROOT / AZURE)}`" in notice
-    assert packed[:4] == b"\x1f\x8b\x08\x00" and packed[4:8] == bytes(4)  # -n: no name, no time stamp
-    assert (ROOT / "data/traces/azure-2023-conv/LICENSE").exists()
+    folder = ROOT / "data/traces/azure-2023-conv"
+    packed = assert_shipped_as_its_notice_says(ROOT / AZURE, folder / "NOTICE.md", folder / "LICENSE")
+    assert f"SHA-256 `{hashlib.sha256(packed).hexdigest()}`" in (folder / "NOTICE.md").read_text()
 
 
 def test_azure_window_has_one_prefill_per_request_in_it():
