@@ -29,9 +29,9 @@ export PYTHONPYCACHEPREFIX=/tmp/pycache
 # does at install time; every later process reads the bytecode from there.
 if [ ! -f /tmp/pycache/.compiled ]; then
     mkdir -p /tmp/pycache
-    # and the host's own numpy, pandas, scipy and pyarrow, which every stage imports: compiled in the
-    # first process that imports scipy.stats, they cost that stage ~3 s (2.9 s of compile() in the
-    # decision stage's profile on a fresh machine, data/checks/h200/2026-12-04-session20)
+    # and the host's own numpy, pandas, scipy and pyarrow, which the stages import: the host sets
+    # PYTHONDONTWRITEBYTECODE=1, so uncompiled, every process compiles them again (2.9 s of
+    # compile() in the decision stage on a fresh machine, data/checks/h200/2026-12-04-session20)
     python3 -m compileall -q -j 0 /tmp/site $(python3 -c "
 import importlib, os
 for name in ('torch', 'triton', 'numpy', 'pandas', 'scipy', 'pyarrow'):
