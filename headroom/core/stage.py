@@ -191,13 +191,17 @@ def configure_device(device: str, resources: Any = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(k.split("_", 1)[1] for k in held)
 
 
+def _artifact_inputs(stage: Stage) -> list[str]:
+    """The job's inputs that are artifacts: Parquet files with a recorded BLAKE3."""
+    return [p for p in _files(stage.smk.input) if p.endswith(".parquet") and artifacts.sidecar(p).exists()]
+
+
 def verify_inputs(stage: Stage) -> None:
     """Every input artifact's bytes are the ones its sidecar's BLAKE3 records, checked before any of
     them is parsed: a changed file fails naming both hashes, not in the parser of whichever of its
     bytes changed (a flipped byte in the footer's schema)."""
-    for path in _files(stage.smk.input):
-        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
-            artifacts.verify(path)
+    for path in _artifact_inputs(stage):
+        artifacts.verify(path)
 
 
 def check_environments(stage: Stage) -> None:
@@ -208,11 +212,10 @@ def check_environments(stage: Stage) -> None:
     if not stage.study:
         return
     by_env: dict[str, list[str]] = {}
-    for path in _files(stage.smk.input):
-        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
-            env = artifacts.read_provenance(path).get("environment")
-            if env:
-                by_env.setdefault(env, []).append(path)
+    for path in _artifact_inputs(stage):
+        env = artifacts.read_provenance(path).get("environment")
+        if env:
+            by_env.setdefault(env, []).append(path)
     if len(by_env) > 1:
         parts = [f"{env}: {', '.join(sorted(paths))}" for env, paths in sorted(by_env.items())]
         raise RuntimeError(
@@ -225,9 +228,8 @@ def check_inputs(stage: Stage) -> None:
     """Every artifact a job reads is what its name and study folder say (headroom/core/identity.py):
     its kind, its study, and the inputs it was made from are the files beside it."""
     found = []
-    for path in _files(stage.smk.input):
-        if path.endswith(".parquet") and artifacts.sidecar(path).exists():
-            found += identity.problems(path, Path.cwd())
+    for path in _artifact_inputs(stage):
+        found += identity.problems(path, Path.cwd())
     if found:
         raise identity.IdentityError(f"study {stage.study!r}: " + "; ".join(found))
 
