@@ -20,7 +20,9 @@ rule correctness:
     threads: 1
     resources:
         **GPU_RESOURCES,
-        mem_mb=4000,
+        # correctness.compile_workers children compile ahead of the checks (four lifecycle compile
+        # children held about 3.4 GB resident on the H200)
+        mem_mb=12000,
         runtime=30,
     params:
         family=family_param,

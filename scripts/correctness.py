@@ -29,9 +29,15 @@ def main(stage):
             raise ValueError(f"family {family.family.name!r}: no candidate passed correctness on every shape")
         stage.write("correctness", result)
         return
+    trace, candidates = stage.read("trace"), stage.read("candidates")
+    if stage.device == "cuda":
+        workers = section.get("compile_workers", defaults.value("correctness", "compile_workers"))
+        attention.compile_ahead(
+            trace, candidates, workers=workers, rope_base=float(p["rope_base"]), log=stage.log
+        )
     result = attention.check(
-        stage.read("candidates"),
-        attention.shapes(stage.read("trace")),
+        candidates,
+        attention.shapes(trace),
         device=stage.device,
         tolerances_by_dtype=correctness.tolerances(section),
         seed=seed,

@@ -23,8 +23,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,100 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def warm_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside a forked child that shares the stage's caches (:func:`warm`): one call of the
+    candidate on every shape of ``spec``, so that whatever it compiles lands in the caches; a shape
+    it cannot run is noted and the others still run (the stage's own call then fails it, named)."""
+    device = "interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    cand = pd.Series(spec["candidate"])
+    shapes = pd.DataFrame(spec["shapes"])
+    cos, sin = candidate_tables(
+        int(shapes["kv_len"].max()),
+        int(shapes["head_dim"].iloc[0]),
+        str(shapes["dtype"].iloc[0]),
+        spec["rope_base"],
+        "cuda" if device == "cuda" else "cpu",
+    )
+    failed = []
+    for row in shapes.itertuples(index=False):
+        (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
+        lens = inputs.kv_lens_tensor(row, device)
+        try:
+            portfolio.candidate_fn(cand, cos, sin, inputs.rotate_k(row), lens)(q, k, v)
+            sync()
+        except Exception as exc:  # the stage's own check of this shape records what it is
+            failed.append(f"{row.shape_key}: {type(exc).__name__}")
+    return {"shapes": len(shapes), "failed": failed, "pid": os.getpid()}
+
+
+def warm(
+    shapes: list[dict],
+    cands: list,
+    rope_base: float,
+    *,
+    workers: int,
+    timeout_s: float,
+    log,
+    interpret: bool = False,
+) -> dict[str, Any]:
+    """Compile ``cands`` (rows with the candidate columns) on ``shapes`` in up to ``workers`` forked
+    children side by side, each calling its candidate once per shape with this process's Triton and
+    Inductor cache directories, so that the stage's own first calls load what they compiled
+    rather than compile it one candidate at a time. Nothing the stage measures changes: the
+    correctness gate times nothing, and the lifecycle's cold compile uses fresh directories of its
+    own. Returns {candidate: child result}; a failed child is logged and its candidate compiles in
+    the stage as it would have. ``interpret``: the children run the Triton interpreter (the
+    tests' plumbing check on a CPU: nothing compiles)."""
+    from headroom.measure.portfolio import triton_cache_dir
+
+    cache, t0 = triton_cache_dir(), time.perf_counter()
+    root = Path(__file__).resolve().parents[3]
+    with (
+        Server(interpret=interpret, project_root=root) as server,
+        tempfile.TemporaryDirectory(prefix="headroom-warm-") as results,
+        ThreadPoolExecutor(max_workers=max(1, min(workers, len(cands)))) as pool,
+    ):
+
+        def one(item: tuple[int, Any]) -> dict[str, Any]:
+            i, cand = item
+            out = str(Path(results) / f"{i}.json")
+            return server.compile(
+                spec(cand, shapes, rope_base), cache, timeout_s=timeout_s, task="warm", out=out
+            )
+
+        done = dict(zip([c.candidate for c in cands], pool.map(one, enumerate(cands)), strict=True))
+    for name, res in done.items():
+        if "error" in res:
+            log.warning(
+                "compile ahead of %s failed (%s): it compiles in the stage", name, res["error"][-300:]
+            )
+        elif res["failed"]:
+            log.info(
+                "compile ahead of %s: %d shape(s) did not run (%s)",
+                name,
+                len(res["failed"]),
+                res["failed"][0],
+            )
+    log.info(
+        "compiled %d candidate(s) ahead on %d shapes in %d children side by side: %.1f s wall",
+        len(cands),
+        len(shapes),
+        min(workers, len(cands)),
+        time.perf_counter() - t0,
+    )
+    return done
+
+
+def spec(cand: Any, shapes: list[dict], rope_base: float) -> dict[str, Any]:
+    """What a child needs to run one candidate (a row with the candidate columns) on ``shapes``."""
+    return {
+        "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
+        "shapes": shapes,
+        "rope_base": rope_base,
+    }
+
+
 class Server:
     """A process that has imported this module once and forks one child per compile request
     (``python -m headroom.families.attention.cold_compile --serve``): the child sets TRITON_CACHE_DIR, runs
@@ -128,12 +224,24 @@ class Server:
             self._proc.kill()
             self._proc.wait()
 
-    def compile(self, spec: dict[str, Any], cache: str, *, timeout_s: float) -> dict[str, Any]:
-        """compile_child(spec) in a child forked by the server, TRITON_CACHE_DIR = ``cache``;
+    def compile(
+        self,
+        spec: dict[str, Any],
+        cache: str,
+        *,
+        timeout_s: float,
+        task: str = "compile",
+        out: str | None = None,
+    ) -> dict[str, Any]:
+        """compile_child(spec) (``task`` 'warm': warm_child) in a child forked by the server,
+        TRITON_CACHE_DIR = ``cache``, its result written to ``out`` (default: beside ``cache``);
         {"error": ...} when it fails, dies or outlives ``timeout_s`` (then it is killed)."""
-        out = Path(cache).with_name(Path(cache).name + ".result.json")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {task!r}")
+        out = Path(out) if out is not None else Path(cache).with_name(Path(cache).name + ".result.json")
+        request = {"spec": spec, "cache": cache, "out": str(out), "task": task}
         with self._lock:
-            self._proc.stdin.write(json.dumps({"spec": spec, "cache": cache, "out": str(out)}) + "\n")
+            self._proc.stdin.write(json.dumps(request) + "\n")
             self._proc.stdin.flush()
             line = self._proc.stdout.readline()
         if not line.strip():
@@ -179,13 +287,17 @@ def _child(request: dict[str, Any]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its own children (torch.compile's) are waited for
     try:
         os.environ["TRITON_CACHE_DIR"] = request["cache"]
-        result = compile_child(request["spec"])
+        result = TASKS[request["task"]](request["spec"])
     except BaseException as exc:  # the parent records it as a failed compile row
         result = {"error": f"{type(exc).__name__}: {exc}"[-800:]}
     tmp = request["out"] + ".tmp"
     Path(tmp).write_text(json.dumps(result))
     os.replace(tmp, request["out"])
     os._exit(0)
+
+
+#: what a forked child runs: a cold compile measured (the lifecycle) or a warm-up of shared caches
+TASKS = {"compile": compile_child, "warm": warm_child}
 
 
 if __name__ == "__main__":

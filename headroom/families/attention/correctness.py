@@ -397,6 +397,47 @@ def check(
     return _frame(rows)
 
 
+#: seconds a compile-ahead child may run before it is killed (its candidate then compiles in the stage)
+COMPILE_AHEAD_TIMEOUT_S = 900
+
+
+def compile_ahead(
+    trace: pd.DataFrame,
+    candidates: pd.DataFrame,
+    *,
+    workers: int,
+    rope_base: float,
+    log: logging.Logger | None = None,
+) -> list[str]:
+    """On CUDA, before the checks: compile every candidate that compiles (ours, in Triton, and
+    FlexAttention, through Inductor) on every distinct trace shape in ``workers`` children side by
+    side that share this process's caches (:func:`headroom.families.attention.cold_compile.warm`),
+    so the checks load those kernels instead of compiling them one candidate at a time. The checks
+    themselves do not change. Returns the candidates sent ahead; none when ``workers`` is 0."""
+    from headroom.families.attention import cold_compile
+    from headroom.families.attention.runner import is_native
+
+    log = log or logging.getLogger("headroom.families.attention.correctness")
+    if type(workers) is not int or workers < 0:
+        raise ValueError(f"config key 'correctness.compile_workers' must be an int >= 0, got {workers!r}")
+    cands = [
+        c
+        for c in candidates.sort_values("candidate").itertuples(index=False)
+        if not is_native(c) or str(c.backend) == "flex"
+    ]
+    if workers == 0 or not cands:
+        return []
+    first = trace.sort_values("invocation", kind="mergesort").drop_duplicates("shape_key")
+    shape_list = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+        for row in first[list(contracts.TRACE_COLUMNS)].to_dict("records")
+    ]
+    cold_compile.warm(
+        shape_list, cands, rope_base, workers=workers, timeout_s=COMPILE_AHEAD_TIMEOUT_S, log=log
+    )
+    return [c.candidate for c in cands]
+
+
 def shape_seed(seed: int, shape_key: str) -> int:
     """The seed of a shape's inputs: the one a kernel family's gate draws for it (headroom.families.check)."""
     from headroom.families.attention.family import NAME

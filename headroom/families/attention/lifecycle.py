@@ -191,21 +191,15 @@ def plan_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
 # -- cold compile ---------------------------------------------------------------------------------
 
 
-def _spec(cand: Any, shapes: list[dict], rope_base: float) -> dict[str, Any]:
-    return {
-        "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
-        "shapes": shapes,
-        "rope_base": rope_base,
-    }
-
-
 def _compile_one(
     cand: Any, shapes: list[dict], rope_base: float, timeout_s: int, *, server: Any, log=None
 ) -> dict:
     """Run :func:`headroom.families.attention.cold_compile.compile_child` for one candidate in a fresh
     process with an empty cache dir: forked by ``server`` (a :class:`cold_compile.Server`, no import
     time), or, should that child fail other than by its timeout, started from scratch (``_spawned``)."""
-    spec = _spec(cand, shapes, rope_base)
+    from headroom.families.attention.cold_compile import spec as child_spec
+
+    spec = child_spec(cand, shapes, rope_base)
     with tempfile.TemporaryDirectory(prefix="headroom-triton-cold-") as cache:
         result = server.compile(spec, cache, timeout_s=timeout_s)
     if "error" not in result or result.get("timed_out"):
