@@ -156,24 +156,41 @@ def test_fixed_sampler_records_why_each_cell_stopped(three_runs):
 
 
 @interpreter_only
-def test_adaptive_sampler_in_a_portfolio_run():
+def test_adaptive_sampler_in_a_portfolio_run(caplog):
     """On the interpreter every cell is noisy and slow: a tiny target can only end by a cap, and
-    each cell keeps every sample it took; a huge target ends each cell at the minimum count."""
+    each cell keeps every sample it took; a huge target ends each cell at the minimum count. The
+    run's log says where each candidate's untimed seconds went."""
     trace = tiny_trace().iloc[[1]]
     cands = tiny_candidates().iloc[:2]
     adaptive = {"min_samples": {"eager": 2}, "max_samples": {"eager": 3}, "max_time_s": 60.0}
     for target, reasons, counts in ((1e-9, {"count_cap"}, {3}), (1e9, {"target"}, {2})):
         section = {
             "sampler": "adaptive",
-            "warmup_reps": 0,
+            "warmup_reps": 1,
             "adaptive": {**adaptive, "target_rse_pct": {"eager": target}},
         }
-        rows, samples = attention.run(trace, cands, section, run=1, device="interpret", progress=False)
+        with caplog.at_level("INFO"):
+            rows, samples = attention.run(trace, cands, section, run=1, device="interpret", progress=False)
+        table = caplog.text.split("untimed seconds by candidate:\n")[1].splitlines()
+        assert "eager warm-up" in table[0] and table[0].split()[-1] == "all"
+        assert sorted(line.split()[0] for line in table[2:4]) == sorted(cands["candidate"])
+        caplog.clear()
         assert set(rows["stop_reason"]) == reasons and set(rows["reps"]) == counts
         per_cell = samples.groupby("candidate").size()
         assert (per_cell.loc[rows["candidate"]].to_numpy() == rows["reps"].to_numpy()).all()
         assert np.isfinite(rows["rse_pct"]).all()
         contracts.check("portfolio", artifacts.to_table(rows))  # the new columns are typed
+
+
+def test_untimed_table_sums_each_candidates_kinds_most_first():
+    table = attention.untimed_table(
+        {"a": {"prepare": 0.5, "eager warm-up": 1.0}, "b": {"prepare": 3.0, "eager warm-up": 0.25}}
+    ).splitlines()
+    assert table[0].split() == ["prepare", "eager", "warm-up", "all"]
+    assert [line.split() for line in table[2:]] == [
+        ["b", "3.0", "0.25", "3.25"],
+        ["a", "0.5", "1.00", "1.50"],
+    ]
 
 
 def test_adaptive_settings_are_checked_by_name():

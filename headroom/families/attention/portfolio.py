@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -127,10 +127,18 @@ def run(
         float(out["cell_wall_s"].sum()),
         bench.harness.spins_redone,
     )
+    log.info("portfolio run %d, untimed seconds by candidate:\n%s", run, untimed_table(bench.untimed))
     summary = noise.run_summary(out, samples, cfg["floor_factor"])
     log.info("noise report, run %d:\n%s", run, summary.to_string(index=False))
     log.info("sampler, run %d:\n%s", run, noise.sampler_summary(out).to_string(index=False))
     return out, samples
+
+
+def untimed_table(untimed: dict[str, dict[str, float]]) -> str:
+    """The seconds each candidate spent outside its timed loops, by kind, most first."""
+    table = pd.DataFrame.from_dict(untimed, orient="index").rename_axis("candidate")
+    table["all"] = table.sum(axis=1)
+    return table.sort_values("all", ascending=False).round(2).to_string()
 
 
 def _check_inputs(trace: pd.DataFrame, candidates: pd.DataFrame, run: int, device: str) -> None:
@@ -163,6 +171,9 @@ class _Bench:
     clock: SmClock
     timed_calls: int = 0
     inputs_s: float = 0.0  # seconds building the invocations' input sets
+    # seconds outside the timed loops, by candidate and kind (timing.UNTIMED): where a run's untimed
+    # time goes, logged at its end
+    untimed: dict = field(default_factory=dict)
 
     @classmethod
     def start(cls, cfg, candidates, *, run: int, device: str, log: logging.Logger) -> _Bench:
@@ -233,7 +244,11 @@ class _Bench:
         for mode in self.modes:
             for position, ci in enumerate(order):
                 cand = cands[ci]
+                before = dict(self.harness.untimed_s)
                 m = self.harness.time(mode, candidate_fn(cand, cos, sin, rotate_k, kv_lens), sets)
+                mine = self.untimed.setdefault(cand.candidate, dict.fromkeys(timing.UNTIMED, 0.0))
+                for kind, total in self.harness.untimed_s.items():
+                    mine[kind] += total - before[kind]
                 self.timed_calls += m.timed_calls
                 rows.append(self._row(mode, inv, cand, position, m, nbytes))
                 samples.append(self._samples(mode, inv, cand, position, m))
