@@ -62,7 +62,8 @@ def rel_std(samples: pd.DataFrame) -> pd.DataFrame:
     candidate) of the samples table."""
     _require(samples, KEY + ["latency_us"], "samples")
     g = samples.groupby(KEY, sort=True)["latency_us"]
-    out = g.agg(n="size", mean_us="mean", std_us=lambda x: x.std(ddof=1) if len(x) > 1 else 0.0)
+    out = g.agg(n="size", mean_us="mean", std_us="std")  # pandas' grouped std: ddof=1, vectorized
+    out.loc[out["n"] == 1, "std_us"] = 0.0  # one sample: no spread (pandas says NaN)
     out["rel_std_pct"] = 100.0 * out["std_us"] / out["mean_us"]
     return out.reset_index()
 

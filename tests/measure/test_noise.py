@@ -27,15 +27,16 @@ def test_rel_std_matches_hand_computation():
             "run": 1,
             "mode": "eager",
             "invocation": 0,
-            "candidate": ["a"] * 4 + ["b"] * 4,
-            "latency_us": [9.0, 11.0, 9.0, 11.0, 5.0, 5.0, 5.0, 5.0],
+            "candidate": ["a"] * 4 + ["b"] * 4 + ["c"],
+            "latency_us": [9.0, 11.0, 9.0, 11.0, 5.0, 5.0, 5.0, 5.0, 7.0],
         }
     )
     out = noise.rel_std(samples).set_index("candidate")
-    # a: mean 10, sample std sqrt(4/3) -> 11.547 %; b: constant -> 0 %.
+    # a: mean 10, sample std sqrt(4/3) -> 11.547 %; b: constant -> 0 %; c: one sample, no spread.
     assert out.loc["a", "n"] == 4
     assert out.loc["a", "rel_std_pct"] == pytest.approx(100 * np.sqrt(4 / 3) / 10)
     assert out.loc["b", "rel_std_pct"] == 0.0
+    assert (out.loc["c", "n"], out.loc["c", "std_us"], out.loc["c", "rel_std_pct"]) == (1, 0.0, 0.0)
 
 
 def test_median_spread_across_runs():
