@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One session's calls on the offline H200 (the device tool), from the repository root with
+# .site-gpu carried (tools/wheelhouse.sh --flashinfer; docs/airgapped.md). Sessions 18-20 each kept
+# a copy of this recipe in their record folder (data/checks/h200/*/device.sh); from session 21 on
+# it lives here and a session's README names the commit it ran.
+#   bash tools/device_session.sh pieces           # stash the FlashInfer pieces this call carries
+#   bash tools/device_session.sh jit              # FlashInfer installed (all pieces there), its JIT built
+#   bash tools/device_session.sh study S STUDY    # the whole DAG of STUDY, resumable, stopped at S seconds
+#   bash tools/device_session.sh ab S STUDY A B   # tools/portfolio_ab.py on STUDY's measured inputs:
+#                                                 # arms A and B (KEY=VALUE[,...] over portfolio:), eager
+#   bash tools/device_session.sh gpu-tests [S]    # pytest -m gpu, stopped at S seconds
+# FlashInfer's JIT cache lives in /tmp/fi-ws (FLASHINFER_WORKSPACE_BASE), built once per machine as
+# on a server (`jit` builds it; a study's environment stage records it warm). `study` runs from
+# /tmp/study, unpacked from .site-gpu/tree.tar (`git archive HEAD`, carried in the lease's first
+# study call: the committed tree, nothing uncommitted) with EMPTY Triton and Inductor caches of its
+# own, every stage of the DAG (analysis included: issue 36's per-stage times), stops SIGINT at S
+# seconds and packs results/STUDY into $OUT; a later call of the same lease resumes it. `ab` runs in
+# that same folder and caches, after the study's correctness stage.
+set -uo pipefail
+source tools/device_setup.sh || exit 1
+export FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
+mode=$1; shift
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.csv"
+study_env() {
+    cd /tmp/study || exit 1
+    export PYTHONPATH=/tmp/site:/tmp/study TRITON_CACHE_DIR=/tmp/triton-study TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-study
+}
+case "$mode" in
+pieces)
+    ls -la /tmp/pieces/flashinfer 2>&1 | tail -8
+    ;;
+jit)
+    tools/device_flashinfer.sh --require || exit 1
+    python3 tools/wheelhouse_check.py --installed /tmp/flashinfer-wheels --no-deps \
+        --root flashinfer-python==0.7.2.post1 --root apache-tvm-ffi==0.1.15.post2 --root cuda-tile==1.7.0 \
+        --root torch-c-dlpack-ext==0.1.5 > "$OUT/flashinfer_check.txt" 2>&1
+    echo "wheelhouse_check exit $?" | tee -a "$OUT/flashinfer_check.txt"
+    export TRITON_CACHE_DIR=/tmp/triton-tests TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-tests
+    start=$SECONDS
+    python3 - > "$OUT/jit.txt" 2>&1 <<'PY'
+from headroom.core import defaults
+from headroom.families.attention import flashinfer
+from headroom.measure.environment import flashinfer_facts
+part = defaults.section("partition")
+print("before", flashinfer_facts())
+s = flashinfer.warm(part, list(flashinfer.BACKENDS), float(part["rope_base"]))
+print(f"warm: {s:.1f} s")
+print("after", flashinfer_facts())
+PY
+    echo "jit exit $? after $((SECONDS - start)) s" | tee -a "$OUT/jit.txt"; tail -3 "$OUT/jit.txt"
+    ;;
+study)
+    tools/device_flashinfer.sh --require || exit 1
+    end=$((SECONDS + $1)); study=$2
+    if [ ! -d /tmp/study ]; then
+        mkdir -p /tmp/study && tar -xf .site-gpu/tree.tar -C /tmp/study || exit 1
+        rm -rf /tmp/triton-study /tmp/inductor-study
+    fi
+    study_env
+    start=$SECONDS
+    timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
+        --config "studies=[$study]" >> "$OUT/$study.log" 2>&1
+    echo "study $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/$study.log"
+    [ -d "results/$study" ] && tar -czf "$OUT/$study.tar.gz" "results/$study"
+    tail -3 "$OUT/$study.log"
+    ;;
+ab)
+    tools/device_flashinfer.sh --require || exit 1
+    limit=$1; study=$2; arm_a=$3; arm_b=$4
+    study_env
+    start=$SECONDS
+    timeout -s INT "$limit" python3 tools/portfolio_ab.py --results "results/$study" --out "$OUT/ab" \
+        --arm "$arm_a" --arm "$arm_b" --every 4 --rounds 2 --mode eager > "$OUT/ab.log" 2>&1
+    echo "portfolio_ab exit $? after $((SECONDS - start)) s" | tee -a "$OUT/ab.log"
+    tail -30 "$OUT/ab.log"
+    ;;
+gpu-tests)
+    tools/device_flashinfer.sh --require || exit 1
+    export TRITON_CACHE_DIR=/tmp/triton-tests TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-tests
+    start=$SECONDS
+    timeout -s INT "${1:-360}" python3 -m pytest -m gpu -q -ra -p no:cacheprovider -rP \
+        > "$OUT/gpu_tests.txt" 2>&1
+    echo "pytest -m gpu exit $? after $((SECONDS - start)) s" | tee -a "$OUT/gpu_tests.txt"
+    grep -E "held-out|heldout" "$OUT/gpu_tests.txt" | tail -5
+    tail -8 "$OUT/gpu_tests.txt"
+    ;;
+*)
+    echo "device_session.sh: unknown mode $mode (pieces, jit, study, ab, gpu-tests)" >&2
+    exit 2
+    ;;
+esac
