@@ -20,9 +20,10 @@ rule correctness:
     threads: 1
     resources:
         **GPU_RESOURCES,
-        # correctness.compile_workers children compile ahead of the checks (four lifecycle compile
-        # children held about 3.4 GB resident on the H200)
-        mem_mb=12000,
+        # 4 GB, and ~1 GB more for each child compiling ahead of the checks (correctness.compile_workers;
+        # four lifecycle compile children held about 3.4 GB resident on the H200)
+        mem_mb=lambda wildcards: 4000
+        + 1000 * STUDIES[wildcards.study]["correctness"].get("compile_workers", 0),
         runtime=30,
     params:
         family=family_param,
