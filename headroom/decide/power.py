@@ -19,13 +19,11 @@ standard error (sem2 = (within_sd x us)^2), so regret-aware sees what it sees in
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from headroom.core import parallel
 from headroom.decide import engine, rule
 from headroom.decide.costs import LifecycleCosts
 from headroom.decide.measured import ModeData, Options
@@ -321,23 +319,6 @@ def detectable_effect(
     ]
 
 
-#: The set-ups a forked worker reads (inherited, never pickled): set only while a pool runs.
-_FORKED: list[_Setup] = []
-
-
-def _forked_point(task: tuple[int, float]) -> dict:
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):  # the pool already uses every core it was given
-        return curve_point(*_args(_FORKED[task[0]]), task[1])
-
-
-def workers_here() -> int:
-    """The cores this process may run on (its CPU affinity: a Slurm job's allocation, all cores of a
-    workstation)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def detectable_effects(
     modes: list[ModeData],
     costs: LifecycleCosts,
@@ -352,20 +333,9 @@ def detectable_effects(
     """detectable_effect of each mode, {mode: statement}: every (mode, effect) point of the power
     curves is independent (each simulation seeds its own generator), so they run in `workers` forked
     processes (default: the cores this process may use) with the same numbers as one process."""
-    global _FORKED
     setups = [_setup(md, costs, opts, thresholds, train_fraction, seed, seeds) for md in modes]
     tasks = [(i, e) for i in range(len(setups)) for e in POWER_EFFECTS]
-    workers = min(workers or workers_here(), len(tasks))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        points = [curve_point(*_args(setups[i]), e) for i, e in tasks]
-    else:
-        _FORKED = setups
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                points = list(pool.map(_forked_point, tasks))
-        finally:
-            _FORKED = []
+    points = parallel.forked_map([(curve_point, (*_args(setups[i]), e)) for i, e in tasks], workers)
     out = {}
     for i, s in enumerate(setups):
         curve = [p for (j, _), p in zip(tasks, points, strict=True) if j == i]
