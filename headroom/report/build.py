@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from headroom.core import defaults
+from headroom.core import defaults, parallel
 from headroom.decide import decision as hdecision
 from headroom.report import ship
 from headroom.report.family import FamilyView, not_applicable
@@ -124,26 +124,27 @@ def _headline(d: pd.DataFrame | None, env: pd.DataFrame | None, why: str) -> dic
 
 def _sections(inputs: Mapping, benchmarks, why) -> list[Section]:
     """Every section in reading order: the answer first (verdict, what to ship, power), then what it
-    is made of, how our kernels compare, and what it all stands on."""
+    is made of, how our kernels compare, and what it all stands on. Each is drawn apart from the
+    others (:func:`_drawn`)."""
     get = inputs.get
     ships = ship.what_to_ship(get("recommendation"), get("decision"), get("policy_eval"))
-    return [
-        answer.section(get("decision"), ships, why("decision")),
-        headroom_made_of.section(get("decision"), why("decision")),
-        natives.section(get("portfolio"), get("trace"), ships, why("portfolio")),
-        natives.latency_section(get("portfolio"), get("trace"), why("portfolio")),
-        roofline.section(get("roofline"), why("roofline"), get("calibration")),
-        verdict.section(get("decision"), why("decision")),
-        surface.section(get("portfolio"), why("portfolio")),
-        policies.section(get("policy_eval"), why("policy_eval")),
-        policies.factorial_section(get("factorial"), why("factorial")),
-        fusion.section(get("graph_sweep"), why("graph_sweep")),
-        lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle")),
-        noise.section(get("portfolio"), get("samples"), why("portfolio")),
-        correctness.section(get("correctness"), why("correctness")),
-        environment.section(get("environment"), why("environment")),
-        environment.benchmarks_section(benchmarks),
-    ]
+    return _drawn(
+        (answer.section, get("decision"), ships, why("decision")),
+        (headroom_made_of.section, get("decision"), why("decision")),
+        (natives.section, get("portfolio"), get("trace"), ships, why("portfolio")),
+        (natives.latency_section, get("portfolio"), get("trace"), why("portfolio")),
+        (roofline.section, get("roofline"), why("roofline"), get("calibration")),
+        (verdict.section, get("decision"), why("decision")),
+        (surface.section, get("portfolio"), why("portfolio")),
+        (policies.section, get("policy_eval"), why("policy_eval")),
+        (policies.factorial_section, get("factorial"), why("factorial")),
+        (fusion.section, get("graph_sweep"), why("graph_sweep")),
+        (lifecycle.section, get("lifecycle"), get("policy_eval"), why("lifecycle")),
+        (noise.section, get("portfolio"), get("samples"), why("portfolio")),
+        (correctness.section, get("correctness"), why("correctness")),
+        (environment.section, get("environment"), why("environment")),
+        (environment.benchmarks_section, benchmarks),
+    )
 
 
 def _family_sections(inputs: Mapping, benchmarks, why, fam: FamilyView) -> list[Section]:
@@ -151,37 +152,56 @@ def _family_sections(inputs: Mapping, benchmarks, why, fam: FamilyView) -> list[
     kv_len and batch, the factorial, fusion) say in one line that they do not apply."""
     get = inputs.get
     ships = ship.what_to_ship(get("recommendation"), get("decision"), get("policy_eval"))
-    return [
-        answer.section(get("decision"), ships, why("decision"), fam),
-        headroom_made_of.section(get("decision"), why("decision"), fam),
-        not_applicable(
+    return _drawn(
+        (answer.section, get("decision"), ships, why("decision"), fam),
+        (headroom_made_of.section, get("decision"), why("decision"), fam),
+        (
+            not_applicable,
             "natives",
             natives.TITLE,
             fam,
             "its candidates are its own; no native attention backend is timed beside them",
         ),
-        not_applicable(
-            "latency", natives.LATENCY_TITLE, fam, "kv_len, batch and phase are attention's features"
+        (
+            not_applicable,
+            "latency",
+            natives.LATENCY_TITLE,
+            fam,
+            "kv_len, batch and phase are attention's features",
         ),
-        roofline.section(get("roofline"), why("roofline"), get("calibration"), fam),
-        verdict.section(get("decision"), why("decision"), fam),
-        surface.section(get("portfolio"), why("portfolio"), fam),
-        policies.section(get("policy_eval"), why("policy_eval"), fam),
-        not_applicable(
-            "factorial", policies.FACTORIAL_TITLE, fam, "its fusion arms are attention's (RoPE in the kernel)"
+        (roofline.section, get("roofline"), why("roofline"), get("calibration"), fam),
+        (verdict.section, get("decision"), why("decision"), fam),
+        (surface.section, get("portfolio"), why("portfolio"), fam),
+        (policies.section, get("policy_eval"), why("policy_eval"), fam),
+        (
+            not_applicable,
+            "factorial",
+            policies.FACTORIAL_TITLE,
+            fam,
+            "its fusion arms are attention's (RoPE in the kernel)",
         ),
-        not_applicable(
+        (
+            not_applicable,
             "fusion",
             fusion.TITLE,
             fam,
             "the graph sweep measures attention's RoPE fusion per working-set regime",
         ),
-        lifecycle.section(get("lifecycle"), get("policy_eval"), why("lifecycle"), fam),
-        noise.section(get("portfolio"), get("samples"), why("portfolio")),
-        correctness.section(get("correctness"), why("correctness"), fam),
-        environment.section(get("environment"), why("environment")),
-        environment.benchmarks_section(benchmarks),
-    ]
+        (lifecycle.section, get("lifecycle"), get("policy_eval"), why("lifecycle"), fam),
+        (noise.section, get("portfolio"), get("samples"), why("portfolio")),
+        (correctness.section, get("correctness"), why("correctness"), fam),
+        (environment.section, get("environment"), why("environment")),
+        (environment.benchmarks_section, benchmarks),
+    )
+
+
+def _drawn(*calls: tuple) -> list[Section]:
+    """Each ``(section function, *args)`` called, in order, side by side in forked processes on the
+    cores this process may use (:func:`headroom.core.parallel.forked_map`): a section reads the
+    study's tables and draws its own figures, and shares nothing with the others, so the report
+    is the one a single process draws, in a fraction of the time (its surface heatmaps alone are
+    a third of it)."""
+    return parallel.forked_map([(fn, tuple(args)) for fn, *args in calls])
 
 
 def _write_figures(sections: list[Section], out: Path) -> dict[str, Path]:
