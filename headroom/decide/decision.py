@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.special import ndtri  # the normal quantile (scipy.stats.norm.ppf is ndtri)
 
 from headroom.core import defaults
 from headroom.core.format import signed_range
@@ -53,7 +53,7 @@ NULL_OF = rule.NULL_OF
 
 
 def z_of(confidence: float) -> float:
-    return float(norm.ppf(0.5 + confidence / 2.0))
+    return float(ndtri(0.5 + confidence / 2.0))
 
 
 def device_of(environment: pd.DataFrame | None) -> str:
@@ -88,7 +88,7 @@ def fusion_speedups(graph_sweep: pd.DataFrame | None, confidence: float | None =
         raise ValueError(f"graph_sweep: missing column(s) {missing}")
     ok = graph_sweep[graph_sweep["status"].astype(str) == "ok"]
     keys = [k for k in ("run", "regime", "mode", BASE_CONFIG, "shape_key") if k in ok.columns]
-    z = float(norm.ppf(0.5 + confidence / 2.0))
+    z = float(ndtri(0.5 + confidence / 2.0))
     rows = []
     for key, group in ok.groupby(keys, sort=True):
         label = dict(zip(keys, key, strict=True))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import permutations
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri  # the normal quantile (scipy.stats.norm.ppf is ndtri)
 
 from headroom.core.names import (
     CATEGORY_KEYED,
@@ -163,7 +163,7 @@ def layout(
         dispatch,
         switch,
         dispatch["regret-aware"] + switch,
-        float(stats.norm.ppf(opts.confidence)),
+        float(ndtri(opts.confidence)),
         np.array([costs.compile_s.get(c, 0.0) for c in md.names]) * 1e6 / opts.deployment_invocations,
         boot,
         opts.confidence,
