@@ -14,6 +14,10 @@ CUDA (the server never initializes it; each child does, before ``toolchain_s`` s
 reads TRITON_CACHE_DIR when it first compiles, after the child has set it. ``python -m
 headroom.families.attention.cold_compile`` (spec as JSON on stdin, result as JSON on stdout) is the
 freshly started variant the lifecycle stage falls back to.
+
+The same server forks the correctness stage's compile-ahead children (:func:`warm`, task 'warm'):
+each calls one candidate once per shape with the stage's own Triton cache directory, so the checks
+find those kernels compiled. Nothing is measured there.
 """
 
 from __future__ import annotations
@@ -57,15 +61,7 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     sync()
     toolchain_s = time.perf_counter() - t0
     start_bytes = _dir_bytes(cache)
-    cand = pd.Series(spec["candidate"])
-    shapes = pd.DataFrame(spec["shapes"])
-    cos, sin = candidate_tables(
-        int(shapes["kv_len"].max()),
-        int(shapes["head_dim"].iloc[0]),
-        str(shapes["dtype"].iloc[0]),
-        spec["rope_base"],
-        tdev,
-    )
+    cand, shapes, (cos, sin) = _unpacked(spec, tdev)
     out = []
     for row in shapes.itertuples(index=False):
         (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
@@ -96,26 +92,31 @@ def compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _unpacked(spec: dict[str, Any], tdev: str) -> tuple[pd.Series, pd.DataFrame, tuple]:
+    """A child's candidate row, its shapes and the RoPE tables they need, from its ``spec``."""
+    shapes = pd.DataFrame(spec["shapes"])
+    tables = candidate_tables(
+        int(shapes["kv_len"].max()),
+        int(shapes["head_dim"].iloc[0]),
+        str(shapes["dtype"].iloc[0]),
+        spec["rope_base"],
+        tdev,
+    )
+    return pd.Series(spec["candidate"]), shapes, tables
+
+
 def warm_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs inside a forked child that shares the stage's caches (:func:`warm`): one call of the
     candidate on every shape of ``spec``, so that whatever it compiles lands in the caches; a shape
     it cannot run is noted and the others still run (the stage's own call then fails it, named)."""
     device = "interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    cand = pd.Series(spec["candidate"])
-    shapes = pd.DataFrame(spec["shapes"])
-    cos, sin = candidate_tables(
-        int(shapes["kv_len"].max()),
-        int(shapes["head_dim"].iloc[0]),
-        str(shapes["dtype"].iloc[0]),
-        spec["rope_base"],
-        "cuda" if device == "cuda" else "cpu",
-    )
+    cand, shapes, (cos, sin) = _unpacked(spec, "cuda" if device == "cuda" else "cpu")
     failed = []
     for row in shapes.itertuples(index=False):
-        (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
-        lens = inputs.kv_lens_tensor(row, device)
         try:
+            (q, k, v) = inputs.input_sets(row, 1, device, seed=0)[0]
+            lens = inputs.kv_lens_tensor(row, device)
             portfolio.candidate_fn(cand, cos, sin, inputs.rotate_k(row), lens)(q, k, v)
             sync()
         except Exception as exc:  # the stage's own check of this shape records what it is
