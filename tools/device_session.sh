@@ -5,7 +5,9 @@
 # it lives here and a session's README names the commit it ran.
 #   bash tools/device_session.sh pieces           # stash the FlashInfer pieces this call carries
 #   bash tools/device_session.sh jit              # FlashInfer installed (all pieces there), its JIT built
-#   bash tools/device_session.sh study S STUDY    # the whole DAG of STUDY, resumable, stopped at S seconds
+#   bash tools/device_session.sh study S STUDY [KEY=VALUE ...]   # the whole DAG of STUDY, resumable,
+#                                                 # stopped at S seconds; KEY=VALUE: more --config, e.g.
+#                                                 # 'correctness={compile_workers: 8}
 #   bash tools/device_session.sh ab S STUDY A B   # tools/portfolio_ab.py on STUDY's measured inputs:
 #                                                 # arms A and B (KEY=VALUE[,...] over portfolio:), eager
 #   bash tools/device_session.sh gpu-tests [S]    # pytest -m gpu, stopped at S seconds
@@ -51,7 +53,7 @@ PY
     ;;
 study)
     tools/device_flashinfer.sh --require || exit 1
-    end=$((SECONDS + $1)); study=$2
+    end=$((SECONDS + $1)); study=$2; shift 2
     if [ ! -d /tmp/study ]; then
         mkdir -p /tmp/study && tar -xf .site-gpu/tree.tar -C /tmp/study || exit 1
         rm -rf /tmp/triton-study /tmp/inductor-study
@@ -59,7 +61,7 @@ study)
     study_env
     start=$SECONDS
     timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
-        --config "studies=[$study]" >> "$OUT/$study.log" 2>&1
+        --config "studies=[$study]" "$@" >> "$OUT/$study.log" 2>&1
     echo "study $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/$study.log"
     [ -d "results/$study" ] && tar -czf "$OUT/$study.tar.gz" "results/$study"
     tail -3 "$OUT/$study.log"
