@@ -93,6 +93,8 @@ def ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarise(runs: dict[tuple[str, int], pd.DataFrame], facts: dict, arms: dict[str, dict]) -> tuple:
+    """(pairs, summary.md's text): per pair of runs and mode, the ratios of their cells' medians
+    (the later arm's over the earlier's, B over A), with each run's wall, timed and untimed seconds."""
     pairs = []
     for (ka, a), (kb, b) in itertools.combinations(sorted(runs.items()), 2):
         for mode, grp in ratios(a, b).groupby("mode"):
