@@ -197,7 +197,7 @@ def test_adaptive_settings_are_checked_by_name():
     with pytest.raises(ValueError, match="portfolio.sampler"):
         portfolio.settings({"sampler": "nvbench"})
     with pytest.raises(ValueError, match=r"portfolio.adaptive \(graph\).*max_samples"):
-        portfolio.settings({"adaptive": {"max_samples": {"graph": 3}}})
+        portfolio.settings({"adaptive": {"max_samples": {"graph": 2}}})  # below the minimum, 3
     with pytest.raises(ValueError, match="portfolio.adaptive.target_rse_pct: unknown key"):
         portfolio.settings({"adaptive": {"target_rse_pct": {"prefill": 1.0}}})
     rules = portfolio.stop_rules(portfolio.settings({"sampler": "adaptive"}))
