@@ -199,8 +199,8 @@ def _drawn(*calls: tuple) -> list[Section]:
     """Each ``(section function, *args)`` called, in order, side by side in forked processes on the
     cores this process may use (:func:`headroom.core.parallel.forked_map`): a section reads the
     study's tables and draws its own figures, and shares nothing with the others, so the report
-    is the one a single process draws, in a fraction of the time (its surface heatmaps alone are
-    a third of it)."""
+    is the one a single process draws, in less time (the surface section's heatmaps, the largest,
+    draw beside the rest)."""
     return parallel.forked_map([(fn, tuple(args)) for fn, *args in calls])
 
 
