@@ -22,8 +22,7 @@ rule correctness:
         **GPU_RESOURCES,
         # 4 GB, and ~1 GB more for each child compiling ahead of the checks (correctness.compile_workers;
         # four lifecycle compile children held about 3.4 GB resident on the H200)
-        mem_mb=lambda wildcards: 4000
-        + 1000 * STUDIES[wildcards.study]["correctness"].get("compile_workers", 0),
+        mem_mb=lambda wildcards: 4000 + 1000 * STUDIES[wildcards.study]["correctness"]["compile_workers"],
         runtime=30,
     params:
         family=family_param,

@@ -38,7 +38,9 @@ import pandas as pd
 import torch
 
 import kernels
+from headroom.core import contracts
 from headroom.families.attention import inputs, portfolio
+from headroom.families.attention.family import plain
 from headroom.families.attention.runner import tables as candidate_tables
 
 
@@ -184,11 +186,14 @@ def warm(
 
 def spec(cand: Any, shapes: list[dict], rope_base: float) -> dict[str, Any]:
     """What a child needs to run one candidate (a row with the candidate columns) on ``shapes``."""
-    return {
-        "candidate": {k: (v.item() if hasattr(v, "item") else v) for k, v in cand._asdict().items()},
-        "shapes": shapes,
-        "rope_base": rope_base,
-    }
+    return {"candidate": plain(cand._asdict()), "shapes": shapes, "rope_base": rope_base}
+
+
+def trace_shapes(trace: pd.DataFrame) -> list[dict]:
+    """Each distinct shape of ``trace`` once, as its first invocation has it (the trace columns, as
+    JSON scalars): the shapes a child runs its candidate on."""
+    first = trace.sort_values("invocation", kind="mergesort").drop_duplicates("shape_key")
+    return [plain(row) for row in first[list(contracts.TRACE_COLUMNS)].to_dict("records")]
 
 
 class Server:

@@ -427,13 +427,13 @@ def compile_ahead(
     ]
     if workers == 0 or not cands:
         return []
-    first = trace.sort_values("invocation", kind="mergesort").drop_duplicates("shape_key")
-    shape_list = [
-        {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-        for row in first[list(contracts.TRACE_COLUMNS)].to_dict("records")
-    ]
     cold_compile.warm(
-        shape_list, cands, rope_base, workers=workers, timeout_s=COMPILE_AHEAD_TIMEOUT_S, log=log
+        cold_compile.trace_shapes(trace),
+        cands,
+        rope_base,
+        workers=workers,
+        timeout_s=COMPILE_AHEAD_TIMEOUT_S,
+        log=log,
     )
     return [c.candidate for c in cands]
 

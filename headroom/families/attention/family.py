@@ -135,7 +135,7 @@ class AttentionFamily:
 
     def candidates(self) -> list[Candidate]:
         rows = self._table().to_dict("records")
-        return [Candidate(id=row.pop("candidate"), params=_plain(row)) for row in rows]
+        return [Candidate(id=row.pop("candidate"), params=plain(row)) for row in rows]
 
     @staticmethod
     def _row(candidate: Candidate) -> SimpleNamespace:
@@ -208,8 +208,8 @@ def _lengths(text: str) -> list[int]:
     return [int(n) for n in str(text).split(",")]
 
 
-def _plain(row: dict) -> dict:
-    """A candidates-table row's values as JSON scalars (numpy ints and bools to Python's)."""
+def plain(row: dict) -> dict:
+    """A table row's values as JSON scalars (numpy ints and bools to Python's)."""
     return {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
 
 

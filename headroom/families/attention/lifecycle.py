@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.core import contracts, defaults
+from headroom.core import defaults
 from headroom.core.progress import Progress
 from headroom.families.attention import inputs, portfolio
 from headroom.families.attention.keying import ATTENTION
@@ -258,14 +258,12 @@ def compile_rows(trace, candidates, cfg, device, rope_base, log) -> list[dict]:
             for c in cands
             for kind, unit in _COMPILE_KINDS
         ]
-    first = trace.sort_values("invocation").drop_duplicates("shape_key")
-    shapes = first[list(contracts.TRACE_COLUMNS)].to_dict("records")
-    shapes = [{k: (v.item() if hasattr(v, "item") else v) for k, v in s.items()} for s in shapes]
-    workers = min(cfg["compile_workers"], len(cands))
-    progress = Progress(log, "lifecycle cold compile", len(cands), "candidates")
-
     # imports the kernels: only once the stage set the mode
     from headroom.families.attention import cold_compile
+
+    shapes = cold_compile.trace_shapes(trace)
+    workers = min(cfg["compile_workers"], len(cands))
+    progress = Progress(log, "lifecycle cold compile", len(cands), "candidates")
 
     with cold_compile.Server(interpret=False, project_root=PROJECT_ROOT) as server:
 
