@@ -65,8 +65,7 @@ def resampled_cell(row: pd.Series, cell: pd.DataFrame, rule, fixed: int) -> tupl
     """The row ``row`` would have been under ``rule`` (fixed: ``fixed`` samples), its samples kept
     (how many) and whether the sampler asked for more than were recorded."""
     unit = cell["latency_us"].to_numpy() * cell["calls"].to_numpy()  # one sample: a call or a replay
-    play = cost._Replay(unit)
-    x, reason, rse, _ = timing.sample_loop(rule, play.take, fixed, play.clock)
+    x, reason, _ = cost.replayed(cell, rule, fixed)
     kept = min(x.size, unit.size)
     per_call = cell["latency_us"].to_numpy()[:kept]
     new = {
@@ -86,8 +85,7 @@ def resample_run(
     rows: pd.DataFrame, samples: pd.DataFrame, cfg: dict
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """One run's rows and samples as ``cfg``'s sampler would have taken them, and a summary."""
-    rules = portfolio.stop_rules(cfg)
-    fixed = {"eager": cfg["reps"], "graph": timing.graph_replays(cfg["reps"], cfg["graph_calls"])}
+    rules, fixed = portfolio.stop_rules(cfg), cost.fixed_samples(cfg)
     cells = {k: c for k, c in samples.sort_values("rep", kind="mergesort").groupby(CELL, sort=False)}
     out, keep, short = rows.copy(), [], 0
     for i, row in rows.iterrows():

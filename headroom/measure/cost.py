@@ -320,19 +320,31 @@ def simulated_cell(samples: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, tupl
     samples in their recorded order, cycled when the sampler asks for more than were recorded."""
     from headroom.measure import portfolio
 
-    rules = portfolio.stop_rules(cfg)
-    fixed = {"eager": cfg["reps"], "graph": timing.graph_replays(cfg["reps"], cfg["graph_calls"])}
+    rules, fixed = portfolio.stop_rules(cfg), fixed_samples(cfg)
     out = {}
     for mode, grp in samples.sort_values("rep", kind="mergesort").groupby("mode", sort=True):
         counts, timed = [], []
         for _, cell in grp.groupby(["invocation", "candidate"], sort=False):
-            unit = cell["latency_us"].to_numpy() * cell["calls"].to_numpy()
-            replay = _Replay(unit)
-            x, _, _, _ = timing.sample_loop(rules.get(mode), replay.take, fixed[mode], replay.clock)
+            x, _, _ = replayed(cell, rules.get(mode), fixed[mode])
             counts.append(x.size)
             timed.append(float(x.sum()) * 1e-6)
         out[mode] = (float(np.mean(counts)), float(np.mean(timed)))
     return out
+
+
+def fixed_samples(cfg: dict[str, Any]) -> dict[str, int]:
+    """{mode: samples} a cell takes under the fixed sampler (portfolio settings ``cfg``)."""
+    return {"eager": cfg["reps"], "graph": timing.graph_replays(cfg["reps"], cfg["graph_calls"])}
+
+
+def replayed(cell: pd.DataFrame, rule: timing.StopRule | None, fixed: int) -> tuple[np.ndarray, str, float]:
+    """The samples (in µs a sample: a call, or a replay) that ``rule`` (None: the fixed sampler,
+    ``fixed`` samples) takes from one cell's recorded samples (latency_us, calls; in their recorded
+    order), cycled when it asks for more than were recorded; its stop reason and rse_pct."""
+    unit = cell["latency_us"].to_numpy() * cell["calls"].to_numpy()
+    replay = _Replay(unit)
+    x, reason, rse, _ = timing.sample_loop(rule, replay.take, fixed, replay.clock)
+    return x, reason, rse
 
 
 class _Replay:
