@@ -11,6 +11,8 @@ run's untimed seconds (warm-up, captures, plans) and its wall time come beside t
     python3 tools/portfolio_ab.py --results results/default --out OUT \\
         --arm warmup_reps=20 --arm warmup_reps=5 [--every 4] [--rounds 2] [--mode eager]
 
+An arm is KEY=VALUE[,KEY=VALUE], a dotted KEY reaching into a section (adaptive.min_samples.graph=3).
+
 Writes OUT/cells.parquet (every run's rows, with `arm` and `round`), OUT/pairs.csv and
 OUT/summary.md. Needs CUDA (the interpreter times nothing a GPU would).
 """
@@ -31,22 +33,16 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
-from headroom.core import artifacts  # noqa: E402
+import sampler_replay  # noqa: E402  (tools/, beside this script)
+
+from headroom.core import artifacts, config  # noqa: E402
 
 
 def parse_arm(text: str) -> dict:
-    """'k=v,k2=v2' -> {k: v, ...}, each value read as JSON where it parses (5, 0.5, true), else text."""
-    out = {}
-    for part in filter(None, text.split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"portfolio_ab: --arm takes KEY=VALUE[,KEY=VALUE], got {text!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+    """'k=v,a.b=v2' -> the nested `portfolio:` overrides they spell (sampler_replay.overrides)."""
+    return sampler_replay.overrides(text.split(","))
 
 
 def inputs(results: Path, every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -152,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(1, args.rounds + 1):
         for name in "AB" if rnd % 2 else "BA":
             path = out / f"run-{name}{rnd}.parquet"
-            section = json.dumps({**base, **arms[name]})
+            section = json.dumps(config.deep_merge(base, arms[name]))
             cmd = [sys.executable, __file__, "--results", args.results, "--out", args.out, "--every", str(args.every),
                    "--mode", args.mode, "--child-out", str(path), "--section", section, "--round", str(rnd)]  # fmt: skip
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -41,7 +41,8 @@ CELL = ["mode", "invocation", "candidate"]
 
 
 def overrides(pairs: list[str]) -> dict:
-    """['adaptive.min_samples.graph=3', ...] -> the nested `portfolio:` overrides they spell."""
+    """['adaptive.min_samples.graph=3', ...] -> the nested `portfolio:` overrides they spell, each
+    value read as JSON where it parses (3, 0.5, true), else kept as text (sampler=fixed)."""
     out: dict = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -51,7 +52,10 @@ def overrides(pairs: list[str]) -> dict:
         node = out
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = json.loads(value)
+        try:
+            node[leaf] = json.loads(value)
+        except json.JSONDecodeError:
+            node[leaf] = value
     return out
 
 
