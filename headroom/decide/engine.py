@@ -385,14 +385,28 @@ def _category_picks(L: Layout, b: Batch) -> dict:
     }
 
 
+_CHUNK_VALUES = 1 << 18  # float64 values per temporary of _oracle_all: 2 MB
+
+
 def _oracle_all(ut: np.ndarray, free: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
     """The oracle chosen on the mean over runs of each test invocation (S, [B,] n_test) in columns of
     us: over every run (``counts`` None), or over each run resample's draws (counts (B, R))."""
     sub = ut[..., free]  # (S, R, n, Cf)
     if counts is None:
         return free[np.argmin(sub.mean(axis=1), axis=-1)]
-    mean = np.einsum("br,srnc->sbnc", counts, sub)
-    return free[np.argmin(mean, axis=-1)]
+    # one seed and a few hundred resamples at a time: the same sums, in temporaries of about 2 MB the
+    # allocator reuses, where the whole (S, B, n, Cf) array (15-38 MB in the default study's figures
+    # and power batches) was fresh memory on every call, whose page faults took most of the time
+    # (data/checks/cpu/2026-12-05-session22)
+    S, B, n, C = sub.shape[0], counts.shape[0], sub.shape[2], sub.shape[3]
+    step = max(1, _CHUNK_VALUES // (n * C))
+    chosen = np.empty((S, B, n), np.intp)
+    for s in range(S):
+        for b in range(0, B, step):
+            chosen[s, b : b + step] = np.argmin(
+                np.einsum("br,rnc->bnc", counts[b : b + step], sub[s]), axis=-1
+            )
+    return free[chosen]
 
 
 def _pair_scorer(ut, A, B):
@@ -456,14 +470,19 @@ def _oracle_all_sums(ut, free, A, B, counts, boot):
     point = _oracle_all(ut, free, None)  # (S, n)
     per_pair = np.take_along_axis(ut[:, B], point[:, None, :, None], -1)[..., 0]
     chosen = []  # each run resample's oracle (S, B, n), chosen once for every category mask
+    vals = {}  # run b's latencies under those choices (S, B, n): one per run, whatever the pair or mask
 
     def per_boot(w):
         if not chosen:
             chosen.append(_oracle_all(ut, free, counts))
         out = np.empty((ut.shape[0], len(A), counts.shape[0]))
-        for p, b in enumerate(B):
-            val = np.take_along_axis(ut[:, b][:, None], chosen[0][..., None], -1)[..., 0]  # (S, B, n)
-            out[:, p] = np.einsum("sbn,sn,bn->sb", val, w, boot)
+        sums = {}  # the pairs scored on one run b share its sums
+        for p, b in enumerate(map(int, B)):
+            if b not in sums:
+                if b not in vals:
+                    vals[b] = np.take_along_axis(ut[:, b][:, None], chosen[0][..., None], -1)[..., 0]
+                sums[b] = np.einsum("sbn,sn,bn->sb", vals[b], w, boot)
+            out[:, p] = sums[b]
         return out
 
     return per_pair, per_boot

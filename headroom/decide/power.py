@@ -19,6 +19,8 @@ standard error (sem2 = (within_sd x us)^2), so regret-aware sees what it sees in
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -333,9 +335,35 @@ def detectable_effects(
     """detectable_effect of each mode, {mode: statement}: every (mode, effect) point of the power
     curves is independent (each simulation seeds its own generator), so they run in `workers` forked
     processes (default: the cores this process may use) with the same numbers as one process."""
+    with detecting(
+        modes, costs, opts, thresholds, train_fraction, seed, seeds=seeds, workers=workers
+    ) as found:
+        return found()
+
+
+@contextlib.contextmanager
+def detecting(
+    modes: list[ModeData],
+    costs: LifecycleCosts,
+    opts: Options,
+    thresholds: dict,
+    train_fraction: float,
+    seed: int,
+    *,
+    seeds: int = POWER_SEEDS,
+    workers: int | None = None,
+) -> Iterator[Callable[[], dict[str, dict]]]:
+    """detectable_effects started now in forked workers while this process goes on inside the block
+    (the decision stage computes its figures meanwhile); yields a function that waits for them and
+    returns {mode: statement}, the same numbers."""
     setups = [_setup(md, costs, opts, thresholds, train_fraction, seed, seeds) for md in modes]
     tasks = [(i, e) for i in range(len(setups)) for e in POWER_EFFECTS]
-    points = parallel.forked_map([(curve_point, (*_args(setups[i]), e)) for i, e in tasks], workers)
+    calls = [(curve_point, (*_args(setups[i]), e)) for i, e in tasks]
+    with parallel.forked_started(calls, workers) as points:
+        yield lambda: _statements(setups, tasks, points())
+
+
+def _statements(setups: list[_Setup], tasks: list[tuple[int, float]], points: list[dict]) -> dict[str, dict]:
     out = {}
     for i, s in enumerate(setups):
         curve = [p for (j, _), p in zip(tasks, points, strict=True) if j == i]
