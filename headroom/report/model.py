@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from headroom.core import parallel  # noqa: E402
 from headroom.core.format import (  # noqa: E402,F401  (the section modules write through model)
     EN_DASH,
     column_format,
@@ -122,30 +123,39 @@ def figure(name: str, title: str, fig, cells: int = 0) -> Figure:
 
 def heatmaps(name: str, title: str, values: pd.DataFrame, labels: pd.DataFrame, cbar: str) -> list[Figure]:
     """Heatmaps of ``values`` (rows x columns), split by rows so that none holds more than
-    ``MAX_HEATMAP_CELLS`` cells; each cell labelled with ``labels``' text at ``LABEL_PT``."""
+    ``MAX_HEATMAP_CELLS`` cells; each cell labelled with ``labels``' text at ``LABEL_PT``. The parts
+    draw side by side in forked processes (:func:`headroom.core.parallel.forked_map`): the latency
+    surface's dozen heatmaps were the longest part of the report."""
     per = max(1, MAX_HEATMAP_CELLS // max(1, values.shape[1]))
     chunks = [values.iloc[i : i + per] for i in range(0, len(values), per)]
-    vmin, vmax = float(np.nanmin(values.to_numpy())), float(np.nanmax(values.to_numpy()))
-    out = []
+    scale = float(np.nanmin(values.to_numpy())), float(np.nanmax(values.to_numpy()))
+    draws = []
     for k, part in enumerate(chunks):
-        fig, ax = plt.subplots(
-            layout="constrained",
-            figsize=(max(6.0, 1.3 * part.shape[1] + 4.0), max(2.5, 0.34 * part.shape[0] + 1.6)),
-        )
-        im = ax.imshow(part.to_numpy(dtype=float), aspect="auto", cmap="viridis_r", vmin=vmin, vmax=vmax)
-        ax.set_xticks(range(part.shape[1]), part.columns, rotation=30, ha="right", fontsize=LABEL_PT)
-        ax.set_yticks(range(part.shape[0]), part.index, fontsize=LABEL_PT)
-        mid = (vmin + vmax) / 2
-        for (i, j), v in np.ndenumerate(part.to_numpy(dtype=float)):
-            text = labels.loc[part.index[i], part.columns[j]]
-            colour = "white" if np.isfinite(v) and v > mid else "black"
-            ax.text(j, i, text, ha="center", va="center", fontsize=LABEL_PT, color=colour)
         suffix = f" ({k + 1} of {len(chunks)})" if len(chunks) > 1 else ""
-        ax.set_title(title + suffix, fontsize=LABEL_PT + 1)
-        fig.colorbar(im, ax=ax).set_label(cbar, fontsize=LABEL_PT)
         stem = name if len(chunks) == 1 else f"{name}_{k + 1}"
-        out.append(figure(stem, title + suffix, fig, cells=int(part.size)))
-    return out
+        draws.append((_heatmap, (stem, title + suffix, part, labels, scale, cbar)))
+    return parallel.forked_map(draws)
+
+
+def _heatmap(
+    stem: str, title: str, part: pd.DataFrame, labels: pd.DataFrame, scale: tuple[float, float], cbar: str
+) -> Figure:
+    vmin, vmax = scale
+    fig, ax = plt.subplots(
+        layout="constrained",
+        figsize=(max(6.0, 1.3 * part.shape[1] + 4.0), max(2.5, 0.34 * part.shape[0] + 1.6)),
+    )
+    im = ax.imshow(part.to_numpy(dtype=float), aspect="auto", cmap="viridis_r", vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(part.shape[1]), part.columns, rotation=30, ha="right", fontsize=LABEL_PT)
+    ax.set_yticks(range(part.shape[0]), part.index, fontsize=LABEL_PT)
+    mid = (vmin + vmax) / 2
+    for (i, j), v in np.ndenumerate(part.to_numpy(dtype=float)):
+        text = labels.loc[part.index[i], part.columns[j]]
+        colour = "white" if np.isfinite(v) and v > mid else "black"
+        ax.text(j, i, text, ha="center", va="center", fontsize=LABEL_PT, color=colour)
+    ax.set_title(title, fontsize=LABEL_PT + 1)
+    fig.colorbar(im, ax=ax).set_label(cbar, fontsize=LABEL_PT)
+    return figure(stem, title, fig, cells=int(part.size))
 
 
 def skipped(key: str, title: str, reason: str) -> Section:

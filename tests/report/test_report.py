@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from headroom.analysis import roofline
+from headroom.core import parallel
 from headroom.decide import decision, figures, policy_eval
 from headroom.report import build as report
 from headroom.report import model, ship
@@ -330,6 +331,16 @@ def test_heatmaps_hold_at_most_150_cells_and_keep_every_cell():
     assert t.collapsed and len(t.rows) == 40
     first = next(r for r in t.rows if r[0].startswith("decode|b1|"))
     assert first[1] == "10.5 ±1.0% n=40"
+
+
+def test_heatmap_parts_drawn_side_by_side_are_the_ones_one_process_draws(monkeypatch):
+    # issue 36: a heatmap's parts draw in forked processes; the figures are the same, in order
+    wide = _wide_portfolio(shapes=40, families=6)
+    forked = [f for f in surface.section(wide, "").figures if f.cells]
+    monkeypatch.setattr(parallel, "workers_here", lambda: 1)
+    alone = [f for f in surface.section(wide, "").figures if f.cells]
+    assert len(forked) >= 2 and [f.name for f in forked] == [f.name for f in alone]
+    assert [f.png for f in forked] == [f.png for f in alone]
 
 
 def test_no_negative_zero_and_units_as_units(gpu_report):
