@@ -25,20 +25,18 @@ export PYTHONPATH="/tmp/site:$PWD" PATH="/tmp/site/bin:$PATH"
 # 8.2 s of the correctness stage's 83 s, data/checks/h200/2026-12-03-session10): cache it under /tmp.
 export PYTHONPYCACHEPREFIX=/tmp/pycache
 # The prefix alone did not stop it (the stages of 2026-12-03, session 11, still compiled ~2,400
-# modules each): compile torch's, Triton's and the carried wheels' source into it once per machine, as `pip install`
-# does at install time; every later process reads the bytecode from there.
-if [ ! -f /tmp/pycache/.compiled ]; then
+# modules each): under a prefix Python reads bytecode from the prefix only, never from __pycache__
+# beside the sources, and the host sets PYTHONDONTWRITEBYTECODE=1, so whatever the prefix lacks (the
+# standard library included) is compiled again in every stage process. Once per machine: the carried
+# wheels, then tools/precompile.py, which imports what the stages import (a function's own imports
+# included) and compiles every loaded module and the third-party packages they came from (on this
+# 2-core CPU with the host's settings emulated, the replayed analysis stages started in 0.28 s, not
+# 0.63 s, and the replay took 33 s, not 46 s: data/checks/cpu/2026-12-05-session22).
+# Again (what is new only) once FlashInfer, which arrives in pieces over several calls, is installed.
+marker=/tmp/pycache/.compiled$([ -d /tmp/site/flashinfer ] && echo -flashinfer)
+if [ ! -f "$marker" ]; then
     mkdir -p /tmp/pycache
-    # and the host's own numpy, pandas, scipy and pyarrow, which the stages import: the host sets
-    # PYTHONDONTWRITEBYTECODE=1, so uncompiled, every process compiles them again (2.9 s of
-    # compile() in the decision stage on a fresh machine, data/checks/h200/2026-12-04-session20)
-    python3 -m compileall -q -j 0 /tmp/site $(python3 -c "
-import importlib, os
-for name in ('torch', 'triton', 'numpy', 'pandas', 'scipy', 'pyarrow'):
-    try:
-        print(os.path.dirname(importlib.import_module(name).__file__))
-    except ImportError:
-        pass
-") > /dev/null 2>&1
-    touch /tmp/pycache/.compiled
+    python3 -m compileall -q -j 0 /tmp/site > /dev/null 2>&1
+    python3 tools/precompile.py --root "$PWD" >> /tmp/pycache/precompile.txt 2>&1
+    touch "$marker"
 fi
