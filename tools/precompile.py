@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=".", help="the repository (headroom/, kernels/, scripts/, rules/)")
     ap.add_argument("--prefix", help="the bytecode prefix (default: PYTHONPYCACHEPREFIX)")
-    ap.add_argument("--check", action="store_true", help="compile nothing: list the modules not compiled")
+    ap.add_argument(
+        "--check", action="store_true", help="compile nothing: list the source files without bytecode"
+    )
     args = ap.parse_args(argv)
     if args.prefix:
         sys.pycache_prefix = str(Path(args.prefix).resolve())
