@@ -11,6 +11,9 @@
 #   bash tools/device_session.sh ab S STUDY A B   # tools/portfolio_ab.py on STUDY's measured inputs:
 #                                                 # arms A and B (KEY=VALUE[,...] over portfolio:), eager
 #   bash tools/device_session.sh gpu-tests [S]    # pytest -m gpu, stopped at S seconds
+#   bash tools/device_session.sh before S STUDY TARGET...   # the tree BEFORE a change, for a
+#                                                 # before/after on one host in one sitting: TARGETs of
+#                                                 # STUDY built from .site-gpu/tree-before.tar, stopped at S
 # FlashInfer's JIT cache lives in /tmp/fi-ws (FLASHINFER_WORKSPACE_BASE), built once per machine as
 # on a server (`jit` builds it; a study's environment stage records it warm). `study` runs from
 # /tmp/study, unpacked from .site-gpu/tree.tar (`git archive HEAD`, carried in the lease's first
@@ -78,6 +81,33 @@ ab)
     echo "portfolio_ab exit $? after $((SECONDS - start)) s" | tee -a "$OUT/ab.log"
     tail -30 "$OUT/ab.log"
     ;;
+before)
+    # The tree before (`git archive OLD -- . ':!data/reference' ':!data/checks'`) in /tmp/before, with
+    # empty Triton and Inductor caches of its own and the bytecode its own device_setup.sh gave it:
+    # until session 22 that compiled only the carried wheels, torch and Triton into the prefix (each
+    # stage compiled the rest, the standard library and headroom included, in every process). The
+    # FlashInfer JIT cache is shared: warm for both trees, as on a server.
+    tools/device_flashinfer.sh --require || exit 1
+    end=$((SECONDS + $1)); study=$2; shift 2
+    if [ ! -d /tmp/before ]; then
+        mkdir -p /tmp/before && tar -xf .site-gpu/tree-before.tar -C /tmp/before || exit 1
+        rm -rf /tmp/triton-before /tmp/inductor-before /tmp/pycache-before
+    fi
+    export PYTHONPYCACHEPREFIX=/tmp/pycache-before
+    if [ ! -f /tmp/pycache-before/.compiled ]; then
+        mkdir -p /tmp/pycache-before
+        python3 -m compileall -q -j 0 /tmp/site $(python3 -c "import os, torch, triton; print(os.path.dirname(torch.__file__), os.path.dirname(triton.__file__))") > /dev/null 2>&1
+        touch /tmp/pycache-before/.compiled
+    fi
+    cd /tmp/before || exit 1
+    export PYTHONPATH=/tmp/site:/tmp/before TRITON_CACHE_DIR=/tmp/triton-before TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-before
+    start=$SECONDS
+    timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
+        --config "studies=[$study]" -- "$@" >> "$OUT/before-$study.log" 2>&1
+    echo "before $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/before-$study.log"
+    [ -d "results/$study" ] && tar -czf "$OUT/before-$study.tar.gz" "results/$study"
+    tail -3 "$OUT/before-$study.log"
+    ;;
 gpu-tests)
     tools/device_flashinfer.sh --require || exit 1
     export TRITON_CACHE_DIR=/tmp/triton-tests TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-tests
@@ -89,7 +119,7 @@ gpu-tests)
     tail -8 "$OUT/gpu_tests.txt"
     ;;
 *)
-    echo "device_session.sh: unknown mode $mode (pieces, jit, study, ab, gpu-tests)" >&2
+    echo "device_session.sh: unknown mode $mode (pieces, jit, study, ab, before, gpu-tests)" >&2
     exit 2
     ;;
 esac
