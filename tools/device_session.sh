@@ -5,7 +5,8 @@
 # it lives here and a session's README names the commit it ran.
 #   bash tools/device_session.sh pieces           # stash the FlashInfer pieces this call carries
 #   bash tools/device_session.sh jit              # FlashInfer installed (all pieces there), its JIT built
-#   bash tools/device_session.sh study S STUDY [KEY=VALUE ...]   # the whole DAG of STUDY, resumable,
+#   [TARGETS=...] bash tools/device_session.sh study S STUDY [KEY=VALUE ...]   # the whole DAG of STUDY
+#                                                 # (or TARGETS and what they need), resumable,
 #                                                 # stopped at S seconds; KEY=VALUE: more --config, e.g.
 #                                                 # 'correctness={compile_workers: 8}
 #   bash tools/device_session.sh ab S STUDY A B   # tools/portfolio_ab.py on STUDY's measured inputs:
@@ -65,8 +66,10 @@ study)
     # the study tree's own modules (device_setup compiled the call's copy): nothing left to compile
     [ -f /tmp/study/.compiled ] || { python3 tools/precompile.py --root /tmp/study >> "$OUT/$study.log" 2>&1; touch /tmp/study/.compiled; }
     start=$SECONDS
+    # TARGETS (space-separated files, e.g. results/default/correctness.parquet): only those and what
+    # they need, not the whole DAG
     timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
-        --config "studies=[$study]" "$@" >> "$OUT/$study.log" 2>&1
+        --config "studies=[$study]" "$@" -- ${TARGETS:-} >> "$OUT/$study.log" 2>&1
     echo "study $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/$study.log"
     [ -d "results/$study" ] && tar -czf "$OUT/$study.tar.gz" "results/$study"
     tail -3 "$OUT/$study.log"
