@@ -16,19 +16,23 @@ import zlib
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from headroom.core import artifacts, contracts, identity, layout
 from headroom.core.replay import lineage_input
 
 
 def _contract_problems(path: Path) -> list[str]:
+    """The artifact's table against its kind's contract. Parsed from an Arrow-owned copy of its
+    bytes (artifacts.parse_parquet), never from the Python file object: Arrow's scan wraps that
+    in a PythonFile whose last reference one of its worker threads may drop after the interpreter
+    began to exit; that thread then needs the GIL, CPython 3.11 ends it with pthread_exit inside a
+    noexcept C++ destructor, and the process aborts at exit ("terminate called without an active
+    exception", rc -6/134; seen in a core dump of `headroom verify`)."""
     kind = artifacts.read_kind(path)
     if kind not in contracts.CONTRACTS:
         return []
     try:
-        with artifacts.open_regular(path) as fh:
-            contracts.check(kind, pq.read_table(fh))
+        contracts.check(kind, artifacts.parse_parquet(artifacts.read_regular(path)))
     except (ValueError, OSError, pa.ArrowInvalid) as exc:
         return [f"{path}: does not meet the current {kind!r} contract (an older schema?): {exc}"]
     return []

@@ -219,6 +219,34 @@ def test_a_catalog_row_pointing_at_a_device_is_refused(study):
     assert proc.returncode == 1 and "/dev/zero" in proc.stdout
 
 
+def test_verify_hands_parquet_to_arrow_only_as_arrow_owned_bytes(study, monkeypatch):
+    """Every Parquet that `headroom verify` parses reaches pyarrow as a path or an Arrow-owned
+    buffer (artifacts.parse_parquet), never a Python file object or Python bytes: an Arrow worker
+    thread may drop the last reference to such a Python object after the interpreter began to
+    exit, needs the GIL it can no longer take, and the process aborts after printing its answer
+    ("terminate called without an active exception", rc -6; a verify whose last read was the
+    contract check, headroom/core/integrity.py, did so in 3-5% of runs under load)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headroom.core import verify
+
+    real, seen = pq.read_table, []
+
+    def read_table(source, *args, **kwargs):
+        python_object = isinstance(source, (bytes, bytearray, memoryview, pa.Buffer, pa.PythonFile)) or (
+            hasattr(source, "read") and not isinstance(source, pa.NativeFile)
+        )
+        assert not python_object, f"pq.read_table given a Python-owned source: {type(source).__name__}"
+        seen.append(type(source).__name__)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", read_table)
+    problems, n = verify.verify_results(study / "results")
+    assert problems == [] and n > 0
+    assert seen, "verify parsed no Parquet through pq.read_table: the spy saw nothing"
+
+
 @pytest.mark.parametrize("content", [b"", b"\xff\xfe not utf-8", "directory"])
 def test_a_bad_sidecar_is_one_line_naming_it(study, content):
     decision = study / "results" / "s" / "decision.parquet"
