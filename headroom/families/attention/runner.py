@@ -126,6 +126,39 @@ def hold(which):
 # is built at first use and reused, as a serving engine builds it once per batch.
 _FLEX_MASKS: dict[tuple, Any] = {}  # (Sq, Skv, device) -> block mask
 _FLEX_FNS: dict[bool, Callable] = {}  # on CUDA -> the compiled (True) or eager (False) function
+FLEX_BLOCK = 128  # create_block_mask's default block size, in both dimensions
+
+
+def flex_block_mask(visible, mask_mod: Callable, sq: int, skv: int):
+    """The BlockMask ``create_block_mask(mask_mod, B, H, sq, skv, device=visible.device)`` builds,
+    from ``visible``: mask_mod's answer on every (b, h, q, kv), a boolean tensor broadcastable to
+    (B, H, sq, skv), computed by the caller with a few tensor operations. create_block_mask gets
+    the same answer by calling mask_mod under four nested vmaps, tens of milliseconds of host
+    work per mask (a new mask every invocation of a run, in its first call); from there on both
+    take the same steps (blocks padded with False to a multiple of FLEX_BLOCK, full blocks apart
+    from partial ones, each row's blocks in stable descending order), so the kernel reads the
+    same tensors: tests/families/test_flex_mask.py holds the two equal on the CPU and on CUDA."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import BlockMask
+
+    mask = visible.reshape((1,) * (4 - visible.dim()) + tuple(visible.shape))
+    pad_q, pad_kv = -sq % FLEX_BLOCK, -skv % FLEX_BLOCK
+    mask = F.pad(mask.expand(*mask.shape[:2], sq, skv), (0, pad_kv, 0, pad_q))
+    b, h, nq, nkv = mask.shape[0], mask.shape[1], mask.shape[2] // FLEX_BLOCK, mask.shape[3] // FLEX_BLOCK
+    sums = mask.reshape(b, h, nq, FLEX_BLOCK, nkv, FLEX_BLOCK).sum(dim=(3, 5))
+    full = sums == FLEX_BLOCK * FLEX_BLOCK
+    partial = (sums > 0) & ~full
+
+    def ordered(dense):  # what create_block_mask's _dense_to_ordered computes, by public operations
+        dense = dense.to(torch.int32)
+        order = torch.argsort(dense, dim=-1, descending=True, stable=True)
+        return dense.sum(dim=-1).to(torch.int32), order.to(torch.int32)
+
+    return BlockMask.from_kv_blocks(
+        *ordered(partial), *ordered(full), BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK), mask_mod=mask_mod,
+        seq_lengths=(sq, skv),
+    )  # fmt: skip
 
 
 def _causal_flex() -> Callable:
@@ -134,7 +167,8 @@ def _causal_flex() -> Callable:
     per lengths tensor: the varlen decode's native peer. On CUDA it runs the compiled kernel;
     elsewhere (the interpreter's CPU runs) eager FlexAttention, which is correct but materializes
     the scores: there it is a correctness check, not a timing."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
 
     length_masks: dict[int, tuple] = {}  # id(kv_lens) -> (kv_lens, block mask); holds kv_lens alive
 
@@ -146,8 +180,9 @@ def _causal_flex() -> Callable:
                 def within(b, h, q_idx, kv_idx):
                     return kv_idx < kv_lens[b]
 
-                mask = create_block_mask(within, q.shape[0], None, sq, skv, device=q.device)
-                length_masks[id(kv_lens)] = (kv_lens, mask)
+                cols = torch.arange(skv, device=q.device)
+                visible = (cols < kv_lens.to(q.device)[:, None]).view(-1, 1, 1, skv)
+                length_masks[id(kv_lens)] = (kv_lens, flex_block_mask(visible, within, sq, skv))
             return length_masks[id(kv_lens)][1]
         key = (sq, skv, str(q.device))
         if key not in _FLEX_MASKS:
@@ -156,7 +191,8 @@ def _causal_flex() -> Callable:
             def causal(b, h, q_idx, kv_idx):
                 return kv_idx <= q_idx + offset
 
-            _FLEX_MASKS[key] = create_block_mask(causal, None, None, sq, skv, device=q.device)
+            rows, cols = torch.arange(sq, device=q.device), torch.arange(skv, device=q.device)
+            _FLEX_MASKS[key] = flex_block_mask(cols[None, :] <= rows[:, None] + offset, causal, sq, skv)
         return _FLEX_MASKS[key]
 
     def attend(q, k, v, kv_lens=None):
