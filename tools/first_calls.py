@@ -1,6 +1,8 @@
 """Where a portfolio run's eager warm-up goes: each native's first and second call on every
 invocation of a study's trace, in the run's order, in one process, synchronized around each call,
-with the seconds FlexAttention's block-mask builds took inside the first call.
+with the seconds FlexAttention's block-mask builds (runner.flex_block_mask) took inside the first
+call. (At 42d0459, before that builder, this tool timed torch's create_block_mask: the `old`
+passes of data/checks/h200/2026-12-05-session23.)
 
     python3 tools/first_calls.py --results results/default --out first_calls.csv [--backends flex,sdpa-cudnn]
 
@@ -36,13 +38,14 @@ def _sync() -> None:
 
 
 class _MaskClock:
-    """torch's create_block_mask wrapped to add its synchronized seconds to ``seconds``."""
+    """The runner's block-mask builder (runner.flex_block_mask, which it looks up at each build)
+    wrapped to add its synchronized seconds to ``seconds``."""
 
     def __init__(self):
-        import torch.nn.attention.flex_attention as fa
+        from headroom.families.attention import runner
 
-        self.seconds, self._fa, self._real = 0.0, fa, fa.create_block_mask
-        fa.create_block_mask = self
+        self.seconds, self._real = 0.0, runner.flex_block_mask
+        runner.flex_block_mask = self
 
     def __call__(self, *args, **kwargs):
         _sync()
