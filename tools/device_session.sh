@@ -27,6 +27,16 @@ source tools/device_setup.sh || exit 1
 export FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
 mode=$1; shift
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.csv"
+# snakemake_for S NAME STUDY [ARG ...]: STUDY's jobs (ARGs: more of snakemake's, targets after `--`),
+# stopped at S seconds (SIGINT: resumable), logged to $OUT/NAME.log; results/STUDY packed as NAME.tar.gz
+snakemake_for() {
+    local limit=$1 name=$2 study=$3 start=$SECONDS; shift 3
+    timeout -s INT "$limit" python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
+        --config "studies=[$study]" "$@" >> "$OUT/$name.log" 2>&1
+    echo "$mode $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/$name.log"
+    [ -d "results/$study" ] && tar -czf "$OUT/$name.tar.gz" "results/$study"
+    tail -3 "$OUT/$name.log"
+}
 study_env() {
     cd /tmp/study || exit 1
     export PYTHONPATH=/tmp/site:/tmp/study TRITON_CACHE_DIR=/tmp/triton-study TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-study
@@ -65,14 +75,9 @@ study)
     study_env
     # the study tree's own modules (device_setup compiled the call's copy): nothing left to compile
     [ -f /tmp/study/.compiled ] || { python3 tools/precompile.py --root /tmp/study >> "$OUT/$study.log" 2>&1; touch /tmp/study/.compiled; }
-    start=$SECONDS
     # TARGETS (space-separated files, e.g. results/default/correctness.parquet): only those and what
     # they need, not the whole DAG
-    timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
-        --config "studies=[$study]" "$@" -- ${TARGETS:-} >> "$OUT/$study.log" 2>&1
-    echo "study $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/$study.log"
-    [ -d "results/$study" ] && tar -czf "$OUT/$study.tar.gz" "results/$study"
-    tail -3 "$OUT/$study.log"
+    snakemake_for $((end - SECONDS)) "$study" "$study" "$@" -- ${TARGETS:-}
     ;;
 ab)
     tools/device_flashinfer.sh --require || exit 1
@@ -104,12 +109,7 @@ before)
     fi
     cd /tmp/before || exit 1
     export PYTHONPATH=/tmp/site:/tmp/before TRITON_CACHE_DIR=/tmp/triton-before TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-before
-    start=$SECONDS
-    timeout -s INT $((end - SECONDS)) python3 -m snakemake --cores 1 --resources gpu=1 --rerun-incomplete \
-        --config "studies=[$study]" -- "$@" >> "$OUT/before-$study.log" 2>&1
-    echo "before $study: snakemake exit $? after $((SECONDS - start)) s" | tee -a "$OUT/before-$study.log"
-    [ -d "results/$study" ] && tar -czf "$OUT/before-$study.tar.gz" "results/$study"
-    tail -3 "$OUT/before-$study.log"
+    snakemake_for $((end - SECONDS)) "before-$study" "$study" -- "$@"
     ;;
 gpu-tests)
     tools/device_flashinfer.sh --require || exit 1
