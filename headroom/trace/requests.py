@@ -127,7 +127,8 @@ MAX_REQUESTS = defaults.bound("requests")
 MAX_TOKENS = defaults.bound("tokens")
 #: The request-log formats by file suffix (a `.pq` is Parquet): the one place that says which name is
 #: which format (log_format). A text format (CSV, JSONL) may also be gzipped, its name ending `.gz`
-#: (`log.csv.gz`, `log.jsonl.gz`): read as it is, a stream through gzip.open (_open); Parquet
+#: (`log.csv.gz`, `log.jsonl.gz`): read as it is, a stream through gzip (JSONL: gzip.open, _open;
+#: CSV: Arrow's own decompressor, _arrow_stream, its faults judged by gzip.open); Parquet
 #: compresses its own columns, so `.parquet.gz` is refused.
 LOG_FORMATS = {".csv": ".csv", ".parquet": ".parquet", ".pq": ".parquet", ".jsonl": ".jsonl"}
 GZIP_FORMATS = (".csv", ".jsonl")
@@ -273,8 +274,47 @@ def _missing_columns(
     )
 
 
+def _arrow_stream(path: Path) -> pa.NativeFile:
+    """The log's bytes as an Arrow-native stream for pyarrow.csv.open_csv: Arrow's own file reader,
+    a gzipped log through Arrow's own gzip decompressor, read a block at a time as _open's are.
+    Never a Python file object: open_csv's readahead wraps one in a PythonFile whose last reference
+    an Arrow worker thread may drop after the interpreter began to exit; that thread then needs the
+    GIL, CPython 3.11 ends it with pthread_exit inside a noexcept C++ destructor, and the process
+    aborts after doing its work (rc -6: "terminate called without an active exception", or "Fatal
+    Python error: PyGILState_Release"; the fault headroom/core/integrity.py's contract check had;
+    a script reading the first block of an 8.6 MB gzipped CSV log and exiting: 172 of 200 runs
+    under load, and 2 hung). A log that cannot be opened raises
+    Python's own OSError, as _open would."""
+    try:
+        return pa.input_stream(str(path), compression="gzip" if _gzipped(path) else None)
+    except OSError:
+        with open(path, "rb"):
+            pass
+        raise
+
+
+@contextmanager
+def _gunzipped(path: Path) -> Iterator[Path]:
+    """A gzipped log decompressed by Python's gzip (_open) into a temporary file, a block at a time
+    (disk, not memory), removed on leaving: for the rare stream gzip.open reads whole and Arrow's
+    decompressor does not (zero bytes padding it between or after members)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="headroom-log-") as tmp:
+        plain = Path(tmp) / path.stem
+        with _open(path) as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, CSV_BLOCK_BYTES)
+        yield plain
+
+
 def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
-    """The named columns as text, a block at a time."""
+    """The named columns as text, a block at a time, parsed from an Arrow-native stream
+    (_arrow_stream). A gzipped log whose stream Arrow refuses is judged by Python's gzip, as
+    gzip.open read it before: one that is not whole is _gzip_error's one line; one that is (zero
+    padding) is read again from its decompressed copy (_gunzipped), past the rows already given.
+    One difference is left: Arrow's decompressor also takes a zlib-format stream after a gzip member,
+    which gzip.open refused ("Not a gzipped file"); such a log now reads."""
     import pyarrow.csv as pacsv
 
     bad_rows: list[int] = []
@@ -283,22 +323,40 @@ def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
         bad_rows.append(row.number if row.number is not None else -1)
         return "error"
 
+    def reader(stream: pa.NativeFile) -> pacsv.CSVStreamingReader:
+        return pacsv.open_csv(
+            stream,
+            read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=names,
+                column_types={n: pa.string() for n in names},
+                strings_can_be_null=False,
+            ),
+        )
+
     rows = 0
     try:
-        with _open(path) as fh:
-            reader = pacsv.open_csv(
-                fh,
-                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
-                parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=names,
-                    column_types={n: pa.string() for n in names},
-                    strings_can_be_null=False,
-                ),
-            )
-            for batch in reader:
-                rows += batch.num_rows
-                yield batch
+        try:
+            with _arrow_stream(path) as stream:
+                for batch in reader(stream):
+                    rows += batch.num_rows
+                    yield batch
+        except OSError:
+            if not _gzipped(path):
+                raise
+            fault = _gzip_fault(path)
+            if fault is not None:
+                raise _gzip_error(path, fault) from None
+            with _gunzipped(path) as plain, pa.input_stream(str(plain), compression=None) as stream:
+                skip = rows
+                for batch in reader(stream):
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    rows += batch.num_rows
+                    yield batch
     except pa.ArrowInvalid as exc:
         raise _csv_error(path, str(exc).splitlines()[0][:200], rows, bad_rows) from None
 
