@@ -336,12 +336,23 @@ def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
         )
 
     rows = 0
+
+    def batches(stream: pa.NativeFile, skip: int = 0) -> Iterator[pa.RecordBatch]:
+        """reader(stream)'s batches past its first ``skip`` rows (those already given), counted."""
+        nonlocal rows
+        for batch in reader(stream):
+            if skip:
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                batch, skip = batch.slice(skip), 0
+            rows += batch.num_rows
+            yield batch
+
     try:
         try:
             with _arrow_stream(path) as stream:
-                for batch in reader(stream):
-                    rows += batch.num_rows
-                    yield batch
+                yield from batches(stream)
         except OSError:
             if not _gzipped(path):
                 raise
@@ -349,14 +360,7 @@ def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
             if fault is not None:
                 raise _gzip_error(path, fault) from None
             with _gunzipped(path) as plain, pa.input_stream(str(plain), compression=None) as stream:
-                skip = rows
-                for batch in reader(stream):
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    batch, skip = batch.slice(skip), 0
-                    rows += batch.num_rows
-                    yield batch
+                yield from batches(stream, skip=rows)
     except pa.ArrowInvalid as exc:
         raise _csv_error(path, str(exc).splitlines()[0][:200], rows, bad_rows) from None
 
