@@ -327,3 +327,40 @@ def test_a_stage_run_with_headroom_profile_writes_its_profile_and_says_when_its_
     (found,) = (tmp_path / "prof").glob(f"{job.rule}-*.prof")
     assert any("<genexpr>" in name or "sum" in name for *_, name in pstats.Stats(str(found)).stats)
     assert 0 < stage.process_age_s() < 24 * 3600
+
+
+# A stage run in its own process as Snakemake runs it, with the device named on the command line: its
+# main registers an exit handler (the interpreter's teardown) and leaves output in stdout's buffer.
+STAGE_PROCESS = """
+import atexit, sys
+from pathlib import Path
+from types import SimpleNamespace
+from headroom.core import stage
+from tests.core.test_identity import fake_job
+
+hooks = SimpleNamespace(check=lambda study, device: None, provenance=lambda device: {})
+job = fake_job("s", {}, {})
+job.params, job.log = {"device": sys.argv[1]}, ["stage.log"]
+
+def main(s):
+    atexit.register(lambda: Path("teardown").write_text("ran"))
+    print("buffered", end="")
+
+stage.run_stage(job, main, device=hooks)
+"""
+
+
+@pytest.mark.parametrize("device", ["cuda", "interpret", "none"])
+def test_a_cuda_stage_ends_its_process_without_the_teardown_its_output_and_log_flushed(tmp_path, device):
+    """Issue 36: a CUDA job's process ends as soon as its outputs are written, skipping the
+    interpreter's teardown (end_process); stdout and the log are flushed and it exits 0. Other
+    devices' jobs end as before."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_PROCESS, device], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "buffered"
+    assert "rule report finished in" in (tmp_path / "stage.log").read_text()
+    assert (tmp_path / "teardown").exists() is (device != "cuda")
