@@ -282,7 +282,7 @@ def end_process() -> None:
     default study that ran many kernels (correctness, lifecycle, the six runs: 22-30 s in all),
     0.5-3.4 s on azure-conv and under 1.5 s for every MoE and RMSNorm job. Ending here, a job's
     benchmark exceeded its process's age at the stage's start plus the stage's wall by 0.3-0.5 s,
-    where the default reference's heavy jobs exceeded them by 2.4-3.5 s
+    where the default reference's heavy jobs exceeded them by 2.6-3.5 s
     (data/checks/h200/2026-12-05-session25). Only a job that succeeded ends here: a failure raises
     SystemExit as before."""
     logging.shutdown()

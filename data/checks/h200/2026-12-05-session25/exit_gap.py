@@ -14,16 +14,17 @@ for arg in sys.argv[1:]:
     root, log = rest.split(":", 1)
     text = (gzip.open(log, "rt") if log.endswith(".gz") else open(log)).read()
     jobs = []
-    for m in re.finditer(
-        r"wildcards: study=\w+(?:, run=(\d+))?.*?headroom\.(\w+) INFO rule \w+ on device cuda, pid \d+, ([\d.]+) s after.*?headroom\.\2 INFO rule \w+ finished in ([\d.]+) s wall",
-        text,
-        re.S,
-    ):
-        run, rule, age, wall = m.groups()
-        job = f"portfolio/run-{run}" if rule == "portfolio" else rule
+    for block in text.split("localrule ")[1:]:  # one job each: its wildcards, start and last lines
+        run = re.search(r"wildcards: study=\w+, run=(\d+)", block)
+        start = re.search(r"headroom\.(\w+) INFO rule \w+ on device cuda, pid \d+, ([\d.]+) s after", block)
+        end = re.search(r"INFO rule \w+ finished in ([\d.]+) s wall", block)
+        if not (start and end):
+            continue
+        rule, age, wall = start.group(1), float(start.group(2)), float(end.group(1))
+        job = f"portfolio/run-{run.group(1)}" if rule == "portfolio" else rule
         bench = Path(root) / "benchmarks" / f"{job}.tsv"
         if bench.exists():
             s = float(pd.read_csv(bench, sep="\t")["s"].iloc[0])
-            jobs.append((job, s, float(age), float(wall), s - float(age) - float(wall)))
+            jobs.append((job, s, age, wall, s - age - wall))
     df = pd.DataFrame(jobs, columns=["job", "benchmark_s", "start_s", "stage_wall_s", "beyond_s"])
     print(f"== {name}\n{df.round(2).to_string(index=False)}")
