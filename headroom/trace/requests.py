@@ -359,7 +359,7 @@ def _csv_batches(path: Path, names: list[str]) -> Iterator[pa.RecordBatch]:
             fault = _gzip_fault(path)
             if fault is not None:
                 raise _gzip_error(path, fault) from None
-            with _gunzipped(path) as plain, pa.input_stream(str(plain), compression=None) as stream:
+            with _gunzipped(path) as plain, _arrow_stream(plain) as stream:
                 yield from batches(stream, skip=rows)
     except pa.ArrowInvalid as exc:
         raise _csv_error(path, str(exc).splitlines()[0][:200], rows, bad_rows) from None

@@ -1,6 +1,6 @@
 """Per GPU job: Snakemake's benchmark seconds minus what the job's own log accounts for (its process
 age at the stage's start + the stage's wall): the job's process exit and Snakemake's wrapping.
-    python3 exit_gap.py NAME=STUDY_DIR:LOG ...  (LOG: the Snakemake log, .gz or plain)"""
+    python3 exit_gap.py NAME=STUDY_DIR:LOG ...  (from the repository root; LOG: the Snakemake log, .gz or plain)"""
 
 import gzip
 import re
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from headroom.measure.cost import bench_s
 
 for arg in sys.argv[1:]:
     name, rest = arg.split("=", 1)
@@ -24,7 +26,7 @@ for arg in sys.argv[1:]:
         job = f"portfolio/run-{run.group(1)}" if rule == "portfolio" else rule
         bench = Path(root) / "benchmarks" / f"{job}.tsv"
         if bench.exists():
-            s = float(pd.read_csv(bench, sep="\t")["s"].iloc[0])
+            s = bench_s(bench)
             jobs.append((job, s, age, wall, s - age - wall))
     df = pd.DataFrame(jobs, columns=["job", "benchmark_s", "start_s", "stage_wall_s", "beyond_s"])
     print(f"== {name}\n{df.round(2).to_string(index=False)}")
